@@ -1,0 +1,1 @@
+"""Stage 1, annotate: NVTX ranges around modules, phases and iterations (no pandas here)."""

@@ -1,0 +1,225 @@
+"""The column contract of every DataFrame in a :class:`~dlprof_lite.ingest.profile.Profile`.
+
+Each table's columns are declared once here, with dtype, unit and meaning. The reader must
+produce every *base* column; the analysis steps add the *derived* ones. ``check_frame`` is
+called when a ``Profile`` is built, so a missing or mistyped column fails early with an
+error that names it. Tests and the README's column reference read these declarations too.
+
+Dtypes: ``int64`` (never null), ``Int64`` (nullable integer, ``<NA>`` where unknown),
+``float64``, ``bool``, ``category`` (repeated strings), ``string`` (free text).
+Times are nanoseconds on the nsys session clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dlprof_lite.errors import SchemaError
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str
+    unit: str
+    doc: str
+    derived: bool = False
+
+
+def _c(name: str, dtype: str, unit: str, doc: str) -> Column:
+    return Column(name, dtype, unit, doc)
+
+
+def _d(name: str, dtype: str, unit: str, doc: str) -> Column:
+    return Column(name, dtype, unit, doc, derived=True)
+
+
+# Launch columns shared by kernels and memops: the GPU activity joined to the CUDA API
+# call that launched it (correlation id and process; DESIGN.md "Kernel ↔ API call").
+_GPU_OP_BASE = (
+    _c("start_ns", "int64", "ns", "GPU start time"),
+    _c("end_ns", "int64", "ns", "GPU end time"),
+    _c("dur_ns", "int64", "ns", "GPU duration, end - start"),
+    _c("device_id", "int64", "", "CUDA device id"),
+    _c("context_id", "int64", "", "CUDA context id"),
+    _c("stream_id", "int64", "", "CUDA stream id"),
+    _c("pid", "int64", "", "process id (decoded from globalPid)"),
+    _c("correlation_id", "int64", "", "CUPTI correlation id, unique within a process"),
+    _c("graph_node_id", "Int64", "", "CUDA graph node id when launched from a graph"),
+    _c("tid", "Int64", "", "launching thread id (from the launch API call)"),
+    _c("api_name", "category", "", "launch API call name, e.g. cudaLaunchKernel_v7000"),
+    _c("api_start_ns", "Int64", "ns", "launch API call start"),
+    _c("api_end_ns", "Int64", "ns", "launch API call end"),
+)
+
+# Columns every analysis step adds to kernels and memops.
+_GPU_OP_DERIVED = (
+    _d("range_id", "Int64", "", "innermost enclosing NVTX range (ranges.range_id)"),
+    _d("range_path", "category", "", "path of the innermost enclosing NVTX range"),
+    _d("layer", "category", "", "module (layer) the op belongs to, if any"),
+    _d("direction", "category", "", "forward or backward for layer ops, else <NA>"),
+    _d("phase", "category", "", "data, forward, backward, optimizer or other"),
+    _d("iteration", "Int64", "", "iteration index (0-based), <NA> outside iterations"),
+    _d("api_ns", "Int64", "ns", "launch API duration, api_end - api_start"),
+    _d("queue_ns", "Int64", "ns", "start - api_end when >= 0 (time queued on the GPU)"),
+    _d("host_gap_ns", "int64", "ns", "idle GPU time before this op that the CPU caused"),
+)
+
+KERNEL_COLUMNS: tuple[Column, ...] = (
+    *_GPU_OP_BASE,
+    _c("name", "category", "", "demangled kernel name (short name when absent)"),
+    _c("short_name", "category", "", "bare kernel name"),
+    _c("grid_x", "int64", "", "grid size x"),
+    _c("grid_y", "int64", "", "grid size y"),
+    _c("grid_z", "int64", "", "grid size z"),
+    _c("block_x", "int64", "", "block size x"),
+    _c("block_y", "int64", "", "block size y"),
+    _c("block_z", "int64", "", "block size z"),
+    _c("registers_per_thread", "int64", "", "registers per thread"),
+    _c("static_smem_bytes", "int64", "B", "static shared memory"),
+    _c("dynamic_smem_bytes", "int64", "B", "dynamic shared memory"),
+    *_GPU_OP_DERIVED,
+    _d("tc_class", "category", "", "tc, no_tc or unknown (Tensor Core rule table)"),
+    _d("uses_tensor_cores", "bool", "", "tc_class == 'tc'"),
+    _d("tc_rule", "category", "", "id of the rule that classified the name"),
+)
+
+MEMOP_COLUMNS: tuple[Column, ...] = (
+    *_GPU_OP_BASE,
+    _c("kind", "category", "", "memcpy or memset"),
+    _c("copy_kind", "category", "", "HtoD, DtoH, DtoD, HtoH, PtoP, ... (memset: <NA>)"),
+    _c("bytes", "int64", "B", "bytes copied or set"),
+    _c("src_mem", "category", "", "source memory kind: pageable, pinned, device, ..."),
+    _c("dst_mem", "category", "", "destination memory kind (memset: the memory set)"),
+    *_GPU_OP_DERIVED,
+)
+
+API_COLUMNS: tuple[Column, ...] = (
+    _c("start_ns", "int64", "ns", "call start"),
+    _c("end_ns", "int64", "ns", "call end"),
+    _c("dur_ns", "int64", "ns", "call duration"),
+    _c("pid", "int64", "", "process id"),
+    _c("tid", "int64", "", "thread id"),
+    _c("correlation_id", "int64", "", "CUPTI correlation id"),
+    _c("name", "category", "", "API function name as nsys stores it"),
+    _c("source", "category", "", "runtime or driver"),
+)
+
+RANGE_COLUMNS: tuple[Column, ...] = (
+    _c("range_id", "int64", "", "0-based id, in order of start time"),
+    _c("name", "category", "", "range text (inline or registered string)"),
+    _c("domain", "category", "", "NVTX domain name ('' for the default domain)"),
+    _c("style", "category", "", "push_pop or start_end"),
+    _c("pid", "int64", "", "process id"),
+    _c("tid", "int64", "", "thread that opened the range"),
+    _c("end_tid", "Int64", "", "thread that closed a start/end range"),
+    _c("start_ns", "int64", "ns", "range start"),
+    _c("end_ns", "int64", "ns", "range end (session end when never closed)"),
+    _c("closed", "bool", "", "False for a push without a pop"),
+    _c("depth", "int64", "", "nesting depth on its thread (0 = top level)"),
+    _c("parent_id", "int64", "", "range_id of the enclosing range, -1 at top level"),
+    _c("path", "category", "", "names from the top-level range down, joined by '/'"),
+)
+
+# NVTX ranges as the reader hands them to ``nvtx.build_ranges`` (no nesting yet).
+NVTX_EVENT_COLUMNS: tuple[Column, ...] = (
+    _c("start_ns", "int64", "ns", "range start"),
+    _c("end_ns", "Int64", "ns", "range end, <NA> when never closed"),
+    _c("name", "category", "", "range text (inline or registered string)"),
+    _c("domain", "category", "", "NVTX domain name ('' for the default domain)"),
+    _c("style", "category", "", "push_pop or start_end"),
+    _c("pid", "int64", "", "process id"),
+    _c("tid", "int64", "", "thread that opened the range"),
+    _c("end_tid", "Int64", "", "thread that closed a start/end range"),
+)
+
+MARK_COLUMNS: tuple[Column, ...] = (
+    _c("start_ns", "int64", "ns", "mark time"),
+    _c("name", "category", "", "mark text"),
+    _c("domain", "category", "", "NVTX domain name"),
+    _c("pid", "int64", "", "process id"),
+    _c("tid", "int64", "", "thread id"),
+)
+
+GPU_COLUMNS: tuple[Column, ...] = (
+    _c("device_id", "int64", "", "CUDA device id as kernels name it"),
+    _c("name", "string", "", "GPU product name"),
+    _c("sm_count", "Int64", "", "number of SMs"),
+    _c("cc_major", "Int64", "", "compute capability, major"),
+    _c("cc_minor", "Int64", "", "compute capability, minor"),
+)
+
+ITERATION_COLUMNS: tuple[Column, ...] = (
+    _c("iteration", "int64", "", "0-based iteration index in the whole profile"),
+    _c("start_ns", "int64", "ns", "iteration start (end of the previous key range)"),
+    _c("end_ns", "int64", "ns", "iteration end (end of this key range)"),
+    _c("wall_ns", "int64", "ns", "end - start"),
+    _c("warmup", "bool", "", "before --iter-start (or the default warm-up)"),
+    _c("in_window", "bool", "", "inside the --iter-start/--iter-stop window"),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "kernels": KERNEL_COLUMNS,
+    "memops": MEMOP_COLUMNS,
+    "api": API_COLUMNS,
+    "nvtx_events": NVTX_EVENT_COLUMNS,
+    "ranges": RANGE_COLUMNS,
+    "marks": MARK_COLUMNS,
+    "gpus": GPU_COLUMNS,
+    "iterations": ITERATION_COLUMNS,
+}
+
+
+def base_columns(table: str) -> tuple[Column, ...]:
+    return tuple(c for c in TABLES[table] if not c.derived)
+
+
+def _dtype_ok(series: pd.Series, dtype: str) -> bool:
+    actual = series.dtype
+    if dtype == "int64":
+        return actual == "int64"
+    if dtype == "Int64":
+        return str(actual) == "Int64"
+    if dtype == "float64":
+        return actual == "float64"
+    if dtype == "bool":
+        return actual == "bool"
+    if dtype == "category":
+        return isinstance(actual, pd.CategoricalDtype)
+    if dtype == "string":
+        return pd.api.types.is_string_dtype(actual) or actual == object
+    raise ValueError(f"unknown contract dtype {dtype!r}")
+
+
+def empty_frame(table: str, *, derived: bool = False) -> pd.DataFrame:
+    """An empty frame with the table's columns and dtypes (base only unless ``derived``)."""
+    cols = TABLES[table] if derived else base_columns(table)
+    return pd.DataFrame({c.name: pd.Series(dtype=_pandas_dtype(c.dtype)) for c in cols})
+
+
+def _pandas_dtype(dtype: str) -> str:
+    return "object" if dtype == "string" else dtype
+
+
+def coerce(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Cast the contract's columns of ``frame`` to their declared dtypes (a new frame)."""
+    out = frame.copy(deep=False)
+    for col in TABLES[table]:
+        if col.name in out.columns and not _dtype_ok(out[col.name], col.dtype):
+            out[col.name] = out[col.name].astype(_pandas_dtype(col.dtype))
+    return out
+
+
+def check_frame(frame: pd.DataFrame, table: str, *, derived: bool) -> None:
+    """Raise :class:`SchemaError` naming the first missing or mistyped column."""
+    for col in TABLES[table]:
+        if col.derived and not derived:
+            continue
+        if col.name not in frame.columns:
+            raise SchemaError(f"{table}: missing column {col.name!r} ({col.doc})")
+        if not _dtype_ok(frame[col.name], col.dtype):
+            raise SchemaError(
+                f"{table}.{col.name}: dtype {frame[col.name].dtype} is not {col.dtype}"
+            )

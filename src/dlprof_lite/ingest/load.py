@@ -1,0 +1,70 @@
+"""The ingest pipeline, in order: read → ranges → launches → attribution → analyses → Profile.
+
+Each step is a pure function in its own module; this file only strings them together, so
+the order in which columns appear is visible in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from dlprof_lite.ingest.columns import coerce
+from dlprof_lite.ingest.correlate import attach_launches, attribute_ranges
+from dlprof_lite.ingest.iterations import assign_iterations, find_iterations
+from dlprof_lite.ingest.layers import assign_layers
+from dlprof_lite.ingest.nvtx import build_ranges
+from dlprof_lite.ingest.overhead import launch_overhead
+from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.ingest.reader import read_export
+from dlprof_lite.ingest.tensorcore import classify_kernels
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def load(
+    path: str | Path,
+    *,
+    key_range: str | None = None,
+    iter_start: int | None = None,
+    iter_stop: int | None = None,
+    progress: Progress = _quiet,
+) -> Profile:
+    """Read an nsys SQLite export and run every analysis step on it.
+
+    ``key_range`` is a regular expression naming the iteration range (DLProf's key node);
+    ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive).
+    """
+    progress("reading")
+    raw = read_export(Path(path))
+    progress("nesting NVTX ranges")
+    ranges = build_ranges(raw.nvtx, session_end_ns=raw.meta.session_end_ns)
+    progress("correlating")
+    kernels = attach_launches(raw.kernels, raw.api)
+    memops = attach_launches(raw.memops, raw.api)
+    kernels = attribute_ranges(kernels, ranges)
+    memops = attribute_ranges(memops, ranges)
+    progress("analysing")
+    kernels = classify_kernels(kernels)
+    kernels, memops = launch_overhead(kernels, memops)
+    kernels, memops = assign_layers(kernels, memops, ranges)
+    iterations, key_name, key_source = find_iterations(
+        ranges, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop
+    )
+    kernels, memops = assign_iterations(kernels, memops, iterations)
+    meta = replace(raw.meta, key_range=key_name, key_range_source=key_source)
+    return Profile(
+        kernels=coerce(kernels, "kernels"),
+        memops=coerce(memops, "memops"),
+        api=raw.api,
+        ranges=ranges,
+        marks=raw.marks,
+        gpus=raw.gpus,
+        iterations=iterations,
+        meta=meta,
+    )

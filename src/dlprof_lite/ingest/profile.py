@@ -1,0 +1,54 @@
+"""The one object that crosses from ingest to report: a :class:`Profile`.
+
+A ``Profile`` is complete when built: every frame holds its base and derived columns
+(:mod:`dlprof_lite.ingest.columns`) and is checked on construction. Nothing downstream
+checks an nsys version; every schema difference was resolved while reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dlprof_lite.ingest.columns import check_frame
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What the export says about itself and how it was analysed."""
+
+    source: str
+    nsys_version: str | None
+    schema_version: str | None
+    session_start_ns: int
+    session_end_ns: int
+    tables: tuple[str, ...] = ()
+    key_range: str | None = None
+    key_range_source: str = "none"
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def duration_ns(self) -> int:
+        return self.session_end_ns - self.session_start_ns
+
+
+@dataclass(frozen=True)
+class Profile:
+    kernels: pd.DataFrame
+    memops: pd.DataFrame
+    api: pd.DataFrame
+    ranges: pd.DataFrame
+    marks: pd.DataFrame
+    gpus: pd.DataFrame
+    iterations: pd.DataFrame
+    meta: Meta
+
+    def __post_init__(self) -> None:
+        check_frame(self.kernels, "kernels", derived=True)
+        check_frame(self.memops, "memops", derived=True)
+        check_frame(self.api, "api", derived=False)
+        check_frame(self.ranges, "ranges", derived=False)
+        check_frame(self.marks, "marks", derived=False)
+        check_frame(self.gpus, "gpus", derived=False)
+        check_frame(self.iterations, "iterations", derived=False)
