@@ -1,0 +1,59 @@
+"""Shared test fixtures: where the shared corpus and nsys are, and how their absence is handled.
+
+A user's clone has no ``../shared`` and maybe no nsys: those tests skip with a reason.
+Under CI (``CI=true``) a missing corpus or a missing nsys fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("DLPROF_SHARED", ROOT.parent / "shared"))
+CORPUS = SHARED / "corpus"
+
+# scripts/ holds the synthetic-profile generator the tests share with the benchmark.
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing(reason: str) -> None:
+    """Skip on a user's machine; fail under CI, where nothing may be silently skipped."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: this is a failure, not a skip)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not (SHARED / "tc_kernels.tsv").is_file():
+        missing(f"no shared data at {SHARED} (set DLPROF_SHARED to its folder)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    if not (CORPUS / "MANIFEST.tsv").is_file():
+        missing(f"no corpus at {CORPUS} (set DLPROF_SHARED to the shared folder)")
+    return CORPUS
+
+
+def corpus_files() -> list[Path]:
+    """Every SQLite export in the corpus (empty when the corpus is absent)."""
+    return sorted(CORPUS.glob("*.sqlite")) if CORPUS.is_dir() else []
+
+
+@pytest.fixture(scope="session")
+def nsys() -> str:
+    path = shutil.which("nsys")
+    if path is None:
+        missing("nsys is not on PATH (scripts/install_nsys.sh installs it)")
+    return path
