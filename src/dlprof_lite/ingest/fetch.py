@@ -1,0 +1,107 @@
+"""Column-wise fetching of query results into numpy, read-only, through the fastest driver.
+
+Reading rows is the floor of ingest's time (DESIGN.md "Scale"), so results are fetched as
+whole columns: through ADBC's SQLite driver into Arrow when it is installed (the ``fast``
+extra), else through the standard library's ``sqlite3``. Both open the file with
+``mode=ro``; neither can write to it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+
+def readonly_uri(path: Path) -> str:
+    """A SQLite URI that opens ``path`` read-only (any characters in the path are quoted)."""
+    return f"{path.resolve().as_uri()}?mode=ro"
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(readonly_uri(path), uri=True, check_same_thread=False)
+
+
+class Fetcher(Protocol):
+    def columns(self, query: str) -> dict[str, np.ndarray]:
+        """Run ``query``; return its result columns by name (object arrays for text)."""
+        ...
+
+
+class SqliteFetcher:
+    """The standard library driver: rows, then transposed into column arrays."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def columns(self, query: str) -> dict[str, np.ndarray]:
+        cur = self._conn.execute(query)
+        names = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        if not rows:
+            return {n: np.empty(0, dtype=np.int64) for n in names}
+        try:  # the common case: an all-integer result, converted in one call
+            table = np.array(rows, dtype=np.int64)
+            return {n: table[:, i].copy() for i, n in enumerate(names)}
+        except (TypeError, ValueError, OverflowError):
+            pass
+        out = {}
+        for i, n in enumerate(names):
+            col = [r[i] for r in rows]
+            try:
+                out[n] = np.array(col, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                out[n] = np.array(col, dtype=object)
+        return out
+
+
+class ArrowFetcher:
+    """ADBC's SQLite driver: results arrive as Arrow columns, no Python object per row."""
+
+    def __init__(self, conn: object) -> None:
+        self._conn = conn
+
+    def columns(self, query: str) -> dict[str, np.ndarray]:
+        import pyarrow as pa
+
+        cur = self._conn.cursor()  # type: ignore[attr-defined]
+        try:
+            cur.execute(query)
+            table = cur.fetch_arrow_table()
+        finally:
+            cur.close()
+        out = {}
+        for name, col in zip(table.column_names, table.columns):
+            if pa.types.is_integer(col.type) and col.null_count == 0:
+                out[name] = col.to_numpy().astype(np.int64, copy=False)
+            elif pa.types.is_null(col.type):
+                out[name] = np.full(len(col), None, dtype=object)
+            else:
+                out[name] = col.to_numpy(zero_copy_only=False).astype(object)
+        return out
+
+
+@contextmanager
+def open_fetcher(path: Path, *, prefer_arrow: bool = True) -> Iterator[Fetcher]:
+    if prefer_arrow:
+        try:
+            import adbc_driver_sqlite.dbapi as adbc
+            import pyarrow  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            conn = adbc.connect(readonly_uri(path))
+            try:
+                yield ArrowFetcher(conn)
+            finally:
+                conn.close()
+            return
+    conn = connect_readonly(path)
+    try:
+        yield SqliteFetcher(conn)
+    finally:
+        conn.close()

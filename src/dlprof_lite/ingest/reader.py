@@ -1,0 +1,308 @@
+"""Read one nsys SQLite export, read-only, into the base frames of a :class:`RawExport`.
+
+SQLAlchemy inspects the schema (which tables and columns exist); the rows themselves are
+fetched column-wise into numpy through the fastest driver at hand (:mod:`.fetch`). Every
+version difference is settled by :mod:`.schema`; this module only decodes and types.
+The user's file is opened with ``mode=ro`` and is never written to.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from dlprof_lite.errors import InputError
+from dlprof_lite.ingest import schema as S
+from dlprof_lite.ingest.columns import coerce, empty_frame
+from dlprof_lite.ingest.fetch import Fetcher, connect_readonly, open_fetcher
+from dlprof_lite.ingest.profile import Meta
+from dlprof_lite.ingest.raw import RawExport
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def read_export(path: Path) -> RawExport:
+    """Read ``path`` into base frames; raise :class:`InputError` on any bad input."""
+    check_sqlite_file(path)
+    schema = inspect_schema(path)
+    if not schema.is_nsys():
+        raise InputError(
+            f"{path}: SQLite database but not an Nsight Systems export (no StringIds table)"
+        )
+    try:
+        with open_fetcher(path) as fetch:
+            return _read(path, schema, fetch)
+    except (sqlite3.DatabaseError, sa.exc.DatabaseError) as err:
+        raise InputError(f"{path}: corrupt or truncated SQLite export ({err})") from err
+    except RuntimeError as err:  # ADBC reports a malformed file as a driver error
+        raise InputError(f"{path}: corrupt or truncated SQLite export ({err})") from err
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Fail fast, with one clear line, on what is not a complete SQLite file."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not an nsys export")
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from err
+    if not header:
+        raise InputError(f"{path}: empty file")
+    if not header.startswith(SQLITE_MAGIC):
+        hint = ""
+        if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
+            hint = " (a report: export it with `nsys export --type sqlite`)"
+        raise InputError(f"{path}: not a SQLite file{hint}")
+    if len(header) < 100:
+        raise InputError(f"{path}: truncated SQLite file ({len(header)} bytes)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The in-header page count is valid when the two change counters agree (SQLite docs,
+    # "Database File Format" §1.3.7); then a shorter file has lost its tail.
+    if pages and header[24:28] == header[92:96] and path.stat().st_size < pages * page_size:
+        raise InputError(
+            f"{path}: truncated SQLite file ({path.stat().st_size} of {pages * page_size} bytes)"
+        )
+
+
+def inspect_schema(path: Path) -> S.ExportSchema:
+    engine = sa.create_engine("sqlite://", creator=lambda: connect_readonly(path))
+    try:
+        insp = sa.inspect(engine)
+        tables = frozenset(insp.get_table_names())
+        wanted = (S.KERNEL_TABLE, S.MEMCPY_TABLE, S.MEMSET_TABLE, S.NVTX_TABLE,
+                  "TARGET_INFO_GPU", "ANALYSIS_DETAILS")  # fmt: skip
+        columns = {
+            t: frozenset(c["name"] for c in insp.get_columns(t)) for t in wanted if t in tables
+        }
+    except sa.exc.DatabaseError as err:
+        raise InputError(f"{path}: corrupt or unreadable SQLite file ({err.orig})") from err
+    finally:
+        engine.dispose()
+    return S.ExportSchema(tables=tables, columns=columns)
+
+
+def _read(path: Path, schema: S.ExportSchema, fetch: Fetcher) -> RawExport:
+    strings = _strings(schema, fetch)
+    kernels = _kernels(schema, fetch, strings)
+    memops = _memops(schema, fetch)
+    api = _api(schema, fetch, strings)
+    nvtx, marks = _nvtx(schema, fetch)
+    meta = _meta(path, schema, fetch, (kernels, memops, api, nvtx))
+    return RawExport(
+        kernels=kernels, memops=memops, api=api, nvtx=nvtx, marks=marks,
+        gpus=_gpus(schema, fetch), meta=meta,
+    )  # fmt: skip
+
+
+def _strings(schema: S.ExportSchema, fetch: Fetcher) -> pd.Series:
+    cols = fetch.columns(f"SELECT id, value FROM {S.STRINGS_TABLE}")
+    return pd.Series(cols["value"], index=cols["id"], dtype=object)
+
+
+def _categorical(ids: np.ndarray, strings: pd.Series) -> pd.Categorical:
+    """Strings for StringIds ids, as a categorical built from the unique ids only."""
+    uniq, codes = np.unique(ids, return_inverse=True)
+    names = strings.reindex(uniq).fillna("").astype(str).to_numpy()
+    if len(set(names)) == len(names):
+        return pd.Categorical.from_codes(codes.astype(np.int32), categories=names)
+    return pd.Categorical(names[codes])
+
+
+def _nullable(values: np.ndarray) -> pd.array:
+    return pd.array(np.where(values == S.NULL_INT, None, values), dtype="Int64")
+
+
+def _gpu_op_base(c: dict[str, np.ndarray]) -> dict[str, object]:
+    return {
+        "start_ns": c["start"], "end_ns": c["end"], "dur_ns": c["end"] - c["start"],
+        "device_id": c["deviceId"], "context_id": c["contextId"], "stream_id": c["streamId"],
+        "pid": S.decode_pid(c["globalPid"]), "correlation_id": c["correlationId"],
+        "graph_node_id": _nullable(c["graphNodeId"]),
+    }  # fmt: skip
+
+
+def _without_launch(table: str) -> pd.DataFrame:
+    from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
+
+    return empty_frame(table).drop(columns=list(LAUNCH_COLUMNS))
+
+
+def _kernels(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.DataFrame:
+    if not schema.has(S.KERNEL_TABLE):
+        return _without_launch("kernels")
+    c = fetch.columns(schema.kernel_query())
+    frame = pd.DataFrame(_gpu_op_base(c))
+    frame["name"] = _categorical(c["demangledName"], strings)
+    frame["short_name"] = _categorical(c["shortName"], strings)
+    for src, dst in (("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
+                     ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z"),
+                     ("registersPerThread", "registers_per_thread"),
+                     ("staticSharedMemory", "static_smem_bytes"),
+                     ("dynamicSharedMemory", "dynamic_smem_bytes")):  # fmt: skip
+        frame[dst] = c[src]
+    return coerce(frame, "kernels")
+
+
+def _kind_categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
+    labels = pd.Series(codes).map(names)
+    return pd.Categorical(labels, categories=sorted(set(names.values())))
+
+
+def _memops(schema: S.ExportSchema, fetch: Fetcher) -> pd.DataFrame:
+    parts = []
+    if schema.has(S.MEMCPY_TABLE):
+        c = fetch.columns(schema.memcpy_query())
+        frame = pd.DataFrame(_gpu_op_base(c))
+        frame["kind"] = "memcpy"
+        frame["copy_kind"] = _kind_categorical(c["copyKind"], S.COPY_KINDS)
+        frame["bytes"] = c["bytes"]
+        frame["src_mem"] = _kind_categorical(c["srcKind"], S.MEM_KINDS)
+        frame["dst_mem"] = _kind_categorical(c["dstKind"], S.MEM_KINDS)
+        parts.append(frame)
+    if schema.has(S.MEMSET_TABLE):
+        c = fetch.columns(schema.memset_query())
+        frame = pd.DataFrame(_gpu_op_base(c))
+        frame["kind"] = "memset"
+        frame["copy_kind"] = _kind_categorical(np.full(len(frame), -1), {})
+        frame["bytes"] = c["bytes"]
+        frame["src_mem"] = _kind_categorical(np.full(len(frame), -1), S.MEM_KINDS)
+        frame["dst_mem"] = _kind_categorical(c["memKind"], S.MEM_KINDS)
+        parts.append(frame)
+    if not parts:
+        return _without_launch("memops")
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    for col in ("kind", "copy_kind", "src_mem", "dst_mem"):
+        frame[col] = frame[col].astype("category")
+    return coerce(frame.sort_values("start_ns", kind="stable", ignore_index=True), "memops")
+
+
+def _api(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.DataFrame:
+    parts = []
+    for table, source in ((S.RUNTIME_TABLE, "runtime"), (S.DRIVER_TABLE, "driver")):
+        if not schema.has(table):
+            continue
+        c = fetch.columns(schema.api_query(table))
+        parts.append(pd.DataFrame({
+            "start_ns": c["start"], "end_ns": c["end"], "dur_ns": c["end"] - c["start"],
+            "pid": S.decode_pid(c["globalTid"]), "tid": S.decode_tid(c["globalTid"]),
+            "correlation_id": c["correlationId"], "name": _categorical(c["nameId"], strings),
+            "source": source,
+        }))  # fmt: skip
+    if not parts:
+        return empty_frame("api")
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    frame["name"] = frame["name"].astype("category")
+    frame["source"] = frame["source"].astype("category")
+    return coerce(frame, "api")
+
+
+def _domains(schema: S.ExportSchema, fetch: Fetcher) -> dict[tuple[int, int], str]:
+    c = fetch.columns(schema.nvtx_domain_query())
+    pids = S.decode_pid(c["globalTid"])
+    return {(int(p), int(d)): str(t) for p, d, t in zip(pids, c["domainId"], c["text"])}
+
+
+def _nvtx(schema: S.ExportSchema, fetch: Fetcher) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if not schema.has(S.NVTX_TABLE):
+        return empty_frame("nvtx_events"), empty_frame("marks")
+    c = fetch.columns(schema.nvtx_query())
+    pid = S.decode_pid(c["globalTid"])
+    domains = _domain_names(pid, c["domainId"], _domains(schema, fetch))
+    event = c["eventType"]
+    frame = pd.DataFrame({
+        "start_ns": c["start"], "end_ns": _nullable(c["end"]), "name": _as_category(c["text"]),
+        "domain": domains, "style": np.where(event == S.EVENT_NVTX_START_END, "start_end",
+                                             "push_pop"),
+        "pid": pid, "tid": S.decode_tid(c["globalTid"]),
+        "end_tid": _nullable(np.where(c["endGlobalTid"] == S.NULL_INT, S.NULL_INT,
+                                      S.decode_tid(c["endGlobalTid"]))),
+    })  # fmt: skip
+    is_mark = event == S.EVENT_NVTX_MARK
+    marks = frame.loc[is_mark, ["start_ns", "name", "domain", "pid", "tid"]]
+    ranges = frame.loc[~is_mark].reset_index(drop=True)
+    ranges["style"] = ranges["style"].astype("category")
+    return coerce(ranges, "nvtx_events"), coerce(marks.reset_index(drop=True), "marks")
+
+
+def _as_category(values: object) -> pd.Categorical:
+    if isinstance(values, pd.Categorical):
+        return values
+    return pd.Categorical(values)
+
+
+def _domain_names(
+    pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, int], str]
+) -> pd.Categorical:
+    """Domain name per event; domain ids are per process, 0 is the default domain ('')."""
+    key = pd.MultiIndex.from_arrays([pid, domain_id])
+    uniq = key.unique()
+    labels = [
+        names.get((int(p), int(d)), "" if d == 0 else f"domain {d}") for p, d in uniq
+    ]
+    codes = uniq.get_indexer(key)
+    cats = pd.Index(labels)
+    if cats.is_unique:
+        return pd.Categorical.from_codes(codes, categories=cats)
+    return pd.Categorical(np.asarray(labels, dtype=object)[codes])
+
+
+def _gpus(schema: S.ExportSchema, fetch: Fetcher) -> pd.DataFrame:
+    query = schema.gpu_query()
+    if query is None:
+        return empty_frame("gpus")
+    c = fetch.columns(query)
+    frame = pd.DataFrame({k: c[k] for k in ("device_id", "name", "sm_count", "cc_major",
+                                           "cc_minor")})  # fmt: skip
+    frame["name"] = frame["name"].astype(object).where(frame["name"].notna(), "")
+    for col in ("sm_count", "cc_major", "cc_minor"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    frame = frame.drop_duplicates("device_id").sort_values("device_id", ignore_index=True)
+    return coerce(frame, "gpus")
+
+
+def _meta(
+    path: Path, schema: S.ExportSchema, fetch: Fetcher, frames: tuple[pd.DataFrame, ...]
+) -> Meta:
+    values: dict[str, str] = {}
+    table = schema.meta_table()
+    if table:
+        c = fetch.columns(f"SELECT name, value FROM {table}")
+        values = {str(k): str(v) for k, v in zip(c["name"], c["value"])}
+    start, end = _session_bounds(schema, fetch, frames)
+    return Meta(
+        source=str(path),
+        nsys_version=values.get("EXPORT_PRODUCT_VERSION"),
+        schema_version=values.get("EXPORT_SCHEMA_VERSION"),
+        session_start_ns=start,
+        session_end_ns=end,
+        tables=tuple(sorted(schema.tables)),
+    )
+
+
+def _session_bounds(
+    schema: S.ExportSchema, fetch: Fetcher, frames: tuple[pd.DataFrame, ...]
+) -> tuple[int, int]:
+    """The capture's span; the event span where the export does not record it."""
+    lo = [int(f["start_ns"].min()) for f in frames if len(f)]
+    hi = [int(f["end_ns"].max()) for f in frames if len(f) and f["end_ns"].notna().any()]
+    query = schema.session_query()
+    if query is not None:
+        c = fetch.columns(query)
+        first, last = (c[k][0] if len(c[k]) else None for k in c)
+        if first is not None and last is not None:
+            start, stop = int(first), int(last)
+            if not (lo and hi) or (start <= max(hi) and stop >= min(lo)):
+                # Events just outside the recorded span (sliced exports) widen it.
+                return min([start, *lo]), max([stop, *hi])
+            # A span disjoint from every event is on another clock (seen in a 2025.5
+            # export): the events' own span is the only usable one.
+    return (min(lo), max(hi)) if lo and hi else (0, 0)
