@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Everything a fresh Debian machine needs to run and test dlprof-lite, idempotent:
+# Nsight Systems (scripts/install_nsys.sh) and a virtual environment in .venv with the
+# package, its extras, and the CPU build of PyTorch for the examples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+# nvtx 0.2.12+ records no ranges under nsys 2022.4 (it asks nvtxDomainIsEnabled and
+# nsys 2022.4 answers no), so the Debian nsys needs an older nvtx.
+NVTX_SPEC=${NVTX_SPEC:-nvtx<=0.2.11}
+# The CPU wheel of PyTorch; set TORCH_SPEC to install another build.
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+bash scripts/install_nsys.sh
+
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "$TORCH_SPEC"
+fi
+.venv/bin/python -m pip install -q -e ".[dev,fast,dask]" "$NVTX_SPEC"
+echo "setup: ready ($(.venv/bin/dlprof-lite --version))"
