@@ -9,6 +9,8 @@ The user's file is opened with ``mode=ro`` and is never written to.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -92,15 +94,29 @@ def inspect_schema(path: Path) -> S.ExportSchema:
 
 def _read(path: Path, schema: S.ExportSchema, fetch: Fetcher) -> RawExport:
     strings = _strings(schema, fetch)
-    kernels = _kernels(schema, fetch, strings)
-    memops = _memops(schema, fetch)
-    api = _api(schema, fetch, strings)
-    nvtx, marks = _nvtx(schema, fetch)
-    meta = _meta(path, schema, fetch, (kernels, memops, api, nvtx))
+    # The big tables are read on two threads with a connection each: SQLite's stepping
+    # is the floor of ingest time and the drivers release the GIL while they step.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        kernels = pool.submit(_on_own_connection, path, _kernels, schema, strings)
+        api = pool.submit(_on_own_connection, path, _api, schema, strings)
+        nvtx, marks = _nvtx(schema, fetch)
+        memops = _memops(schema, fetch)
+        gpus = _gpus(schema, fetch)
+        frames = (kernels.result(), memops, api.result(), nvtx)
     return RawExport(
-        kernels=kernels, memops=memops, api=api, nvtx=nvtx, marks=marks,
-        gpus=_gpus(schema, fetch), meta=meta,
+        kernels=frames[0], memops=memops, api=frames[2], nvtx=nvtx, marks=marks, gpus=gpus,
+        meta=_meta(path, schema, fetch, frames),
     )  # fmt: skip
+
+
+def _on_own_connection(
+    path: Path,
+    read: Callable[[S.ExportSchema, Fetcher, pd.Series], pd.DataFrame],
+    schema: S.ExportSchema,
+    strings: pd.Series,
+) -> pd.DataFrame:
+    with open_fetcher(path) as fetch:
+        return read(schema, fetch, strings)
 
 
 def _strings(schema: S.ExportSchema, fetch: Fetcher) -> pd.Series:
@@ -298,7 +314,7 @@ def _session_bounds(
     if query is not None:
         c = fetch.columns(query)
         first, last = (c[k][0] if len(c[k]) else None for k in c)
-        if first is not None and last is not None:
+        if not (pd.isna(first) or pd.isna(last)):
             start, stop = int(first), int(last)
             if not (lo and hi) or (start <= max(hi) and stop >= min(lo)):
                 # Events just outside the recorded span (sliced exports) widen it.
