@@ -1,0 +1,327 @@
+"""Advice: each rule compares one summary metric with thresholds from the registry.
+
+Rules are small pure functions of the summary (and, for evidence, the layers table); each
+returns at most one :class:`Advice`. Thresholds and citations live in
+:data:`dlprof_lite.report.metrics.THRESHOLDS`, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from dlprof_lite.report.metrics import THRESHOLDS, threshold
+from dlprof_lite.report.summary import min_compute_capability
+
+Summary = dict[str, object]
+SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Advice:
+    problem: str
+    severity: str
+    evidence: str
+    recommendation: str
+    metric: str
+    value: float
+    threshold: float
+    citation: str
+
+
+def ms(ns: float) -> str:
+    """Nanoseconds as a short human duration."""
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def _num(summary: Summary, key: str) -> float | None:
+    """A numeric summary metric, None when it could not be measured."""
+    value = summary.get(key)
+    return None if value is None else float(str(value))
+
+
+def _f(summary: Summary, key: str) -> float:
+    return _num(summary, key) or 0.0
+
+
+def _i(summary: Summary, key: str) -> int:
+    return int(_f(summary, key))
+
+
+def _graded(
+    value: float, warn_key: str, high_key: str, *, below: bool = False
+) -> tuple[str, str] | None:
+    """``(severity, threshold key)`` for a value crossing warn or high, else None."""
+    warn, high = threshold(warn_key), threshold(high_key)
+    crossed = (lambda t: value < t) if below else (lambda t: value >= t)
+    if crossed(high):
+        return "high", high_key
+    if crossed(warn):
+        return "warn", warn_key
+    return None
+
+
+def _make(
+    problem: str, grade: tuple[str, str], evidence: str, rec: str, metric: str, value: float
+) -> Advice:
+    """An advice row; a ``*_high`` threshold also cites the rule its ``*_warn`` twin cites."""
+    severity, key = grade
+    t = THRESHOLDS[key]
+    citation = t.citation
+    twin = THRESHOLDS.get(key.replace("_high", "_warn"))
+    if key.endswith("_high") and twin is not None:
+        citation = f"{twin.citation}; the high threshold is a {t.citation}"
+    return Advice(problem, severity, evidence, rec, metric, value, t.value, citation)
+
+
+def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    share = _num(summary, "eligible_non_tc_share")
+    gpus = summary.get("gpus")
+    cc = min_compute_capability(gpus if isinstance(gpus, list) else [])
+    if share is None or (cc is not None and cc < threshold("tc_min_compute_capability")):
+        return None
+    grade = _graded(share, "tc_nontc_share_warn", "tc_nontc_share_high")
+    if grade is None:
+        return None
+    eligible = layers[layers["tc_eligible"].fillna(False).to_numpy(dtype=bool)]
+    miss = (eligible["gpu_ns"] - eligible["tc_gpu_ns"]).rename("miss")
+    top = eligible.assign(miss=miss).nlargest(3, "miss")
+    names = ", ".join(f"{r.layer} ({r.type}) {ms(r.miss)}" for r in top.itertuples())
+    evidence = (
+        f"{ms(_f(summary, 'eligible_non_tc_ns'))} ({share:.0%} of kernel time) in "
+        f"Tensor-Core-eligible layers ran on kernels without Tensor Cores; largest: {names}"
+    )
+    rec = (
+        "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) (or float16 "
+        "with torch.amp.GradScaler); for float32 matmuls on Ampere or newer allow TF32 with "
+        "torch.set_float32_matmul_precision('high'); keep channel and GEMM sizes multiples of 8."
+    )
+    return _make(
+        "Tensor Cores unused by eligible layers",
+        grade,
+        evidence,
+        rec,
+        "eligible_non_tc_share",
+        share,
+    )
+
+
+def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    pct = _num(summary, "launch_overhead_pct")
+    if pct is None:
+        return None
+    grade = _graded(pct, "launch_overhead_warn_pct", "launch_overhead_high_pct")
+    if grade is None:
+        return None
+    evidence = (
+        f"the GPU waited {ms(_f(summary, 'launch_overhead_ns'))} for the CPU to launch work, "
+        f"{pct:.1f}% of step time ({summary['launch_overhead_scope']})"
+    )
+    if len(layers) and layers["host_gap_ns"].sum() > 0:
+        top = layers.nlargest(3, "host_gap_ns")
+        evidence += "; most in: " + ", ".join(
+            f"{r.layer} {ms(r.host_gap_ns)}" for r in top.itertuples() if r.host_gap_ns > 0
+        )
+    rec = (
+        "Cut per-launch CPU cost: capture the step in CUDA graphs (torch.cuda.graphs or "
+        "torch.compile(mode='reduce-overhead')), fuse small ops with torch.compile, use fused/"
+        "foreach optimizers, or raise the batch size so each kernel does more work."
+    )
+    return _make(
+        "Launch-bound: the GPU waits for the CPU", grade, evidence, rec, "launch_overhead_pct", pct
+    )
+
+
+def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    pct = _num(summary, "step_data_wall_pct")
+    if pct is None:
+        return None
+    grade = _graded(pct, "data_stall_warn_pct", "data_stall_high_pct")
+    if grade is None:
+        return None
+    evidence = (
+        f"{ms(_f(summary, 'step_data_wall_ns'))} per step in data loading, "
+        f"{pct:.1f}% of the mean step"
+    )
+    rec = (
+        "Load data in parallel with compute: DataLoader(num_workers>0, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor>=2); move decoding and augmentation out of "
+        "the training process or onto the GPU."
+    )
+    return _make("Data loading stalls the step", grade, evidence, rec, "step_data_wall_pct", pct)
+
+
+def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    cv = _num(summary, "iterations_cv")
+    count = _i(summary, "iterations_analysed")
+    if (
+        cv is None
+        or count < threshold("iteration_min_count")
+        or cv < threshold("iteration_cv_warn")
+    ):
+        return None
+    evidence = (
+        f"{count} iterations: mean {ms(_f(summary, 'iterations_mean_ns'))}, std "
+        f"{ms(_f(summary, 'iterations_std_ns'))} (cv {cv:.0%}), "
+        f"p90 {ms(_f(summary, 'iterations_p90_ns'))}"
+    )
+    start, stop = summary.get("steady_start"), summary.get("steady_stop")
+    window = f"--iter-start {start} --iter-stop {stop}" if start is not None else "a later window"
+    rec = (
+        f"Measure a steady window ({window}: the longest run within "
+        f"{threshold('steady_tolerance'):.0%} of the median); look for periodic work in the slow "
+        "iterations (evaluation, checkpointing, logging, garbage collection, recompilation)."
+    )
+    return _make(
+        "Iteration times vary", ("warn", "iteration_cv_warn"), evidence, rec, "iterations_cv", cv
+    )
+
+
+def low_utilization(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    metric = (
+        "step_utilization"
+        if summary.get("step_utilization") is not None
+        else ("active_utilization")
+    )
+    util = _num(summary, metric)
+    if util is None:
+        return None
+    grade = _graded(util, "gpu_util_warn", "gpu_util_high", below=True)
+    if grade is None:
+        return None
+    scope = "the analysed steps" if metric == "step_utilization" else "the GPU's active span"
+    evidence = f"the GPU was busy {util:.0%} of {scope}"
+    rec = (
+        "Remove host-side stalls first (see the other advice: data loading, synchronization, "
+        "launch overhead), then raise the batch size or overlap independent work on streams."
+    )
+    return _make("Low GPU utilization", grade, evidence, rec, metric, util)
+
+
+def _count_rule(summary: Summary, key: str, tkey: str) -> tuple[int, int] | None:
+    count = _i(summary, f"{key}_count")
+    if count < threshold(tkey):
+        return None
+    return count, _i(summary, f"{key}_ns")
+
+
+def sync_memcpy(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    found = _count_rule(summary, "sync_memcpy", "sync_memcpy_min_count")
+    if found is None:
+        return None
+    count, ns = found
+    small = int(threshold("sync_memcpy_small_htod_bytes"))
+    evidence = (
+        f"{count} synchronous cudaMemcpy calls ({ms(ns)} of GPU copy time), not counting "
+        f"device-to-device copies and host-to-device copies of {small} B or less"
+    )
+    rec = (
+        "Use asynchronous copies: tensor.to('cuda', non_blocking=True) from pinned memory; avoid "
+        ".item(), .cpu() and .numpy() on CUDA tensors inside the step."
+    )
+    return _make(
+        "Synchronous memory copies block the host",
+        ("warn", "sync_memcpy_min_count"),
+        evidence,
+        rec,
+        "sync_memcpy_count",
+        count,
+    )
+
+
+def pageable_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    found = _count_rule(summary, "pageable_async", "pageable_async_min_count")
+    if found is None:
+        return None
+    count, ns = found
+    evidence = f"{count} asynchronous copies from or to pageable host memory ({ms(ns)})"
+    rec = (
+        "Pin host buffers so async copies stay asynchronous: DataLoader(pin_memory=True) or "
+        "tensor.pin_memory(), then .to('cuda', non_blocking=True)."
+    )
+    return _make(
+        "Async copies on pageable memory run synchronously",
+        ("warn", "pageable_async_min_count"),
+        evidence,
+        rec,
+        "pageable_async_count",
+        count,
+    )
+
+
+def sync_calls(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    calls = _i(summary, "sync_api_calls")
+    if calls == 0:
+        return None
+    pct = _f(summary, "sync_api_pct")
+    warn = pct >= threshold("sync_api_warn_pct")
+    evidence = (
+        f"{calls} cudaDeviceSynchronize/cudaStreamSynchronize calls, "
+        f"{ms(_f(summary, 'sync_api_ns'))} in total, {pct:.1f}% of step time"
+    )
+    rec = (
+        "Avoid host synchronization inside the step: .item(), .cpu(), printing CUDA tensors, "
+        "torch.cuda.synchronize(); record CUDA events or log every N steps instead."
+    )
+    grade = ("warn" if warn else "info", "sync_api_warn_pct")
+    return _make("Host synchronization calls", grade, evidence, rec, "sync_api_pct", pct)
+
+
+def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    median = _num(summary, "kernel_median_ns")
+    count = _i(summary, "kernel_count")
+    if median is None or count < threshold("tiny_kernel_min_count"):
+        return None
+    if median >= threshold("tiny_kernel_median_ns"):
+        return None
+    short = _i(summary, "short_launches")
+    evidence = (
+        f"median kernel runs {ms(median)} over {count} kernels; {short} ({short / count:.0%}) "
+        "ran shorter than their launch call"
+    )
+    rec = (
+        "Give each launch more work: fuse elementwise chains (torch.compile), use fused or "
+        "foreach optimizers, larger batches; CUDA graphs remove the per-launch CPU cost."
+    )
+    pct = _f(summary, "launch_overhead_pct")
+    severity = "warn" if pct >= threshold("launch_overhead_warn_pct") else "info"
+    return _make(
+        "Many tiny kernels",
+        (severity, "tiny_kernel_median_ns"),
+        evidence,
+        rec,
+        "kernel_median_ns",
+        median,
+    )
+
+
+Rule = Callable[[Summary, pd.DataFrame], Advice | None]
+RULES: tuple[Rule, ...] = (
+    tensor_cores,
+    launch_bound,
+    data_stall,
+    low_utilization,
+    iteration_variance,
+    sync_memcpy,
+    pageable_memory,
+    sync_calls,
+    tiny_kernels,
+)
+
+
+def advise(summary: Summary, layers: pd.DataFrame) -> list[Advice]:
+    """Every rule's finding, most severe first (rule order within a severity)."""
+    found = [a for rule in RULES if (a := rule(summary, layers)) is not None]
+    return sorted(found, key=lambda a: SEVERITY_ORDER[a.severity])
+
+
+def advice_rows(advice: list[Advice]) -> list[dict[str, object]]:
+    return [asdict(a) for a in advice]

@@ -1,0 +1,80 @@
+"""Summary metrics the advice rules test: copies, synchronizations, kernel size, TC misses.
+
+Each rule of nsys's expert system that we follow is applied here with the same selection
+(see the citations in :data:`dlprof_lite.report.metrics.THRESHOLDS`); the advice module then
+only compares these numbers with thresholds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.ingest.overhead import is_short_kernel
+from dlprof_lite.report.frames import cat_mask
+from dlprof_lite.report.intervals import in_windows
+from dlprof_lite.report.metrics import threshold
+from dlprof_lite.report.steps import analysed
+
+SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")
+
+
+def memcpy_facts(memops: pd.DataFrame) -> dict[str, int]:
+    """Synchronous copies (nsys cuda-sync-memcpy) and async copies on pageable memory
+    (nsys cuda-async-memcpy)."""
+    api = memops["api_name"]
+    memcpy_api = cat_mask(api, lambda s: s.str.startswith("cudaMemcpy"))
+    async_api = cat_mask(api, lambda s: s.str.contains("Async", regex=False))
+    kind = memops["copy_kind"].astype(object)
+    small = threshold("sync_memcpy_small_htod_bytes")
+    exempt = ((kind == "HtoD") & (memops["bytes"] <= small)) | (kind == "DtoD")
+    sync = memcpy_api & ~async_api & ~exempt.to_numpy(dtype=bool)
+    pageable = (memops["src_mem"].astype(object) == "pageable") | (
+        memops["dst_mem"].astype(object) == "pageable"
+    )
+    pageable_async = memcpy_api & async_api & pageable.to_numpy(dtype=bool)
+    dur = memops["dur_ns"]
+    return {
+        "sync_memcpy_count": int(sync.sum()),
+        "sync_memcpy_ns": int(dur[sync].sum()),
+        "pageable_async_count": int(pageable_async.sum()),
+        "pageable_async_ns": int(dur[pageable_async].sum()),
+    }
+
+
+def sync_api_facts(api: pd.DataFrame, iterations: pd.DataFrame, wall_ns: int) -> dict[str, object]:
+    """cudaDeviceSynchronize/cudaStreamSynchronize calls (nsys cuda-sync-api): all of them,
+    and their share of the in-window steps (of the session when there are no iterations)."""
+    mask = cat_mask(api["name"], lambda s: s.str.startswith(SYNC_APIS))
+    calls = api[mask]
+    window = analysed(iterations)
+    if len(window):
+        inside = in_windows(
+            calls["start_ns"].to_numpy(), window["start_ns"].to_numpy(), window["end_ns"].to_numpy()
+        )
+        part, whole = int(calls["dur_ns"][inside].sum()), int(window["wall_ns"].sum())
+    else:
+        part, whole = int(calls["dur_ns"].sum()), wall_ns
+    return {
+        "sync_api_calls": len(calls),
+        "sync_api_ns": int(calls["dur_ns"].sum()),
+        "sync_api_pct": part / whole * 100.0 if whole else None,
+    }
+
+
+def kernel_facts(kernels: pd.DataFrame) -> dict[str, object]:
+    dur = kernels["dur_ns"].to_numpy(dtype="int64")
+    return {
+        "kernel_median_ns": float(np.median(dur)) if len(dur) else None,
+        "short_launches": int(is_short_kernel(kernels).sum()),
+    }
+
+
+def tc_miss_facts(layers: pd.DataFrame, kernel_ns: int) -> dict[str, object]:
+    """GPU time of Tensor-Core-eligible layers spent in kernels that use no Tensor Cores."""
+    eligible = layers[layers["tc_eligible"].fillna(False).to_numpy(dtype=bool)]
+    miss = int((eligible["gpu_ns"] - eligible["tc_gpu_ns"]).sum())
+    return {
+        "eligible_non_tc_ns": miss,
+        "eligible_non_tc_share": miss / kernel_ns if kernel_ns else None,
+    }

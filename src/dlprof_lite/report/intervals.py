@@ -1,0 +1,91 @@
+"""Interval arithmetic for the report: unions of busy intervals and their overlap with windows.
+
+GPU utilization, per-phase step breakdowns and data-loading time all ask one question: how
+much of a time window is covered by a set of (possibly overlapping) intervals? We merge the
+intervals once into sorted disjoint segments, then answer any number of windows with a
+cumulative sum and two binary searches each: vectorised, O((n + w) log n).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+Segments = tuple[np.ndarray, np.ndarray]
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> Segments:
+    """The union of half-open intervals ``[start, end)`` as sorted, disjoint segments."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    # A new segment begins where an interval starts after everything before it has ended.
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], run_end[last]
+
+
+def covered_before(segments: Segments, t: np.ndarray) -> np.ndarray:
+    """Length of the segments' union that lies before each time in ``t``."""
+    seg_s, seg_e = segments
+    t = np.asarray(t, dtype=np.int64)
+    out = np.zeros(len(t), dtype=np.int64)
+    if len(seg_s) == 0:
+        return out
+    # cum[i] = total length of segments 0 .. i-1 (all of which end before segment i starts).
+    cum = np.concatenate(([0], np.cumsum(seg_e - seg_s)))
+    k = np.searchsorted(seg_s, t, side="right")
+    has = k > 0
+    j = k[has] - 1
+    out[has] = cum[j] + np.minimum(t[has], seg_e[j]) - seg_s[j]
+    return out
+
+
+def covered_between(segments: Segments, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Length of the segments' union inside each window ``[t0[i], t1[i])``."""
+    return covered_before(segments, t1) - covered_before(segments, t0)
+
+
+def total(segments: Segments) -> int:
+    seg_s, seg_e = segments
+    return int((seg_e - seg_s).sum())
+
+
+def busy_per_device(ops: pd.DataFrame) -> dict[int, Segments]:
+    """Merged busy segments of each device, from ``start_ns``/``end_ns``/``device_id``.
+
+    One merge per device (a loop over devices, not events).
+    """
+    out: dict[int, Segments] = {}
+    if ops.empty:
+        return out
+    for device, group in ops.groupby("device_id", sort=True):
+        out[int(device)] = merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())
+    return out
+
+
+def busy_in_windows(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Busy device time inside each window, summed over devices."""
+    acc = np.zeros(len(t0), dtype=np.int64)
+    for segments in busy_per_device(ops).values():
+        acc += covered_between(segments, t0, t1)
+    return acc
+
+
+def in_windows(times: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Whether each time lies in one of the sorted, disjoint windows ``[t0[i], t1[i])``."""
+    times = np.asarray(times, dtype=np.int64)
+    t1 = np.asarray(t1, dtype=np.int64)
+    k = np.searchsorted(np.asarray(t0, dtype=np.int64), times, side="right") - 1
+    inside = k >= 0
+    inside[inside] = times[inside] < t1[k[inside]]
+    return inside

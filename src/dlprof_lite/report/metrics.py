@@ -1,0 +1,303 @@
+"""The one registry of report columns, summary metrics and advice thresholds.
+
+Every number dlprof-lite reports is declared here once, with a one-line definition that the
+CSV/JSON writers carry into every report (``definitions``) and the tests read back. Every
+threshold the advice uses is declared here once too, with its citation: where a number comes
+from another tool we name the tool and the rule; where it is our own choice we say
+"dlprof-lite choice" rather than borrow an authority.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlprof_lite.ingest.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
+
+SCHEMA = "dlprof-lite/1"
+
+
+@dataclass(frozen=True)
+class ReportColumn:
+    name: str
+    unit: str
+    doc: str
+
+
+def _cols(*specs: tuple[str, str, str]) -> tuple[ReportColumn, ...]:
+    return tuple(ReportColumn(*spec) for spec in specs)
+
+
+KERNEL_REPORT = _cols(
+    ("name", "", "kernel name (demangled); one row per name"),
+    ("short_name", "", "bare kernel name"),
+    ("instances", "", "number of executions"),
+    ("total_ns", "ns", "sum of GPU durations"),
+    ("avg_ns", "ns", "mean GPU duration"),
+    ("median_ns", "ns", "median GPU duration"),
+    ("min_ns", "ns", "shortest GPU duration"),
+    ("max_ns", "ns", "longest GPU duration"),
+    ("std_ns", "ns", "sample standard deviation (ddof=1, 0 for one instance), as nsys gpukernsum"),
+    ("pct_kernel_time", "%", "total_ns as a percentage of all kernels' total GPU time"),
+    ("tc_class", "", "tc, no_tc or unknown, from the Tensor Core rule table"),
+    ("uses_tensor_cores", "", "true when tc_class is tc"),
+    ("tc_rule", "", "id of the Tensor Core rule that classified the name"),
+    ("api_name", "", "most frequent launch API call of this kernel"),
+    ("avg_api_ns", "ns", "mean launch API call duration (api_end - api_start)"),
+    ("avg_queue_ns", "ns", "mean time from launch call end to GPU start, where >= 0"),
+    ("short_launches", "", "executions whose GPU duration is below their launch call's (HTA)"),
+    ("host_gap_ns", "ns", "sum of GPU idle time before each execution that the CPU caused"),
+)
+
+RANGE_REPORT = _cols(
+    ("path", "", "NVTX range names from the top-level range down, joined by '/'"),
+    ("name", "", "range name (last path element)"),
+    ("domain", "", "NVTX domain ('' for the default domain)"),
+    ("style", "", "push_pop or start_end"),
+    ("instances", "", "number of ranges with this path and domain"),
+    ("wall_ns", "ns", "sum of range durations (end - start)"),
+    ("gpu_ns", "ns", "GPU time of kernels launched inside the range (inclusive, nvtxkernsum)"),
+    ("self_gpu_ns", "ns", "GPU time of kernels whose innermost enclosing range is this one"),
+    ("memop_ns", "ns", "GPU time of memcpy/memset launched inside the range (inclusive)"),
+    ("projected_ns", "ns", "sum over instances of first GPU start to last GPU end (nvtxgpuproj)"),
+    ("kernels", "", "kernel executions launched inside the range (inclusive)"),
+    ("memops", "", "memcpy/memset operations launched inside the range (inclusive)"),
+    ("tc_gpu_ns", "ns", "GPU time of Tensor Core kernels launched inside the range (inclusive)"),
+    ("tc_share", "", "tc_gpu_ns / gpu_ns; empty without kernels"),
+)
+
+LAYER_REPORT = _cols(
+    ("layer", "", "module qualified name (model = root module)"),
+    ("type", "", "module class name, empty when only known from kernel attribution"),
+    ("calls", "", "forward calls (fwd: ranges); empty when only known from kernels"),
+    ("forward_wall_ns", "ns", "sum of the module's forward range durations (inclusive)"),
+    ("backward_wall_ns", "ns", "sum of the module's backward range durations (inclusive)"),
+    ("forward_gpu_ns", "ns", "GPU time of forward kernels attributed to this module"),
+    ("backward_gpu_ns", "ns", "GPU time of backward kernels attributed to this module"),
+    ("gpu_ns", "ns", "GPU time of all kernels attributed to this module (any direction)"),
+    ("kernels", "", "kernel executions attributed to this module"),
+    ("tc_gpu_ns", "ns", "GPU time of its Tensor Core kernels"),
+    ("tc_share", "", "tc_gpu_ns / gpu_ns; empty without kernels"),
+    ("tc_eligible", "", "module type can use Tensor Cores (conv, linear, matmul, attention, RNN)"),
+    ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's kernels"),
+)
+
+PHASE_COLUMNS = ("data", "forward", "backward", "optimizer", "other")
+
+ITERATION_REPORT = _cols(
+    ("iteration", "", "0-based iteration index in the whole profile"),
+    ("start_ns", "ns", "iteration start (end of the previous key range)"),
+    ("end_ns", "ns", "iteration end (end of this key range)"),
+    ("wall_ns", "ns", "end - start"),
+    ("warmup", "", "iteration is part of the warm-up"),
+    ("in_window", "", "iteration is inside the --iter-start/--iter-stop window"),
+    ("gpu_busy_ns", "ns", "time in [start, end) some GPU op ran, summed over devices"),
+    ("kernels", "", "kernel executions assigned to the iteration"),
+    ("kernel_ns", "ns", "GPU time of kernels assigned to the iteration"),
+    ("tc_share", "", "share of kernel_ns in Tensor Core kernels; empty without kernels"),
+    ("host_gap_ns", "ns", "GPU idle time the CPU caused, ops assigned to the iteration"),
+    ("launch_overhead_pct", "%", "host_gap_ns / (wall_ns x devices) x 100"),
+    *(
+        (f"phase_{p}_ns", "ns", f"device time in [start, end) running {p}-phase GPU ops")
+        for p in PHASE_COLUMNS
+    ),
+    ("phase_idle_ns", "ns", "device time in [start, end) with no GPU op: wall x devices - busy"),
+    ("data_wall_ns", "ns", "host time in [start, end) inside 'data' NVTX ranges (union)"),
+)
+
+ADVICE_REPORT = _cols(
+    ("problem", "", "what was found, in a few words"),
+    ("severity", "", "high, warn or info"),
+    ("evidence", "", "the numbers behind the finding"),
+    ("recommendation", "", "what to change"),
+    ("metric", "", "the metric the rule tests (a summary or table column)"),
+    ("value", "", "the metric's measured value"),
+    ("threshold", "", "the threshold the value crossed (see thresholds in metrics.py)"),
+    ("citation", "", "where the rule and its threshold come from"),
+)
+
+# Summary metrics: flat keys, the columns of summary.csv and the scalar fields of summary.json.
+SUMMARY_REPORT = _cols(
+    ("source", "", "input file analysed"),
+    ("nsys_version", "", "Nsight Systems version that wrote the export"),
+    ("gpu_names", "", "GPU product names, '; '-separated (summary.json: gpus list)"),
+    ("devices", "", "GPUs with at least one kernel or memop"),
+    ("wall_ns", "ns", "session duration (profile start to end)"),
+    ("kernel_ns", "ns", "sum of kernel GPU durations"),
+    ("kernel_count", "", "kernel executions"),
+    ("memcpy_ns", "ns", "sum of memcpy GPU durations"),
+    ("memcpy_count", "", "memcpy operations"),
+    ("memset_ns", "ns", "sum of memset GPU durations"),
+    ("memset_count", "", "memset operations"),
+    ("gpu_busy_ns", "ns", "union of busy intervals (kernels and memops) per device, summed"),
+    ("gpu_utilization", "", "gpu_busy_ns / (wall_ns x devices): share of session a GPU was busy"),
+    ("active_utilization", "", "busy share of each device's first-op-to-last-op span, averaged"),
+    ("tc_gpu_ns", "ns", "GPU time of Tensor Core kernels"),
+    ("tc_share", "", "tc_gpu_ns / kernel_ns"),
+    ("launch_overhead_ns", "ns", "sum of host-bound GPU gaps in the analysed steps"),
+    ("launch_overhead_pct", "%", "launch_overhead_ns / (step time x devices) x 100"),
+    ("launch_overhead_scope", "", "iterations (analysed steps) or active_span (no iterations)"),
+    ("iterations_count", "", "iterations found"),
+    ("iterations_warmup", "", "iterations marked warm-up"),
+    ("iterations_analysed", "", "in-window iterations after warm-up: step statistics use these"),
+    ("iterations_mean_ns", "ns", "mean wall time of analysed iterations"),
+    ("iterations_median_ns", "ns", "median wall time of analysed iterations"),
+    (
+        "iterations_std_ns",
+        "ns",
+        "sample standard deviation (ddof=1) of analysed iteration wall times",
+    ),
+    ("iterations_p90_ns", "ns", "90th percentile (linear) of analysed iteration wall times"),
+    ("iterations_cv", "", "iterations_std_ns / iterations_mean_ns (coefficient of variation)"),
+    ("steady_start", "", "suggested --iter-start when variance is high (longest near-median run)"),
+    ("steady_stop", "", "suggested --iter-stop (exclusive) for that run"),
+    ("step_utilization", "", "gpu_busy_ns / (wall_ns x devices) over analysed iterations"),
+    *(
+        (f"step_{p}_ns", "ns", f"mean per analysed step of device time in {p}-phase GPU ops")
+        for p in PHASE_COLUMNS
+    ),
+    ("step_idle_ns", "ns", "mean per analysed step of device time with no GPU op"),
+    ("step_data_wall_ns", "ns", "mean per analysed step of host time in 'data' NVTX ranges"),
+    ("step_data_wall_pct", "%", "step_data_wall_ns / mean step wall time x 100"),
+    ("kernel_median_ns", "ns", "median kernel GPU duration over all executions"),
+    ("short_launches", "", "kernel executions shorter on the GPU than their launch call (HTA)"),
+    ("eligible_non_tc_ns", "ns", "GPU time of TC-eligible layers in kernels without Tensor Cores"),
+    ("eligible_non_tc_share", "", "eligible_non_tc_ns / kernel_ns"),
+    ("sync_memcpy_count", "", "synchronous cudaMemcpy* (nsys cuda-sync-memcpy selection)"),
+    ("sync_memcpy_ns", "ns", "GPU time of those copies"),
+    ("pageable_async_count", "", "cudaMemcpy*Async from or to pageable host memory"),
+    ("pageable_async_ns", "ns", "GPU time of those copies"),
+    ("sync_api_calls", "", "cudaDeviceSynchronize/cudaStreamSynchronize calls"),
+    ("sync_api_ns", "ns", "total duration of those calls"),
+    ("sync_api_pct", "%", "their time inside analysed steps / step wall time x 100"),
+    ("key_range", "", "NVTX range whose instances delimit iterations"),
+    ("key_range_source", "", "how the key range was chosen"),
+    ("advice_count", "", "number of advice rows"),
+    ("warnings", "", "warnings from reading and analysis, '; '-separated"),
+)
+
+GPU_FIELDS = _cols(
+    ("device_id", "", "CUDA device id"),
+    ("name", "", "GPU product name"),
+    ("sm_count", "", "number of SMs"),
+    ("compute_capability", "", "major.minor"),
+    ("busy_ns", "ns", "union of the device's busy intervals"),
+    ("utilization", "", "busy_ns / wall_ns"),
+)
+
+REPORTS: dict[str, tuple[ReportColumn, ...]] = {
+    "summary": SUMMARY_REPORT,
+    "kernels": KERNEL_REPORT,
+    "ranges": RANGE_REPORT,
+    "layers": LAYER_REPORT,
+    "iterations": ITERATION_REPORT,
+    "advice": ADVICE_REPORT,
+}
+
+
+def column_names(table: str) -> list[str]:
+    return [c.name for c in REPORTS[table]]
+
+
+def definitions(table: str) -> dict[str, str]:
+    """``{column: one-line definition (unit)}`` for a report table."""
+    return {c.name: f"{c.doc} [{c.unit}]" if c.unit else c.doc for c in REPORTS[table]}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    unit: str
+    rule: str
+    citation: str
+
+
+_CHOICE = "dlprof-lite choice"
+_TB = "PyTorch TensorBoard profiler plugin (torch_tb_profiler, run.py recommendations)"
+_NSYS = "Nsight Systems expert-system rule"
+_DLPROF = "DLProf Expert Systems"
+
+THRESHOLDS: dict[str, Threshold] = {
+    "tc_nontc_share_warn": Threshold(
+        0.05,
+        "share of kernel time",
+        "GPU time of TC-eligible layers in non-Tensor-Core kernels",
+        f"{_DLPROF} recommend AMP when eligible ops miss Tensor Cores; {_TB} advises AMP "
+        f"when eligible operators' kernels have >0% time and TC use is 0%; 5% is a {_CHOICE}",
+    ),
+    "tc_nontc_share_high": Threshold(0.25, "share of kernel time", "same, high", _CHOICE),
+    "tc_min_compute_capability": Threshold(
+        7.0,
+        "major.minor",
+        "GPU has Tensor Cores",
+        f"CUDA C Programming Guide (Tensor Cores from cc 7.0); {_TB} checks computeMajor >= 7",
+    ),
+    "launch_overhead_warn_pct": Threshold(
+        3.0, "% of step", "host-bound GPU gaps per step (launch overhead)", _CHOICE
+    ),
+    "launch_overhead_high_pct": Threshold(15.0, "% of step", "same, high", _CHOICE),
+    "data_stall_warn_pct": Threshold(
+        5.0,
+        "% of step",
+        "host time in data loading per step",
+        f"{_TB}: 'high time cost on input data loading' above 5% of step time; "
+        f"{_DLPROF} detect data-loading bottlenecks (DLProf 20.07 release notes)",
+    ),
+    "data_stall_high_pct": Threshold(20.0, "% of step", "same, high", _CHOICE),
+    "iteration_cv_warn": Threshold(
+        HIGH_VARIANCE_CV,
+        "std / mean",
+        "variation of analysed iteration times",
+        "psf/pyperf check: 'the benchmark result may be unstable' when the standard deviation "
+        "is above 10% of the mean (value owned by dlprof_lite.ingest.iterations)",
+    ),
+    "steady_tolerance": Threshold(
+        STEADY_TOLERANCE,
+        "share of median",
+        "a steady iteration is within median x (1 +/- this)",
+        f"{_CHOICE} (value owned by dlprof_lite.ingest.iterations)",
+    ),
+    "iteration_min_count": Threshold(
+        3, "iterations", "fewest analysed iterations to judge variance", _CHOICE
+    ),
+    "gpu_util_warn": Threshold(
+        0.50,
+        "share of time",
+        "GPU busy share of the analysed steps (or active span)",
+        f"{_TB}: GPU utilization < 0.5; {_NSYS} gpu-low-util: threshold=50%; "
+        f"{_DLPROF} underutilized-GPU detector (DLProf 21.07 release notes)",
+    ),
+    "gpu_util_high": Threshold(0.20, "share of time", "same, high", _CHOICE),
+    "sync_memcpy_min_count": Threshold(
+        1,
+        "operations",
+        "synchronous cudaMemcpy* (no Async), outside the exclusions",
+        f"{_NSYS} cuda-sync-memcpy: every cudaMemcpy* without Async, except same-device "
+        "copies and host-to-device copies of 64000 bytes or less",
+    ),
+    "sync_memcpy_small_htod_bytes": Threshold(
+        64000, "B", "host-to-device copies this small are exempt", f"{_NSYS} cuda-sync-memcpy"
+    ),
+    "pageable_async_min_count": Threshold(
+        1,
+        "operations",
+        "cudaMemcpy*Async from or to pageable memory",
+        f"{_NSYS} cuda-async-memcpy: async copies on pageable memory run synchronously",
+    ),
+    "sync_api_warn_pct": Threshold(
+        5.0,
+        "% of step",
+        "time in cudaDeviceSynchronize/cudaStreamSynchronize per step",
+        f"{_NSYS} cuda-sync-api lists every such call (info here); 5% for warn is a {_CHOICE}",
+    ),
+    "tiny_kernel_median_ns": Threshold(
+        10_000,
+        "ns",
+        "median kernel GPU duration",
+        f"{_CHOICE}; HTA kernel launch stats flag 'short kernels' (GPU time < launch call)",
+    ),
+    "tiny_kernel_min_count": Threshold(100, "kernels", "fewest kernels to judge", _CHOICE),
+}
+
+
+def threshold(key: str) -> float:
+    return THRESHOLDS[key].value

@@ -1,0 +1,131 @@
+"""Per-iteration table and iteration statistics: where each training step's time goes.
+
+Windows are the iterations the ingest stage found (DLProf's key-node rule). Time-based
+columns (busy, per-phase, idle, data) measure what happened *inside* each window on the
+clock, so GPU work spilling past a step's end counts in the next window; count-based
+columns (kernels, kernel time, host gaps) use the ops' ``iteration`` assignment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.annotate.names import PHASES
+from dlprof_lite.ingest.iterations import iteration_stats
+from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
+from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
+from dlprof_lite.report.metrics import PHASE_COLUMNS
+
+_OP_COLUMNS = ["start_ns", "end_ns", "device_id", "phase", "iteration", "host_gap_ns"]
+
+
+def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
+    """Devices that ran GPU work; else the devices the export lists; at least 1."""
+    used = pd.concat([kernels["device_id"], memops["device_id"]]).nunique()
+    return max(int(used) or len(gpus), 1)
+
+
+def iterations_table(
+    kernels: pd.DataFrame,
+    memops: pd.DataFrame,
+    ranges: pd.DataFrame,
+    iterations: pd.DataFrame,
+    devices: int,
+) -> pd.DataFrame:
+    if iterations.empty:
+        return empty_report("iterations")
+    out = iterations.sort_values("start_ns").reset_index(drop=True).copy()
+    t0 = out["start_ns"].to_numpy(dtype="int64")
+    t1 = out["end_ns"].to_numpy(dtype="int64")
+    ops = gpu_ops(kernels, memops, _OP_COLUMNS)
+    phase = ops["phase"].astype(object).where(ops["phase"].isin(PHASES), "other")
+    out["gpu_busy_ns"] = busy_in_windows(ops, t0, t1)
+    for p in PHASE_COLUMNS:
+        out[f"phase_{p}_ns"] = busy_in_windows(ops[(phase == p).to_numpy()], t0, t1)
+    out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
+    out["data_wall_ns"] = _data_wall(ranges, t0, t1)
+    out = out.join(_kernel_sums(kernels), on="iteration")
+    gaps = ops.groupby("iteration", dropna=True)["host_gap_ns"].sum()
+    out["host_gap_ns"] = out["iteration"].map(gaps)
+    counts = ["kernels", "kernel_ns", "tc_ns", "host_gap_ns"]
+    out[counts] = out[counts].fillna(0).astype("int64")
+    out["tc_share"] = share(out["tc_ns"], out["kernel_ns"])
+    out["launch_overhead_pct"] = share(out["host_gap_ns"], out["wall_ns"] * devices) * 100.0
+    return ordered(out, "iterations")
+
+
+def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
+    dur = kernels["dur_ns"].to_numpy(dtype="int64")
+    work = pd.DataFrame(
+        {
+            "iteration": kernels["iteration"].to_numpy(),
+            "kernels": np.ones(len(kernels), dtype="int64"),
+            "kernel_ns": dur,
+            "tc_ns": np.where(kernels["uses_tensor_cores"].to_numpy(dtype=bool), dur, 0),
+        }
+    )
+    return work.groupby("iteration", dropna=True).sum()
+
+
+def _data_wall(ranges: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Host time inside 'data' phase ranges per window (union over threads and nesting)."""
+    data = ranges[(ranges["name"].astype(object) == PHASES[0]).to_numpy()]
+    segments = merge(data["start_ns"].to_numpy(), data["end_ns"].to_numpy())
+    return covered_between(segments, t0, t1)
+
+
+def analysed(table: pd.DataFrame) -> pd.DataFrame:
+    """The iterations every step statistic uses: inside the window and not warm-up."""
+    if table.empty:
+        return table
+    keep = table["in_window"].to_numpy(dtype=bool) & ~table["warmup"].to_numpy(dtype=bool)
+    return table[keep]
+
+
+def iteration_summary(table: pd.DataFrame) -> dict[str, object]:
+    """Iteration counts and wall-time statistics as summary keys.
+
+    Statistics and the steady window are :func:`dlprof_lite.ingest.iterations.iteration_stats`
+    (in-window, non-warm-up iterations); this only renames them into the summary's keys.
+    """
+    out: dict[str, object] = {
+        "iterations_count": len(table),
+        "iterations_warmup": int(table["warmup"].astype(bool).sum()) if len(table) else 0,
+        "iterations_analysed": 0,
+    }
+    names = ("mean_ns", "median_ns", "std_ns", "p90_ns", "cv")
+    if table.empty:
+        out.update({f"iterations_{k}": None for k in names}, steady_start=None, steady_stop=None)
+        return out
+    stats = iteration_stats(table)
+    out["iterations_analysed"] = stats["count"]
+    out.update({f"iterations_{k}": stats[k] for k in names})
+    out["steady_start"], out["steady_stop"] = stats["steady_start"], stats["steady_stop"]
+    return out
+
+
+def step_breakdown(table: pd.DataFrame, devices: int) -> dict[str, object]:
+    """Mean per analysed step of each phase's device time, idle time and data time."""
+    window = analysed(table)
+    keys = [*(f"step_{p}_ns" for p in PHASE_COLUMNS), "step_idle_ns", "step_data_wall_ns"]
+    if window.empty:
+        out: dict[str, object] = dict.fromkeys(keys)
+        out.update(step_data_wall_pct=None, step_utilization=None)
+        return out
+    cols = [*(f"phase_{p}_ns" for p in PHASE_COLUMNS), "phase_idle_ns", "data_wall_ns"]
+    means = window[cols].mean()
+    out = {key: float(means[col]) for key, col in zip(keys, cols, strict=True)}
+    wall = float(window["wall_ns"].sum())
+    out["step_data_wall_pct"] = _pct(float(window["data_wall_ns"].sum()), wall)
+    out["step_utilization"] = _ratio(float(window["gpu_busy_ns"].sum()), wall * devices)
+    return out
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _pct(part: float, whole: float) -> float | None:
+    r = _ratio(part, whole)
+    return None if r is None else r * 100.0

@@ -1,0 +1,157 @@
+"""The run summary: system, totals, utilization, launch overhead, iterations, step breakdown.
+
+``summarize`` returns one flat dict whose scalar keys are exactly the ``summary`` columns of
+:mod:`dlprof_lite.report.metrics`, plus the lists ``gpus`` and ``warnings`` (the advice list
+is added by :mod:`dlprof_lite.report.build`).
+
+GPU utilization is defined per device as the union of its busy intervals (kernels, memcpy,
+memset; overlapping streams counted once) divided by the session wall time; the summary's
+``gpu_utilization`` is their mean over the devices that ran GPU work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.report.facts import kernel_facts, memcpy_facts, sync_api_facts, tc_miss_facts
+from dlprof_lite.report.frames import gpu_ops
+from dlprof_lite.report.intervals import busy_per_device, total
+from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
+
+
+def summarize(
+    profile: Profile, iterations: pd.DataFrame, layers: pd.DataFrame, devices: int
+) -> dict[str, object]:
+    meta = profile.meta
+    ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "device_id"])
+    busy = busy_per_device(ops)
+    wall = meta.duration_ns
+    gpus = _gpus(profile.gpus, busy, wall)
+    busy_ns = sum(total(s) for s in busy.values())
+    totals = _totals(profile)
+    out: dict[str, object] = {
+        "source": meta.source,
+        "nsys_version": meta.nsys_version,
+        "gpu_names": "; ".join(g["name"] for g in gpus if g["name"]),
+        "devices": len(busy),
+        "wall_ns": wall,
+        **totals,
+        "tc_share": totals["tc_gpu_ns"] / totals["kernel_ns"] if totals["kernel_ns"] else None,
+        "gpu_busy_ns": busy_ns,
+        "gpu_utilization": busy_ns / (wall * len(busy)) if wall and busy else None,
+        "active_utilization": _active_utilization(busy),
+    }
+    out.update(_launch_overhead(profile, iterations, busy, devices))
+    out.update(iteration_summary(iterations))
+    out.update(step_breakdown(iterations, devices))
+    out.update(memcpy_facts(profile.memops))
+    out.update(sync_api_facts(profile.api, iterations, wall))
+    out.update(kernel_facts(profile.kernels))
+    out.update(tc_miss_facts(layers, totals["kernel_ns"]))
+    out["key_range"] = meta.key_range
+    out["key_range_source"] = meta.key_range_source
+    out["gpus"] = gpus
+    out["warnings"] = [*meta.warnings, *_report_warnings(profile, iterations)]
+    return out
+
+
+def _totals(profile: Profile) -> dict[str, int]:
+    k, m = profile.kernels, profile.memops
+    kind = m["kind"].astype(object)
+    memcpy = m["dur_ns"][(kind == "memcpy").to_numpy()]
+    memset = m["dur_ns"][(kind == "memset").to_numpy()]
+    tc = k["dur_ns"][k["uses_tensor_cores"].to_numpy(dtype=bool)]
+    return {
+        "kernel_ns": int(k["dur_ns"].sum()),
+        "kernel_count": len(k),
+        "memcpy_ns": int(memcpy.sum()),
+        "memcpy_count": len(memcpy),
+        "memset_ns": int(memset.sum()),
+        "memset_count": len(memset),
+        "tc_gpu_ns": int(tc.sum()),
+    }
+
+
+def _gpus(gpus: pd.DataFrame, busy: dict, wall: int) -> list[dict[str, object]]:
+    """One entry per device: the export's GPU info joined with the busy time we measured."""
+    listed = {int(r.device_id): r for r in gpus.itertuples(index=False)}
+    out = []
+    for device in sorted(set(listed) | set(busy)):
+        info = listed.get(device)
+        busy_ns = total(busy[device]) if device in busy else 0
+        out.append(
+            {
+                "device_id": device,
+                "name": None if info is None else _scalar(info.name),
+                "sm_count": None if info is None else _scalar(info.sm_count),
+                "compute_capability": None if info is None else _cc(info.cc_major, info.cc_minor),
+                "busy_ns": busy_ns,
+                "utilization": busy_ns / wall if wall else None,
+            }
+        )
+    return out
+
+
+def _scalar(value: object) -> object:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _cc(major: object, minor: object) -> str | None:
+    major, minor = _scalar(major), _scalar(minor)
+    return None if major is None else f"{major}.{minor if minor is not None else 0}"
+
+
+def min_compute_capability(gpus: list[dict[str, object]]) -> float | None:
+    ccs = [float(str(g["compute_capability"])) for g in gpus if g["compute_capability"]]
+    return min(ccs) if ccs else None
+
+
+def _active_utilization(busy: dict) -> float | None:
+    """Busy share of each device's span from its first op start to its last op end."""
+    spans = [int(s[1][-1] - s[0][0]) for s in busy.values() if len(s[0])]
+    busy_ns = sum(total(s) for s in busy.values())
+    return busy_ns / sum(spans) if sum(spans) else None
+
+
+def _launch_overhead(
+    profile: Profile, iterations: pd.DataFrame, busy: dict, devices: int
+) -> dict[str, object]:
+    """Host-bound gap time over the in-window steps, else over each device's active span."""
+    window = analysed(iterations)
+    if len(window):
+        gap = int(window["host_gap_ns"].sum())
+        step = int(window["wall_ns"].sum()) * devices
+        scope = "iterations"
+    else:
+        gap = int(profile.kernels["host_gap_ns"].sum() + profile.memops["host_gap_ns"].sum())
+        step = sum(int(s[1][-1] - s[0][0]) for s in busy.values() if len(s[0]))
+        scope = "active_span"
+    return {
+        "launch_overhead_ns": gap,
+        "launch_overhead_pct": gap / step * 100.0 if step else None,
+        "launch_overhead_scope": scope,
+    }
+
+
+def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
+    out = []
+    if profile.kernels.empty and profile.memops.empty:
+        out.append("the profile holds no CUDA kernels or memory operations")
+    if profile.ranges.empty:
+        out.append("the profile holds no NVTX ranges: no per-layer or per-range times")
+    if iterations.empty:
+        out.append("no iterations found: step statistics cover the whole session")
+    return out
+
+
+def summary_row(summary: dict[str, object]) -> dict[str, object]:
+    """The summary as one flat CSV row (lists folded into strings and counts)."""
+    row = {key: summary.get(key) for key in column_names("summary")}
+    row["warnings"] = "; ".join(summary.get("warnings", []))  # type: ignore[arg-type]
+    row["advice_count"] = len(summary.get("advice", []))  # type: ignore[arg-type]
+    return row

@@ -1,0 +1,191 @@
+"""Per-kernel, per-NVTX-range and per-layer tables: pure functions from Profile frames.
+
+Each function returns the columns declared in :mod:`dlprof_lite.report.metrics`, in order,
+one row per kernel name / range path / module. Aggregation is vectorised group-bys; the
+only Python loops run once per output row or per distinct name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.ingest.layers import classify_range_names, is_tc_eligible
+from dlprof_lite.ingest.overhead import overhead_summary
+from dlprof_lite.report.frames import empty_report, ordered, share
+
+
+def kernels_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel name: call statistics, Tensor Core class, launch statistics."""
+    if kernels.empty:
+        return empty_report("kernels")
+    dur = pd.DataFrame({"name": kernels["name"], "dur": kernels["dur_ns"].to_numpy(dtype="int64")})
+    g = dur.groupby("name", observed=True, sort=False)["dur"]
+    first = kernels.groupby("name", observed=True, sort=False)[
+        ["short_name", "tc_class", "uses_tensor_cores", "tc_rule"]
+    ].first()
+    launch = overhead_summary(kernels, ["name"]).set_index("name")
+    out = pd.DataFrame(
+        {
+            "instances": g.size(),
+            "total_ns": g.sum(),
+            "avg_ns": g.mean(),
+            "median_ns": g.median(),
+            "min_ns": g.min(),
+            "max_ns": g.max(),
+            # nsys gpukernsum's StdDev is the sample standard deviation, 0 for one instance.
+            "std_ns": g.std(ddof=1).fillna(0.0),
+        }
+    ).join(first)
+    out["avg_api_ns"] = launch["api_ns_mean"]
+    out["avg_queue_ns"] = launch["queue_ns_mean"]
+    out["short_launches"] = launch["short_kernels"]
+    out["host_gap_ns"] = launch["host_gap_ns"]
+    out["pct_kernel_time"] = out["total_ns"] / out["total_ns"].sum() * 100.0
+    out["api_name"] = _most_frequent_api(kernels).reindex(out.index)
+    out = out.reset_index().sort_values(["total_ns", "name"], ascending=[False, True])
+    return ordered(out, "kernels")
+
+
+def _most_frequent_api(kernels: pd.DataFrame) -> pd.Series:
+    counts = (
+        kernels.groupby(["name", "api_name"], observed=True, sort=False)
+        .size()
+        .sort_values(ascending=False, kind="stable")
+        .reset_index()
+    )
+    top = counts.drop_duplicates("name")
+    return pd.Series(top["api_name"].astype(object).to_numpy(), index=top["name"].to_numpy())
+
+
+def _by_range(totals: pd.DataFrame) -> pd.DataFrame:
+    """``range_gpu_totals`` output keyed by a ``range_id`` column, however it was indexed."""
+    if "range_id" not in totals.columns:
+        totals = totals.rename_axis("range_id").reset_index()
+    return totals
+
+
+_RANGE_SUMS = ("gpu_ns", "self_gpu_ns", "projected_ns", "kernels", "memops", "memop_ns")
+
+
+def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """One row per NVTX range path and domain: wall time, GPU time, Tensor Core share.
+
+    GPU attribution is nsys's ``nvtx_kern_sum`` rule, computed per range instance by
+    :func:`dlprof_lite.ingest.correlate.range_gpu_totals`; this function sums instances.
+    """
+    if ranges.empty:
+        return empty_report("ranges")
+    from dlprof_lite.ingest.correlate import range_gpu_totals
+
+    totals = _by_range(range_gpu_totals(kernels, memops, ranges))
+    tc_kernels = kernels[kernels["uses_tensor_cores"].to_numpy(dtype=bool)]
+    tc = _by_range(range_gpu_totals(tc_kernels, memops.iloc[0:0], ranges))
+    per = pd.DataFrame(
+        {
+            "range_id": ranges["range_id"].to_numpy(),
+            "path": ranges["path"].astype(object).to_numpy(),
+            "name": ranges["name"].astype(object).to_numpy(),
+            "domain": ranges["domain"].astype(object).fillna("").to_numpy(),
+            "style": ranges["style"].astype(object).to_numpy(),
+            "wall_ns": (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64"),
+        }
+    )
+    per = per.merge(totals[["range_id", *_RANGE_SUMS]], on="range_id", how="left")
+    per = per.merge(
+        tc[["range_id", "gpu_ns"]].rename(columns={"gpu_ns": "tc_gpu_ns"}),
+        on="range_id",
+        how="left",
+    )
+    sums = [*_RANGE_SUMS, "tc_gpu_ns"]
+    per[sums] = per[sums].fillna(0).astype("int64")
+    g = per.groupby(["path", "domain"], sort=False, dropna=False)
+    out = g[["wall_ns", *sums]].sum()
+    out["instances"] = g.size()
+    out[["name", "style"]] = g[["name", "style"]].first()
+    out = out.reset_index()
+    out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
+    out = out.sort_values(["gpu_ns", "wall_ns", "path"], ascending=[False, False, True])
+    return ordered(out, "ranges")
+
+
+def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Forward/backward wall time and calls per module, from ``fwd:``/``bwd:`` range names."""
+    names = ranges["name"]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        names = names.astype("category")
+    # Parse each distinct name once, then broadcast to rows through the category codes.
+    parsed = classify_range_names(list(names.cat.categories.astype(str)))
+    codes = names.cat.codes.to_numpy()
+    direction = np.append(parsed["module_direction"].to_numpy(dtype=object), None)[codes]
+    rows = np.flatnonzero(pd.notna(direction))
+    if len(rows) == 0:
+        return pd.DataFrame(columns=["layer", "type", *_WALL_SUMS])
+    dur = (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64")[rows]
+    fwd = direction[rows] == "forward"
+    at = codes[rows]
+    work = pd.DataFrame(
+        {
+            "layer": parsed["module_layer"].to_numpy(dtype=object)[at],
+            "type": parsed["module_type"].to_numpy(dtype=object)[at],
+            "forward_wall_ns": np.where(fwd, dur, 0),
+            "backward_wall_ns": np.where(fwd, 0, dur),
+            "calls": fwd.astype("int64"),
+        }
+    )
+    return work.groupby(["layer", "type"], sort=False).sum().reset_index()
+
+
+_WALL_SUMS = ["forward_wall_ns", "backward_wall_ns", "calls"]
+_GPU_SUMS = ["forward_gpu_ns", "backward_gpu_ns", "gpu_ns", "kernels", "tc_gpu_ns", "host_gap_ns"]
+
+
+def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
+    """GPU time per module from the kernels' ``layer``/``direction`` attribution."""
+    k = kernels[kernels["layer"].notna().to_numpy()]
+    dur = k["dur_ns"].to_numpy(dtype="int64")
+    direction = k["direction"].astype(object)
+    work = pd.DataFrame(
+        {
+            "layer": k["layer"].astype(object).to_numpy(),
+            "forward_gpu_ns": np.where((direction == "forward").to_numpy(), dur, 0),
+            "backward_gpu_ns": np.where((direction == "backward").to_numpy(), dur, 0),
+            "gpu_ns": dur,
+            "kernels": np.ones(len(k), dtype="int64"),
+            "tc_gpu_ns": np.where(k["uses_tensor_cores"].to_numpy(dtype=bool), dur, 0),
+            "host_gap_ns": k["host_gap_ns"].to_numpy(dtype="int64"),
+        }
+    )
+    out = work.groupby("layer", sort=False).sum().reset_index()
+    # The analysis may also name a type for layers it found without module ranges
+    # (emit_nvtx ops, DLProf payloads); the column is optional in the contract.
+    if "layer_type" in k.columns:
+        types = k.groupby(k["layer"].astype(object), sort=False)["layer_type"].first()
+        out["kernel_type"] = out["layer"].map(types.astype(object))
+    return out
+
+
+def layers_table(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """One row per module: forward/backward wall and GPU time, kernels, Tensor Core share."""
+    walls = _module_walls(ranges)
+    gpu = _layer_gpu(kernels)
+    if walls.empty and gpu.empty:
+        return empty_report("layers")
+    out = walls.merge(gpu, on="layer", how="outer", sort=False)
+    if "kernel_type" in out.columns:
+        out["type"] = out["type"].astype(object).fillna(out.pop("kernel_type"))
+    sums = ["forward_wall_ns", "backward_wall_ns", *_GPU_SUMS]
+    out[sums] = out[sums].fillna(0).astype("int64")
+    out["calls"] = out["calls"].astype("Int64")
+    out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
+    out["tc_eligible"] = _eligibility(out["type"])
+    out = out.sort_values(
+        ["gpu_ns", "forward_wall_ns", "layer"], ascending=[False, False, True], kind="stable"
+    )
+    return ordered(out, "layers")
+
+
+def _eligibility(types: pd.Series) -> pd.Series:
+    """Tensor Core eligibility per module type (one lookup per distinct type)."""
+    known = {t: bool(is_tc_eligible(t)) for t in types.dropna().unique()}
+    return types.map(known).astype("boolean")
