@@ -1,0 +1,219 @@
+"""Run a user's Python program as ``__main__`` with annotation switched on, unchanged.
+
+    python -m dlprof_lite.annotate.bootstrap [--annotate modules|phases|none] [--depth N]
+        [--status-file PATH] (script.py | -m package | -c code) [args...]
+
+This is what ``nsys profile`` runs for ``dlprof-lite train.py``. The program sees its own
+``sys.argv`` (``[script.py, args...]``) and ``sys.path[0]`` (the script's folder, or the
+working directory for ``-m`` and ``-c``), as if started by ``python`` itself.
+
+torch is not imported here: a finder on ``sys.meta_path`` waits for the program's own
+``import torch`` and installs the hooks (:func:`dlprof_lite.annotate.install`) right after
+it, so a script that sets environment variables before importing torch keeps working.
+
+The status file (JSON, written atomically) tells the launcher what happened: the program's
+pid at start; at the end its exit code, whether torch was imported and hooks installed, how
+many iterations and optimizer steps were seen, and the ``nvtx`` version in use.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from dlprof_lite.annotate.install import LEVELS, Annotation, install
+
+USAGE = (
+    "usage: python -m dlprof_lite.annotate.bootstrap [--annotate modules|phases|none] "
+    "[--depth N] [--status-file PATH] (script.py | -m module | -c code) [args...]"
+)
+
+
+@dataclass
+class Options:
+    annotate: str = "modules"
+    depth: int | None = None
+    status_file: str | None = None
+    kind: str = "script"  # script, module or code
+    target: str = ""
+    args: list[str] = field(default_factory=list)
+
+
+def parse_args(argv: list[str]) -> Options:
+    """The bootstrap's own options, then the program; ``ValueError`` with a usage line."""
+    opts = Options()
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("--annotate", "--depth", "--status-file", "-m", "-c"):
+            if not rest:
+                raise ValueError(f"{arg} needs a value\n{USAGE}")
+            value = rest.pop(0)
+            if arg == "--annotate":
+                if value not in LEVELS:
+                    raise ValueError(f"--annotate must be one of {', '.join(LEVELS)}")
+                opts.annotate = value
+            elif arg == "--depth":
+                if not value.isdigit():
+                    raise ValueError(f"--depth must be a non-negative integer, not {value!r}")
+                opts.depth = int(value)
+            elif arg == "--status-file":
+                opts.status_file = value
+            else:
+                opts.kind = "module" if arg == "-m" else "code"
+                opts.target, opts.args = value, rest
+                return opts
+        elif arg == "--":
+            continue
+        elif arg.startswith("-"):
+            raise ValueError(f"unknown option {arg}\n{USAGE}")
+        else:
+            opts.target, opts.args = arg, rest
+            return opts
+    raise ValueError(f"no program to run\n{USAGE}")
+
+
+class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Calls ``callback`` once, right after the module ``name`` has been executed."""
+
+    def __init__(self, name: str, callback: Any) -> None:
+        self.name = name
+        self.callback = callback
+        self.loader: Any = None
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name or self.loader is not None:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        self.loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.callback()
+
+    def __getattr__(self, attr: str) -> Any:  # resource readers and the like
+        return getattr(self.loader, attr)
+
+
+class Session:
+    """Annotation for one program run: installed on ``import torch``, closed at the end."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.annotation = Annotation()
+        self.torch_imported = False
+        self.error: str | None = None
+
+    def arm(self) -> None:
+        if self.opts.annotate == "none":
+            return
+        if "torch" in sys.modules:
+            self._install()
+        else:
+            sys.meta_path.insert(0, _AfterImport("torch", self._install))
+
+    def _install(self) -> None:
+        self.torch_imported = True
+        try:
+            self.annotation = install(self.opts.annotate, self.opts.depth)
+        except ImportError as exc:  # nvtx missing: run the program anyway
+            self.error = f"annotation off: {exc}"
+            print(f"dlprof-lite: warning: {self.error}", file=sys.stderr)
+
+    def status(self, exit_code: int) -> dict[str, Any]:
+        tracker = self.annotation.tracker
+        backend = tracker.backend if tracker is not None else None
+        return {
+            "pid": os.getpid(),
+            "exit_code": exit_code,
+            "annotate": self.opts.annotate,
+            "torch_imported": self.torch_imported,
+            "installed": self.annotation.active,
+            "iterations": tracker.iterations if tracker else 0,
+            "optimizer_steps": tracker.steps if tracker else 0,
+            "nvtx_version": backend.nvtx_version if backend else None,
+            "error": self.error,
+        }
+
+
+def write_status(path: str | None, status: dict[str, Any]) -> None:
+    """Write ``status`` as JSON to ``path`` atomically (nothing when ``path`` is None)."""
+    if not path:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(status, out)
+    os.replace(tmp, path)
+
+
+def _exit_code(exc: BaseException | None) -> int:
+    if exc is None:
+        return 0
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            return 0
+        return code if isinstance(code, int) else 1
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    return 1
+
+
+def run_program(opts: Options) -> None:
+    """Run the program the way ``python`` would, with ``sys.argv`` and ``sys.path[0]`` set."""
+    if opts.kind == "module":
+        sys.argv = [opts.target, *opts.args]  # runpy puts the module's file in argv[0]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
+    elif opts.kind == "code":
+        sys.argv = ["-c", *opts.args]
+        sys.path[0] = ""
+        main = ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(opts.target, "<string>", "exec"), main.__dict__)
+    else:
+        sys.argv = [opts.target, *opts.args]
+        sys.path[0] = os.path.dirname(os.path.abspath(opts.target))
+        runpy.run_path(opts.target, run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        print(f"dlprof-lite bootstrap: error: {exc}", file=sys.stderr)
+        return 2
+    session = Session(opts)
+    write_status(opts.status_file, {"pid": os.getpid(), "exit_code": None})
+    session.arm()
+    failure: BaseException | None = None
+    try:
+        run_program(opts)
+    except BaseException as exc:  # the program's exit or crash, reported after the status
+        failure = exc
+    finally:
+        session.annotation.close()
+        write_status(opts.status_file, session.status(_exit_code(failure)))
+    if failure is not None:
+        raise failure
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""Switching the automatic annotation on: global hooks, or the hooks of one model.
+
+:func:`install` is the zero-code-change path the bootstrap uses. It registers torch's global
+hooks: module forward pre/post hooks (module ranges, root forwards), optimizer step pre/post
+hooks (the optimizer phase, the end of an iteration), and it wraps one method, the
+DataLoader iterator's ``__next__`` (the data phase).
+
+That wrapper is the one place a torch attribute is replaced. torch has no hook for "a batch
+is being fetched"; the iterator base class ``_BaseDataLoaderIter`` defines ``__next__`` once
+for every loader kind; replacing it on that class (not on ``DataLoader``, and no torch
+function or tensor op) costs one Python call per batch, and :meth:`Annotation.remove`
+restores the original. A program that defines its own iterator class keeps its own
+``__next__`` and simply gets no data phase.
+
+:func:`annotate_model` adds module ranges to one model only, with per-module hooks, for code
+that wants ranges without the global hooks; phases then come from the manual
+:func:`~dlprof_lite.annotate.phase` / :func:`~dlprof_lite.annotate.iteration`.
+Use one or the other: both at once write every module range twice.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dlprof_lite.annotate.backend import get_backend
+from dlprof_lite.annotate.phases import PhaseTracker, shared_tracker
+
+if TYPE_CHECKING:
+    import torch
+
+LEVELS = ("none", "phases", "modules")
+
+
+class Annotation:
+    """What :func:`install` or :func:`annotate_model` switched on; :meth:`remove` undoes it."""
+
+    def __init__(
+        self, undo: list[Callable[[], Any]] | None = None, tracker: PhaseTracker | None = None
+    ) -> None:
+        self._undo = undo or []
+        self.tracker = tracker
+        self.on_exit: list[Callable[[], Any]] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self._undo)
+
+    def close(self) -> None:
+        """End the ranges still open (program exit), keeping the hooks."""
+        for step in self.on_exit:
+            step()
+        if self.tracker is not None:
+            self.tracker.close()
+
+    def remove(self) -> None:
+        """Close what is open and remove every hook this annotation registered."""
+        self.close()
+        while self._undo:
+            self._undo.pop()()
+
+
+_installed: Annotation | None = None
+
+
+def check_level(level: str) -> str:
+    if level not in LEVELS:
+        raise ValueError(f"annotate level must be one of {', '.join(LEVELS)}, not {level!r}")
+    return level
+
+
+def check_depth(depth: int | None) -> int | None:
+    if depth is not None and (not isinstance(depth, int) or depth < 0):
+        raise ValueError(f"module depth must be a non-negative int or None, not {depth!r}")
+    return depth
+
+
+def install(level: str = "modules", depth: int | None = None) -> Annotation:
+    """Annotate every model, optimizer and DataLoader of this process (torch is imported).
+
+    ``level``: ``modules`` (phases, iterations and module ranges), ``phases`` (no module
+    ranges) or ``none``. ``depth`` limits module ranges to qualified names with at most that
+    many dots plus one (the root model is depth 0). Returns an inactive handle when no
+    profiler is attached (see :func:`~dlprof_lite.annotate.enabled`). A second call replaces
+    the first.
+    """
+    global _installed
+    check_level(level)
+    check_depth(depth)
+    if _installed is not None:
+        _installed.remove()
+        _installed = None
+    tracker = shared_tracker()
+    if level == "none" or tracker is None:
+        return Annotation()
+    import torch
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optim
+
+    from dlprof_lite.annotate.modules import ModuleRanges
+
+    ranges = ModuleRanges(tracker.backend, tracker, ranges=level == "modules", depth=depth)
+    handles = [
+        nn_module.register_module_forward_pre_hook(ranges.forward_pre),
+        nn_module.register_module_forward_hook(
+            ranges.forward_post, with_kwargs=True, always_call=True
+        ),
+        optim.register_optimizer_step_pre_hook(lambda *_: tracker.on_optimizer_start()),
+        optim.register_optimizer_step_post_hook(lambda *_: tracker.on_optimizer_end()),
+    ]
+    undo: list[Callable[[], Any]] = [handle.remove for handle in handles]
+    undo.append(_wrap_dataloader_next(torch, tracker))
+    _installed = Annotation(undo, tracker)
+    _installed.on_exit.append(ranges.close)
+    return _installed
+
+
+def _wrap_dataloader_next(torch: Any, tracker: PhaseTracker) -> Callable[[], None]:
+    """Report each batch fetch to ``tracker``; returns the function that restores torch's."""
+    cls = torch.utils.data.dataloader._BaseDataLoaderIter
+    original = cls.__dict__["__next__"]
+
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        if _will_yield(self):
+            tracker.on_data(id(getattr(self, "_dataset", self)))
+        return original(self)
+
+    cls.__next__ = __next__
+
+    def restore() -> None:
+        if cls.__dict__.get("__next__") is __next__:
+            cls.__next__ = original
+
+    return restore
+
+
+def _will_yield(iterator: Any) -> bool:
+    """False when a sized loader is exhausted (its next ``next()`` raises StopIteration)."""
+    try:
+        return bool(iterator._num_yielded < len(iterator))
+    except (AttributeError, TypeError):
+        return True  # an IterableDataset without a length: assume a batch comes
+
+
+def annotate_model(
+    model: torch.nn.Module, depth: int | None = None, name: str | None = None
+) -> Annotation:
+    """Module ranges for ``model`` alone: its forward and backward, and its submodules'.
+
+    ``name`` prefixes the qualified names (default: the root is ``model``, a child
+    ``layer1.0.conv1``); ``depth`` limits the ranges as in :func:`install`. A no-op handle
+    when no profiler is attached.
+    """
+    check_depth(depth)
+    backend = get_backend()
+    if backend is None:
+        return Annotation()
+    from dlprof_lite.annotate.modules import ModuleRanges
+
+    ranges = ModuleRanges(backend, None, depth=depth)
+    ranges.name_model(model, name or "")
+    undo: list[Callable[[], Any]] = []
+    for module in model.modules():
+        undo.append(module.register_forward_pre_hook(ranges.forward_pre).remove)
+        undo.append(
+            module.register_forward_hook(
+                ranges.forward_post, with_kwargs=True, always_call=True
+            ).remove
+        )
+    annotation = Annotation(undo)
+    annotation.on_exit.append(ranges.close)
+    return annotation
