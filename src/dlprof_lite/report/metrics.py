@@ -184,6 +184,13 @@ GPU_FIELDS = _cols(
     ("utilization", "", "busy_ns / wall_ns"),
 )
 
+# Several inputs: one summary row per input, with where its report went or why it failed.
+RUNS_REPORT = (
+    *SUMMARY_REPORT,
+    ReportColumn("report_dir", "", "report folder of this input"),
+    ReportColumn("error", "", "why this input could not be analysed (empty when it was)"),
+)
+
 REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "summary": SUMMARY_REPORT,
     "kernels": KERNEL_REPORT,
@@ -191,6 +198,7 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "layers": LAYER_REPORT,
     "iterations": ITERATION_REPORT,
     "advice": ADVICE_REPORT,
+    "runs": RUNS_REPORT,
 }
 
 

@@ -20,6 +20,7 @@ from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import busy_per_device, total
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
+from dlprof_lite.report.writers import Table
 
 
 def summarize(
@@ -155,3 +156,9 @@ def summary_row(summary: dict[str, object]) -> dict[str, object]:
     row["warnings"] = "; ".join(summary.get("warnings", []))  # type: ignore[arg-type]
     row["advice_count"] = len(summary.get("advice", []))  # type: ignore[arg-type]
     return row
+
+
+def combined_table(rows: list[dict[str, object]]) -> Table:
+    """The ``runs`` table (one summary row per input), written as ``summary.*``."""
+    frame = pd.DataFrame(rows).reindex(columns=column_names("runs"))
+    return Table("runs", frame, file="summary")

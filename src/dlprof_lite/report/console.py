@@ -1,0 +1,155 @@
+"""The short console summary: what ran, where the time went, and what to change.
+
+Rendered with rich (plain text when the output is not a terminal). Only the CLI calls this;
+everything shown here is also in the report files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from dlprof_lite.report.advice import ms
+from dlprof_lite.report.build import Report
+from dlprof_lite.report.metrics import PHASE_COLUMNS
+
+TOP = 5
+SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
+
+
+def _t(value: object) -> str:
+    """A nanosecond value as a short duration, '-' when unknown."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    return ms(float(str(value)))
+
+
+def _pct(value: object, scale: float = 100.0) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    return f"{float(str(value)) * scale:.1f}%"
+
+
+def _header_lines(s: dict[str, object]) -> list[str]:
+    lines = [f"[bold]dlprof-lite[/] {s['source']}  (nsys {s.get('nsys_version') or '?'})"]
+    for g in s.get("gpus", []):  # type: ignore[attr-defined]
+        lines.append(
+            f"GPU {g['device_id']}: {g['name'] or '?'} ({g['sm_count'] or '?'} SMs, "
+            f"cc {g['compute_capability'] or '?'}), busy {_pct(g['utilization'])} of the session"
+        )
+    lines.append(
+        f"session {_t(s['wall_ns'])} · kernels {s['kernel_count']} in {_t(s['kernel_ns'])}"
+        f" (Tensor Cores {_pct(s['tc_share'])}) · memcpy {_t(s['memcpy_ns'])}"
+        f" · memset {_t(s['memset_ns'])} · launch overhead {_pct(s['launch_overhead_pct'], 1)}"
+    )
+    if s.get("iterations_count"):
+        steady = ""
+        if s.get("steady_start") is not None:
+            steady = f" · steady window {s['steady_start']}..{s['steady_stop']}"
+        lines.append(
+            f"iterations {s['iterations_count']} ({s['iterations_warmup']} warm-up,"
+            f" {s['iterations_analysed']} analysed): mean {_t(s['iterations_mean_ns'])},"
+            f" median {_t(s['iterations_median_ns'])}, p90 {_t(s['iterations_p90_ns'])},"
+            f" cv {_pct(s['iterations_cv'])}{steady}"
+        )
+        phases = " · ".join(f"{p} {_t(s[f'step_{p}_ns'])}" for p in (*PHASE_COLUMNS, "idle"))
+        lines.append(f"step (mean, GPU): {phases}")
+    return lines
+
+
+def _table(title: str, frame: pd.DataFrame, columns: dict[str, str]) -> RichTable | None:
+    """A small rich table of ``frame``'s first rows; ``columns`` maps column -> heading."""
+    if frame.empty:
+        return None
+    table = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for i, heading in enumerate(columns.values()):
+        if i == 0:
+            table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=60)
+        else:
+            table.add_column(heading, justify="right", no_wrap=True)
+    for row in frame.head(TOP).itertuples(index=False):
+        values = row._asdict()
+        cells = []
+        for col in columns:
+            v = values[col]
+            if col.endswith("_ns"):
+                cells.append(_t(v))
+            elif col in ("tc_share",):
+                cells.append(_pct(v))
+            elif col.startswith("pct"):
+                cells.append(_pct(v, 1))
+            else:
+                cells.append("-" if v is None or v is pd.NA else str(v))
+        table.add_row(*cells)
+    return table
+
+
+def render(report: Report, out_dir: Path | None, console: Console) -> None:
+    """Print the summary of one report."""
+    for line in _header_lines(report.summary):
+        console.print(line, highlight=False)
+    tables = (
+        _table(
+            "Top layers (GPU time)",
+            report.layers,
+            {"layer": "layer", "type": "type", "forward_gpu_ns": "forward",
+             "backward_gpu_ns": "backward", "tc_share": "TC"},
+        ),
+        _table(
+            "Top kernels",
+            report.kernels,
+            {"short_name": "kernel", "instances": "calls", "total_ns": "total",
+             "pct_kernel_time": "share", "tc_class": "TC"},
+        ),
+        _table(
+            "Top NVTX ranges (GPU time)",
+            report.ranges,
+            {"path": "range", "instances": "calls", "gpu_ns": "GPU", "wall_ns": "wall",
+             "tc_share": "TC"},
+        ),
+    )  # fmt: skip
+    for table in tables:
+        if table is not None:
+            console.print()
+            console.print(table)
+    _advice(report.advice, console)
+    for warning in report.summary.get("warnings", []):  # type: ignore[attr-defined]
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    if out_dir is not None:
+        console.print(f"report: {out_dir}", highlight=False)
+
+
+def _advice(advice: pd.DataFrame, console: Console) -> None:
+    console.print()
+    if advice.empty:
+        console.print("advice: nothing stands out", highlight=False)
+        return
+    console.print("[bold]advice[/]")
+    for a in advice.itertuples(index=False):
+        style = SEVERITY_STYLE.get(a.severity, "")
+        console.print(
+            f" [{style}]{a.severity}[/] {a.problem}: {a.evidence}\n     -> {a.recommendation}",
+            highlight=False,
+        )
+
+
+def render_many(rows: Sequence[dict[str, object]], console: Console) -> None:
+    """One line per input when several were analysed."""
+    table = RichTable(title="dlprof-lite", title_justify="left", show_edge=False)
+    for heading in ("input", "kernels", "busy", "launch", "iteration", "advice", "report"):
+        table.add_column(heading, overflow="fold")
+    for r in rows:
+        table.add_row(
+            str(r.get("source")),
+            _t(r.get("kernel_ns")),
+            _pct(r.get("gpu_utilization")),
+            _pct(r.get("launch_overhead_pct"), 1),
+            _t(r.get("iterations_mean_ns")),
+            str(r.get("advice_count", "-")),
+            str(r.get("report_dir") or r.get("error") or "-"),
+        )
+    console.print(table)

@@ -1,0 +1,161 @@
+"""Where reports go, and how they get there without ever leaving half a report behind.
+
+- A default report folder is a new name next to the input (``run.dlprof``, ``run.dlprof-2``,
+  ...); an existing folder is never overwritten unless the user passed ``--force``.
+- A report is written into a hidden staging folder beside its target and renamed into place
+  when complete; on any error the staging folder is removed. With ``--force`` the old folder
+  is set aside, the new one renamed in, and only then is the old one deleted.
+- Every file is written to a temporary name in its own folder, then ``os.replace``-d.
+- ``--force`` only replaces a folder that is empty or holds a dlprof-lite report.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dlprof_lite.errors import OutputError
+from dlprof_lite.report.build import TABLES, Report
+from dlprof_lite.report.summary import summary_row
+from dlprof_lite.report.writers import WRITERS, Table
+
+INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+REPORT_SUFFIX = ".dlprof"
+REPORT_MARKERS = ("summary.json", "summary.csv")
+MAX_NAMES = 10_000
+
+
+def report_stem(path: Path) -> str:
+    """``run.nsys-rep.sqlite`` -> ``run``: the input name without its nsys suffixes."""
+    name = path.name
+    while (suffix := Path(name).suffix.lower()) in INPUT_SUFFIXES:
+        name = name[: -len(suffix)]
+    return name or "report"
+
+
+def unique_dir(parent: Path, base: str) -> Path:
+    """``parent/base``, else ``parent/base-2``, ``-3``, ...: the first name not taken."""
+    for n in range(1, MAX_NAMES + 1):
+        candidate = parent / (base if n == 1 else f"{base}-{n}")
+        if not os.path.lexists(candidate):
+            return candidate
+    raise OutputError(f"{parent}: no free name for a new report folder {base}-N")
+
+
+def default_report_dir(path: Path) -> Path:
+    """A new folder next to the input: ``<stem>.dlprof`` or the next free ``-N`` name."""
+    return unique_dir(path.absolute().parent, report_stem(path) + REPORT_SUFFIX)
+
+
+def check_target(target: Path, *, force: bool) -> None:
+    """Refuse a target that exists (without ``force``) or that ``force`` must not replace."""
+    if not os.path.lexists(target):
+        return
+    if not force:
+        raise OutputError(f"{target} already exists; pass --force to replace it")
+    if target.is_symlink() or not target.is_dir():
+        raise OutputError(f"{target} exists and is not a folder; refusing to replace it")
+    entries = [p.name for p in target.iterdir()]
+    if entries and not any(m in entries for m in REPORT_MARKERS):
+        raise OutputError(
+            f"{target} is not a dlprof-lite report folder (no summary.json or summary.csv); "
+            "refusing to replace it even with --force"
+        )
+
+
+def _token() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder."""
+    tmp = path.with_name(f".{path.name}.{_token()}.tmp")
+    try:
+        # os.open honours the umask (tempfile's 0600 would leave reports unreadable to others).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def staged_folder(target: Path, *, force: bool = False) -> Iterator[Path]:
+    """Yield an empty staging folder; on success it becomes ``target``, on error it goes."""
+    target = target.absolute()
+    check_target(target, force=force)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage = target.parent / f".{target.name}.{_token()}.partial"
+        stage.mkdir()
+    except OSError as err:
+        raise OutputError(f"cannot create a report folder in {target.parent}: {err}") from err
+    try:
+        yield stage
+        _commit(stage, target, force=force)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _commit(stage: Path, target: Path, *, force: bool) -> None:
+    check_target(target, force=force)  # again: the target may have appeared meanwhile
+    old = None
+    try:
+        if os.path.lexists(target):
+            old = target.parent / f".{target.name}.{_token()}.old"
+            os.rename(target, old)
+        try:
+            os.rename(stage, target)
+        except OSError:
+            if old is not None:
+                os.rename(old, target)
+                old = None
+            raise
+    except OSError as err:
+        raise OutputError(f"cannot move the report into {target}: {err}") from err
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def report_tables(report: Report) -> list[Table]:
+    tables = []
+    for name in TABLES:
+        document = _summary_document(report.summary) if name == "summary" else None
+        tables.append(Table(name, report.table(name), document))
+    return tables
+
+
+def _summary_document(summary: dict[str, object]) -> dict[str, object]:
+    doc: dict[str, object] = dict(summary_row(summary))
+    doc["gpus"] = summary.get("gpus", [])
+    doc["advice"] = summary.get("advice", [])
+    doc["warnings"] = summary.get("warnings", [])
+    return doc
+
+
+def write_tables(tables: Iterable[Table], folder: Path, formats: Iterable[str]) -> list[Path]:
+    """Write each table in each format into ``folder`` (one atomic file each)."""
+    written = []
+    for table in tables:
+        for fmt in formats:
+            writer = WRITERS[fmt]
+            path = folder / f"{table.stem}.{writer.suffix}"
+            atomic_write(path, writer.render(table))
+            written.append(path)
+    return written
+
+
+def write_report(report: Report, target: Path, formats: Iterable[str], *, force: bool) -> Path:
+    """Write a complete report folder at ``target`` (staged, then renamed into place)."""
+    with staged_folder(target, force=force) as stage:
+        write_tables(report_tables(report), stage, formats)
+    return target.absolute()

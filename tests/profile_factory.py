@@ -1,0 +1,311 @@
+"""Hand-built :class:`Profile` objects with round numbers, for report and CLI tests.
+
+A test names only what it cares about: a few kernels, memops and a nested NVTX range tree.
+The factory fills every other contract column (base and derived) the way the ingest stage
+defines them, so the result passes the Profile's column checks:
+
+- ranges get ids in start order, depth, parent and path from the nesting given;
+- an op's ``range_id`` is the innermost range on its thread whose span holds its launch
+  call's start; ``layer``/``direction`` come from the innermost ``fwd:``/``bwd:`` range,
+  ``phase`` from the innermost phase range (else ``other``), ``iteration`` from the window
+  ``(start, end]`` holding the launch;
+- ``api_ns``/``queue_ns`` follow from the times given; ``host_gap_ns`` is stated by the test.
+
+:func:`training_profile` is the shared example: three iterations of a two-layer model, with
+every number chosen so the expected report can be worked out by hand (see its docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.ingest.columns import coerce
+from dlprof_lite.ingest.profile import Meta, Profile
+
+PID, TID = 1, 10
+
+
+@dataclass
+class R:
+    """A range spec: ``R(name, start, end, [children])`` (push/pop on PID/TID by default)."""
+
+    name: str
+    start: int
+    end: int
+    children: list[R] = field(default_factory=list)
+    domain: str = DOMAIN
+    style: str = "push_pop"
+    tid: int = TID
+
+
+def _flatten(specs: Sequence[R]) -> pd.DataFrame:
+    rows: list[dict] = []
+
+    def walk(spec: R, depth: int, parent: int, path: str) -> None:
+        me = len(rows)
+        full = f"{path}/{spec.name}" if path else spec.name
+        rows.append(
+            dict(name=spec.name, domain=spec.domain, style=spec.style, pid=PID, tid=spec.tid,
+                 end_tid=pd.NA, start_ns=spec.start, end_ns=spec.end, closed=True,
+                 depth=depth, parent=parent, path=full)
+        )  # fmt: skip
+        for child in spec.children:
+            walk(child, depth + 1, me, full)
+
+    for spec in specs:
+        walk(spec, 0, -1, "")
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    order = np.argsort(frame["start_ns"].to_numpy(), kind="stable")
+    new_id = np.empty(len(frame), dtype=np.int64)
+    new_id[order] = np.arange(len(frame))
+    frame["range_id"] = new_id
+    frame["parent_id"] = [new_id[p] if p >= 0 else -1 for p in frame["parent"]]
+    return frame.drop(columns="parent").sort_values("range_id").reset_index(drop=True)
+
+
+def build_ranges(specs: Sequence[R]) -> pd.DataFrame:
+    frame = _flatten(specs)
+    if frame.empty:
+        from dlprof_lite.ingest.columns import empty_frame
+
+        return empty_frame("ranges")
+    for col in ("name", "domain", "style", "path"):
+        frame[col] = frame[col].astype("category")
+    return coerce(frame, "ranges")
+
+
+def _innermost(ranges: pd.DataFrame, tid: int, t: int, pick=None) -> dict | None:
+    """The deepest range on ``tid`` holding time ``t`` (and matching ``pick``), as a dict."""
+    best = None
+    for r in ranges.itertuples(index=False):
+        holds = r.tid == tid and r.start_ns <= t < r.end_ns and (pick is None or pick(r))
+        if holds and (best is None or r.depth > best.depth):
+            best = r
+    return None if best is None else best._asdict()
+
+
+_OP_DEFAULTS = dict(
+    device_id=0, context_id=1, stream_id=7, pid=PID, tid=TID, correlation_id=0,
+    graph_node_id=pd.NA, host_gap_ns=0,
+)  # fmt: skip
+_KERNEL_DEFAULTS = dict(
+    grid_x=1, grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1,
+    registers_per_thread=32, static_smem_bytes=0, dynamic_smem_bytes=0,
+)  # fmt: skip
+
+
+def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
+    """Fill derived columns of one op spec (explicit keys win)."""
+    out = {**_OP_DEFAULTS, **op}
+    out["end_ns"] = out["start_ns"] + out["dur_ns"]
+    launch = out.get("api_start_ns")
+    has_api = launch is not None and launch is not pd.NA
+    t = launch if has_api else out["start_ns"]
+    inner = _innermost(ranges, out["tid"], t) if len(ranges) else None
+    module = _innermost(ranges, out["tid"], t, lambda r: MODULE_RANGE_RE.match(r.name) is not None)
+    phase = _innermost(ranges, out["tid"], t, lambda r: r.name in PHASES)
+    m = MODULE_RANGE_RE.match(module["name"]) if module else None
+    derived = dict(
+        range_id=inner["range_id"] if inner else pd.NA,
+        range_path=inner["path"] if inner else pd.NA,
+        layer=m["layer"] if m else pd.NA,
+        direction=({"fwd": "forward", "bwd": "backward"}[m["dir"]] if m else pd.NA),
+        phase=phase["name"] if phase else "other",
+        iteration=_iteration_of(t, iterations),
+        api_ns=out["api_end_ns"] - launch if has_api else pd.NA,
+        queue_ns=pd.NA,
+    )
+    if has_api and out["start_ns"] - out["api_end_ns"] >= 0:
+        derived["queue_ns"] = out["start_ns"] - out["api_end_ns"]
+    if not has_api:
+        out.update(api_start_ns=pd.NA, api_end_ns=pd.NA, api_name=pd.NA)
+    return {**derived, **out}
+
+
+def _iteration_of(t: int, iterations: pd.DataFrame) -> object:
+    for it in iterations.itertuples(index=False):
+        if it.start_ns < t <= it.end_ns or (it.iteration == 0 and t == it.start_ns):
+            return it.iteration
+    return pd.NA
+
+
+def build_kernels(specs: Sequence[dict], ranges: pd.DataFrame, iterations: pd.DataFrame):
+    rows = []
+    for i, spec in enumerate(specs):
+        row = {**_KERNEL_DEFAULTS, "correlation_id": 1000 + i, **spec}
+        row.setdefault("short_name", row["name"])
+        tc = row.pop("tc", False)
+        row.setdefault("tc_class", "tc" if tc else "no_tc")
+        row.setdefault("uses_tensor_cores", row["tc_class"] == "tc")
+        row.setdefault("tc_rule", "test-tc" if tc else "test-no-tc")
+        rows.append(_derive(row, ranges, iterations))
+    return _frame(rows, "kernels")
+
+
+def build_memops(specs: Sequence[dict], ranges: pd.DataFrame, iterations: pd.DataFrame):
+    rows = []
+    for i, spec in enumerate(specs):
+        row = {"kind": "memcpy", "copy_kind": pd.NA, "bytes": 0, "src_mem": pd.NA,
+               "dst_mem": pd.NA, "correlation_id": 2000 + i, **spec}  # fmt: skip
+        rows.append(_derive(row, ranges, iterations))
+    return _frame(rows, "memops")
+
+
+def _frame(rows: list[dict], table: str) -> pd.DataFrame:
+    from dlprof_lite.ingest.columns import TABLES, empty_frame
+
+    if not rows:
+        return empty_frame(table, derived=True)
+    frame = pd.DataFrame(rows)
+    names = [c.name for c in TABLES[table]]
+    extra = [c for c in frame.columns if c not in names]
+    return coerce(frame.loc[:, names + extra], table)
+
+
+def build_api(kernels: pd.DataFrame, memops: pd.DataFrame, extra: Sequence[dict]) -> pd.DataFrame:
+    """Launch calls of every op with an API row, plus ``extra`` calls (e.g. syncs)."""
+    rows = []
+    for frame in (kernels, memops):
+        for op in frame.itertuples(index=False):
+            if op.api_start_ns is not pd.NA:
+                rows.append(dict(start_ns=op.api_start_ns, end_ns=op.api_end_ns, pid=op.pid,
+                                 tid=op.tid, correlation_id=op.correlation_id,
+                                 name=op.api_name))  # fmt: skip
+    for call in extra:
+        rows.append({"pid": PID, "tid": TID, "correlation_id": 0, **call})
+    frame = pd.DataFrame(rows, columns=["start_ns", "end_ns", "pid", "tid", "correlation_id",
+                                        "name"])  # fmt: skip
+    frame["dur_ns"] = frame["end_ns"] - frame["start_ns"]
+    frame["source"] = "runtime"
+    return coerce(frame.astype({"start_ns": "int64", "end_ns": "int64", "dur_ns": "int64"}), "api")
+
+
+def build_iterations(windows: Sequence[tuple[int, int, bool, bool]]) -> pd.DataFrame:
+    """``[(start, end, warmup, in_window), ...]`` -> the iterations table."""
+    frame = pd.DataFrame(windows, columns=["start_ns", "end_ns", "warmup", "in_window"])
+    frame.insert(0, "iteration", np.arange(len(frame), dtype=np.int64))
+    frame.insert(3, "wall_ns", frame["end_ns"] - frame["start_ns"])
+    return coerce(frame.astype({"start_ns": "int64", "end_ns": "int64", "wall_ns": "int64"}),
+                  "iterations")  # fmt: skip
+
+
+def build_gpus(rows: Sequence[tuple[int, str, int, int, int]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["device_id", "name", "sm_count", "cc_major", "cc_minor"])
+    return coerce(frame.astype({"device_id": "int64", "name": object}), "gpus")
+
+
+def make_profile(
+    *,
+    ranges: Sequence[R] = (),
+    kernels: Sequence[dict] = (),
+    memops: Sequence[dict] = (),
+    api: Sequence[dict] = (),
+    iterations: Sequence[tuple[int, int, bool, bool]] = (),
+    gpus: Sequence[tuple[int, str, int, int, int]] = ((0, "NVIDIA H100 80GB HBM3", 132, 9, 0),),
+    session: tuple[int, int] = (0, 10_000),
+    source: str = "test.sqlite",
+    warnings: tuple[str, ...] = (),
+) -> Profile:
+    r = build_ranges(ranges)
+    it = build_iterations(iterations)
+    k = build_kernels(kernels, r, it)
+    m = build_memops(memops, r, it)
+    from dlprof_lite.ingest.columns import empty_frame
+
+    meta = Meta(
+        source=source, nsys_version="2024.5.1", schema_version="3.13.2",
+        session_start_ns=session[0], session_end_ns=session[1],
+        key_range="iteration" if len(it) else None,
+        key_range_source="annotation" if len(it) else "none", warnings=warnings,
+    )  # fmt: skip
+    return Profile(
+        kernels=k, memops=m, api=build_api(k, m, api), ranges=r,
+        marks=empty_frame("marks"), gpus=build_gpus(gpus), iterations=it, meta=meta,
+    )  # fmt: skip
+
+
+def _step(b: int, wall: int) -> R:
+    """One annotated training step starting at ``b`` (offsets below are from ``b``)."""
+    return R("iteration", b, b + wall, [
+        R("data", b, b + 200),
+        R("forward", b + 200, b + 800, [
+            R("fwd:fc1:Linear", b + 300, b + 450),
+            R("fwd:act:ReLU", b + 450, b + 600),
+        ]),
+        R("backward", b + 800, b + 1600, [R("bwd:fc1:Linear", b + 900, b + 1300)]),
+        R("optimizer", b + 1600, b + 1900),
+    ])  # fmt: skip
+
+
+def _step_ops(b: int, copy_gap: int) -> tuple[list[dict], list[dict]]:
+    """Ops of one step. GPU times, from ``b``: copy 120-140, gemm 330-430, relu 530-550,
+    sgemm 940-1140, adam 1630-1680. Host gaps: idle time before each op whose launch began
+    after the previous op ended (190 = 330-140, 100 = 530-430, 390 = 940-550, 490 = 1630-1140).
+    """
+    kernels = [
+        dict(name="sm90_xmma_gemm_bf16bf16_tn", tc=True, start_ns=b + 330, dur_ns=100,
+             api_name="cudaLaunchKernel_v7000", api_start_ns=b + 310, api_end_ns=b + 320,
+             host_gap_ns=190),
+        dict(name="relu_kernel", start_ns=b + 530, dur_ns=20, api_name="cudaLaunchKernel_v7000",
+             api_start_ns=b + 490, api_end_ns=b + 520, host_gap_ns=100),
+        dict(name="sgemm_128x64_nt", start_ns=b + 940, dur_ns=200,
+             api_name="cudaLaunchKernel_v7000", api_start_ns=b + 920, api_end_ns=b + 930,
+             host_gap_ns=390),
+        dict(name="adam_kernel", start_ns=b + 1630, dur_ns=50, api_name="cudaLaunchKernel_v7000",
+             api_start_ns=b + 1610, api_end_ns=b + 1620, host_gap_ns=490),
+    ]  # fmt: skip
+    memops = [
+        dict(kind="memcpy", copy_kind="HtoD", bytes=1_000_000, src_mem="pageable",
+             dst_mem="device", start_ns=b + 120, dur_ns=20, api_name="cudaMemcpyAsync_v3020",
+             api_start_ns=b + 100, api_end_ns=b + 110, host_gap_ns=copy_gap),
+    ]  # fmt: skip
+    return kernels, memops
+
+
+def training_profile(**overrides) -> Profile:
+    """Three steps of a Linear+ReLU model on one H100 (session 0-10000 ns).
+
+    Iterations: 0 = [1000, 3000) warm-up, 1 = [3000, 5000), 2 = [5000, 8000); each step has
+    ranges data 200 ns, forward 600 (fc1 150, act 150), backward 800 (fc1 400), optimizer
+    300; GPU per step: copy 20 (data), gemm 100 TC (fc1 fwd), relu 20 (act fwd, launch
+    call 30 > 20: a short launch), sgemm 200 (fc1 bwd, no TC), adam 50 (optimizer).
+    Outside steps: a memset 500-510 (launched at 400), a synchronous DtoH copy 8150-8190 to
+    pageable memory (host gap 8150-6680 = 1470), cudaStreamSynchronize 8000-8050 and a
+    cudaDeviceSynchronize 4800-4900 inside step 1.
+    Host gaps of each step's copy: 1120-510 = 610 (step 0), 440 = 3120-2680 (steps 1, 2).
+    """
+    kernels, memops = [], []
+    for b, gap in ((1000, 610), (3000, 440), (5000, 440)):
+        k, m = _step_ops(b, gap)
+        kernels += k
+        memops += m
+    memops += [
+        dict(kind="memset", bytes=4096, dst_mem="device", start_ns=500, dur_ns=10,
+             api_name="cudaMemsetAsync_v3020", api_start_ns=400, api_end_ns=405),
+        dict(kind="memcpy", copy_kind="DtoH", bytes=4096, src_mem="device", dst_mem="pageable",
+             start_ns=8150, dur_ns=40, api_name="cudaMemcpy_v3020", api_start_ns=8100,
+             api_end_ns=8200, host_gap_ns=1470),
+    ]  # fmt: skip
+    spec = dict(
+        ranges=[_step(1000, 2000), _step(3000, 2000), _step(5000, 3000)],
+        kernels=kernels,
+        memops=memops,
+        api=[
+            dict(name="cudaStreamSynchronize_v3020", start_ns=8000, end_ns=8050),
+            dict(name="cudaDeviceSynchronize_v3020", start_ns=4800, end_ns=4900),
+        ],
+        iterations=[
+            (1000, 3000, True, True),
+            (3000, 5000, False, True),
+            (5000, 8000, False, True),
+        ],
+    )
+    spec.update(overrides)
+    return make_profile(**spec)
