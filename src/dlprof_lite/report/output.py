@@ -32,7 +32,7 @@ MAX_NAMES = 10_000
 def report_stem(path: Path) -> str:
     """``run.nsys-rep.sqlite`` -> ``run``: the input name without its nsys suffixes."""
     name = path.name
-    while (suffix := Path(name).suffix.lower()) in INPUT_SUFFIXES:
+    while suffix := next((s for s in INPUT_SUFFIXES if name.lower().endswith(s)), ""):
         name = name[: -len(suffix)]
     return name or "report"
 
