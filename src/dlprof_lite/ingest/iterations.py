@@ -1,0 +1,295 @@
+"""Training iterations: found from NVTX key ranges, then every GPU op is placed in one.
+
+Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`).
+:func:`find_iterations` reads the nested ``ranges`` and builds the ``iterations`` table of
+the column contract; :func:`assign_iterations` adds ``iteration`` to kernels and memops;
+the report calls :func:`iteration_stats` on its per-iteration table.
+
+DLProf's key-node rule: iteration boundaries are the END times of the instances of one key
+range. Iteration ``i`` spans ``(end of instance i-1, end of instance i]``; iteration 0 has no
+previous instance and spans ``[start, end]`` of the first key instance, so the time before
+the first key range (imports, model build, data loader start-up) belongs to no iteration.
+Time between two key instances belongs to the later iteration (its data loading, say).
+
+The key range is, in this order: ``--key-range REGEX`` (``re.search`` on range names); our
+annotation layer's ``iteration`` range (domain ``dlprof-lite``); the top-level push/pop range
+name that repeats most (at least twice; a tie goes to the name that starts first; names in
+the default NVTX domain are preferred, because libraries such as cuBLAS or NCCL push their
+own repeated ranges in their own domains; op markers such as PyProf payloads and emit_nvtx
+op ranges never count, and repeats are counted per thread); else none.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.annotate.names import DOMAIN, ITERATION
+from dlprof_lite.errors import InputError
+from dlprof_lite.ingest.columns import empty_frame
+
+# Variance is "high" when the standard deviation of iteration wall times is at least 10 % of
+# their mean — the threshold at which pyperf (psf/pyperf, pyperf/_cli.py ``format_checks``)
+# warns "the benchmark result may be unstable". The same 10 % around the median bounds the
+# suggested steady window.
+HIGH_VARIANCE_CV = 0.10
+STEADY_TOLERANCE = 0.10
+# A steady window shorter than this is no window worth suggesting.
+STEADY_MIN_ITERATIONS = 2
+# Default warm-up: with no explicit window and at least this many iterations, iteration 0
+# (CUDA context, cuDNN autotuning, allocator growth) is reported separately as warm-up.
+DEFAULT_WARMUP_MIN_ITERATIONS = 3
+
+SOURCES = ("annotation", "key-range", "most-repeated", "none")
+
+# Names that mark one op call, never a training step, so never a most-repeated key: PyProf/
+# DLProf payloads ("{'mod': ...}"), emit_nvtx op and backward-node ranges ("aten::addmm,
+# seq = 8", "autograd::engine::..."), our module ranges ("fwd:conv1:Conv2d").
+_OP_MARKER_RE = re.compile(
+    r"^\{|^(?:aten|autograd|torch|c10d)::|, (?:stashed )?seq ?=|, op_id ?=|^(?:fwd|bwd):"
+)
+
+
+def find_iterations(
+    ranges: pd.DataFrame,
+    *,
+    key_range: str | None = None,
+    iter_start: int | None = None,
+    iter_stop: int | None = None,
+) -> tuple[pd.DataFrame, str | None, str]:
+    """Return the ``iterations`` table, the key range name and where the key came from.
+
+    The source is one of :data:`SOURCES`. With a regex matching several names (``step 1``,
+    ``step 2``, ...) the name returned is the regex itself. ``iter_start``/``iter_stop``
+    choose the window (stop exclusive); iterations before ``iter_start`` are warm-up.
+    Raises :class:`InputError` for a regex that is invalid or matches no range, a negative or
+    empty window, or a window that selects none of the iterations found.
+    """
+    _check_window(iter_start, iter_stop)
+    instances, name, source = _key_instances(ranges, key_range)
+    if instances.empty:
+        return empty_frame("iterations"), None, "none"
+    instances = _outermost(_busiest_thread(instances))
+    table = _iteration_table(instances, iter_start, iter_stop)
+    return table, name, source
+
+
+def _check_window(iter_start: int | None, iter_stop: int | None) -> None:
+    if iter_start is not None and iter_start < 0:
+        raise InputError(f"--iter-start must be >= 0, not {iter_start}")
+    if iter_stop is not None and iter_stop <= (iter_start or 0):
+        raise InputError(
+            f"--iter-stop ({iter_stop}) must be greater than --iter-start ({iter_start or 0})"
+        )
+
+
+def _key_instances(
+    ranges: pd.DataFrame, key_range: str | None
+) -> tuple[pd.DataFrame, str | None, str]:
+    closed = ranges[ranges["closed"].to_numpy(dtype=bool)]
+    # A key range never closed (the program died in it) has no end, so no boundary.
+    names = closed["name"].astype("category")
+    if key_range is not None:
+        matched = _regex_names(ranges, key_range)
+        picked = closed[names.isin(matched).to_numpy()]
+        shown = matched[0] if len(matched) == 1 else key_range
+        return picked, shown, "key-range"
+    ours = (names == ITERATION).to_numpy() & (closed["domain"] == DOMAIN).to_numpy()
+    if ours.any():
+        return closed[ours], ITERATION, "annotation"
+    name = _most_repeated(closed)
+    if name is None:
+        return closed.iloc[:0], None, "none"
+    top = (closed["depth"] == 0).to_numpy() & (names == name).to_numpy()
+    return closed[top & (closed["style"] == "push_pop").to_numpy()], name, "most-repeated"
+
+
+def _regex_names(ranges: pd.DataFrame, key_range: str) -> list[str]:
+    try:
+        pattern = re.compile(key_range)
+    except re.error as exc:
+        raise InputError(
+            f"--key-range {key_range!r} is not a valid regular expression: {exc}"
+        ) from exc
+    # Each distinct name is tested once, never each instance.
+    unique = ranges["name"].astype("category").cat.categories
+    matched = [str(n) for n in unique if pattern.search(str(n))]
+    if not matched:
+        top = ranges.loc[ranges["depth"] == 0, "name"].astype("object").value_counts()
+        shown = ", ".join(repr(_short(str(n))) for n in top.index[:5]) or "none"
+        raise InputError(
+            f"--key-range {key_range!r} matches no NVTX range; top-level ranges: {shown}"
+        )
+    return matched
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def _most_repeated(closed: pd.DataFrame) -> str | None:
+    top = closed[(closed["depth"] == 0).to_numpy() & (closed["style"] == "push_pop").to_numpy()]
+    names = top["name"].astype("category")
+    # Each distinct name is tested once; op markers are dropped before counting.
+    marker = names.cat.categories.astype(str).str.contains(_OP_MARKER_RE)
+    keep = ~np.append(np.asarray(marker, dtype=bool), True)[names.cat.codes.to_numpy()]
+    top = top[keep].assign(name=names[keep].astype("object"))
+    default = top[(top["domain"].astype("object") == "").to_numpy()]
+    for candidates in (default, top):
+        # Repeats are counted per thread: one range on each of eight threads is no loop.
+        stats = candidates.groupby(["name", "pid", "tid"])["start_ns"].agg(["size", "min"])
+        stats = stats[stats["size"] >= 2]
+        if not stats.empty:
+            # Most instances first; among equals the name whose first instance starts first.
+            best = stats.sort_values(["size", "min"], ascending=[False, True], kind="stable")
+            return str(best.index[0][0])
+    return None
+
+
+def _busiest_thread(instances: pd.DataFrame) -> pd.DataFrame:
+    """Keep the key instances of the one thread that has the most of them.
+
+    In a profile of several processes or threads (ranks, a data-loader thread) each runs its
+    own copy of the loop; the thread with the most instances is taken as the training loop,
+    a tie going to the thread whose first instance starts first.
+    """
+    per_thread = instances.groupby(["pid", "tid"])["start_ns"].agg(["size", "min"])
+    best = per_thread.sort_values(["size", "min"], ascending=[False, True], kind="stable")
+    pid, tid = best.index[0]
+    mine = (instances["pid"] == pid).to_numpy() & (instances["tid"] == tid).to_numpy()
+    return instances[mine]
+
+
+def _outermost(instances: pd.DataFrame) -> pd.DataFrame:
+    """Drop instances that start inside an earlier one (a regex can match nested ranges)."""
+    ordered = instances.sort_values(["start_ns", "end_ns"], kind="stable")
+    start = ordered["start_ns"].to_numpy(dtype=np.int64)
+    end = ordered["end_ns"].to_numpy(dtype=np.int64)
+    prev_end = np.maximum.accumulate(end)
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = start[1:] >= prev_end[:-1]
+    return ordered[keep]
+
+
+def _iteration_table(
+    instances: pd.DataFrame, iter_start: int | None, iter_stop: int | None
+) -> pd.DataFrame:
+    end = instances["end_ns"].to_numpy(dtype=np.int64)
+    start = np.empty_like(end)
+    start[0] = instances["start_ns"].iloc[0]
+    start[1:] = end[:-1]
+    index = np.arange(len(end), dtype=np.int64)
+    explicit = iter_start is not None or iter_stop is not None
+    lo = iter_start or 0
+    hi = len(end) if iter_stop is None else iter_stop
+    in_window = (index >= lo) & (index < hi)
+    if explicit:
+        warmup = index < lo
+        if not in_window.any():
+            raise InputError(
+                f"the iteration window [{lo}, {hi}) selects none of the {len(end)} iterations found"
+            )
+    else:
+        warmup = (index == 0) & (len(end) >= DEFAULT_WARMUP_MIN_ITERATIONS)
+    return pd.DataFrame(
+        {
+            "iteration": index,
+            "start_ns": start,
+            "end_ns": end,
+            "wall_ns": end - start,
+            "warmup": warmup,
+            "in_window": in_window,
+        }
+    )
+
+
+def assign_iterations(
+    kernels: pd.DataFrame, memops: pd.DataFrame, iterations: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Add ``iteration`` (Int64) to copies of ``kernels`` and ``memops``.
+
+    An op belongs to the iteration in which it was launched: its launch call's start
+    (``api_start_ns``), or its GPU start when it has no API row. GPU work still running after
+    the iteration's end is thereby charged to the step that issued it. Ops of every process
+    are placed on the one timeline of the key thread.
+    """
+    return _assign(kernels, iterations), _assign(memops, iterations)
+
+
+def _assign(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
+    out = ops.copy(deep=False)  # new columns only: the input is never touched
+    launch = ops["api_start_ns"].astype("Int64").fillna(ops["start_ns"].astype("Int64"))
+    t = launch.to_numpy(dtype=np.int64)
+    ends = iterations["end_ns"].to_numpy(dtype=np.int64)
+    starts = iterations["start_ns"].to_numpy(dtype=np.int64)
+    # First iteration whose end is >= t; it holds t when t is after its start: (start, end].
+    # Iteration 0 also holds its own start, the start of the first key instance.
+    pos = np.searchsorted(ends, t, side="left")
+    inside = pos < len(ends)
+    at = pos[inside]
+    inside[inside] = (t[inside] > starts[at]) | ((at == 0) & (t[inside] == starts[at]))
+    data = np.zeros(len(ops), dtype=np.int64)
+    data[inside] = iterations["iteration"].to_numpy(dtype=np.int64)[pos[inside]]
+    out["iteration"] = pd.Series(pd.arrays.IntegerArray(data, ~inside), index=ops.index)
+    return out
+
+
+def iteration_stats(per_iter: pd.DataFrame) -> dict[str, float | int | bool | None]:
+    """Wall-time statistics of the in-window, non-warm-up iterations of ``per_iter``.
+
+    ``per_iter`` needs ``iteration``, ``wall_ns``, ``warmup`` and ``in_window``. Keys:
+    ``count``; ``mean_ns``, ``median_ns``, ``std_ns`` (sample std, ddof=1; 0 for one
+    iteration), ``p90_ns`` (linear interpolation, numpy's default), ``cv`` (std / mean);
+    ``high_variance`` (cv >= :data:`HIGH_VARIANCE_CV`); and, only when variance is high,
+    ``steady_start``/``steady_stop`` (stop exclusive, as ``--iter-start/--iter-stop``): the
+    longest run of consecutive iterations within ±:data:`STEADY_TOLERANCE` of the median, the
+    earliest among equals, at least :data:`STEADY_MIN_ITERATIONS` long — else ``None``.
+    """
+    chosen = per_iter[
+        per_iter["in_window"].to_numpy(dtype=bool) & ~per_iter["warmup"].to_numpy(dtype=bool)
+    ].sort_values("iteration")
+    stats: dict[str, float | int | bool | None] = dict.fromkeys(
+        ("mean_ns", "median_ns", "std_ns", "p90_ns", "cv", "steady_start", "steady_stop")
+    )
+    stats["count"] = len(chosen)
+    stats["high_variance"] = False
+    if chosen.empty:
+        return stats
+    wall = chosen["wall_ns"].to_numpy(dtype=np.float64)
+    mean = float(wall.mean())
+    median = float(np.median(wall))
+    std = float(wall.std(ddof=1)) if len(wall) > 1 else 0.0
+    stats.update(
+        mean_ns=mean,
+        median_ns=median,
+        std_ns=std,
+        p90_ns=float(np.percentile(wall, 90)),
+        cv=std / mean if mean > 0 else None,
+    )
+    if stats["cv"] is not None and stats["cv"] >= HIGH_VARIANCE_CV:
+        stats["high_variance"] = True
+        near = np.abs(wall - median) <= STEADY_TOLERANCE * median
+        window = _longest_run(chosen["iteration"].to_numpy(dtype=np.int64), near)
+        if window is not None:
+            stats["steady_start"], stats["steady_stop"] = window
+    return stats
+
+
+def _longest_run(index: np.ndarray, ok: np.ndarray) -> tuple[int, int] | None:
+    """Longest run of consecutive iteration numbers that are all ``ok``: (start, stop)."""
+    # A run breaks where an iteration is not ok or where the numbering skips one.
+    breaks = np.ones(len(index), dtype=bool)
+    breaks[1:] = ~ok[1:] | ~ok[:-1] | (np.diff(index) != 1)
+    run_id = np.cumsum(breaks)
+    runs = (
+        pd.DataFrame({"run": run_id[ok], "i": index[ok]})
+        .groupby("run")["i"]
+        .agg(["min", "max", "size"])
+    )
+    runs = runs[runs["size"] >= STEADY_MIN_ITERATIONS]
+    if runs.empty:
+        return None
+    best = runs.sort_values(["size", "min"], ascending=[False, True], kind="stable").iloc[0]
+    return int(best["min"]), int(best["max"]) + 1

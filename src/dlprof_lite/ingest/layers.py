@@ -1,0 +1,394 @@
+"""Layers, directions and training phases of every kernel and memop, from NVTX ranges.
+
+Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`),
+run after ``correlate.attribute_ranges`` has given each GPU op the innermost NVTX range its
+launch call started in (``range_id``). It adds ``layer``, ``layer_type``, ``direction`` and
+``phase``. Each distinct range name is parsed once; ops only index per-range arrays.
+
+Layer names come from three kinds of NVTX range, in this order of priority:
+
+a. our annotation layer's module ranges ``fwd:<qualname>:<Type>`` / ``bwd:...``
+   (:data:`dlprof_lite.annotate.names.MODULE_RANGE_RE`): the innermost one enclosing the op.
+b. ``torch.autograd.profiler.emit_nvtx``: a forward op is ``aten::addmm, seq = 8`` (then
+   ``, op_id = ...``/``, sizes = [...]`` in newer PyTorch) and the backward node it creates
+   ``AddmmBackward0, seq = 8`` (``getNvtxStr`` in ``torch/csrc/profiler``, PyTorch >= 1.5) or
+   ``AddmmBackward, stashed seq=8`` (older). An op inside a backward node gets the layer of
+   the forward op with that ``seq`` in its process (the latest one started before the node),
+   direction ``backward``. The forward op is the outermost of nested ranges sharing a ``seq``
+   (``aten::conv2d``, not the ``aten::cudnn_convolution`` inside); its layer is its enclosing
+   module (a or c), else its own name.
+c. PyProf/DLProf payloads ``{'traceMarker': [...], 'funcStack': '/<module>/Net::_call_impl/
+   Net::forward/Conv2d::_call_impl(2)/Conv2d::forward/...'}`` (a parent of the op's
+   ``{'mod': ..., 'op': ...}`` range): the layer is the chain of module ``forward`` frames,
+   each named by its class and the ``(n)`` that DLProf appends to the n-th distinct call site
+   of a frame (``Net/Conv2d(2)``); the type is the innermost class. Payloads are read with a
+   regular expression, never evaluated. DLProf caches these names by call site, so two
+   modules called on one source line share the first one's name (real exports show a
+   MaxPool2d under ``Conv2d::forward``); we keep its names as they are.
+
+Phase: the innermost enclosing phase range (``data``, ``forward``, ``backward``,
+``optimizer`` in domain ``dlprof-lite``) on the launching thread; else ``backward`` for an op
+in a backward module range or backward node (autograd runs backward on its own thread, where
+only ``bwd:`` ranges are pushed) and ``forward`` for an op in a module's forward (a or c; a
+bare emit_nvtx op name may as well be the optimizer's); else the phase range of the same
+process whose time span holds the launch (the latest one started before it); else ``other``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.annotate.names import BACKWARD, DOMAIN, MODULE_RANGE_RE, PHASES
+
+DIRECTIONS = ("forward", "backward")
+PHASE_VALUES = (*PHASES, "other")
+
+# Module types (and emit_nvtx op names) whose math is a GEMM or a convolution, so that it
+# can run on Tensor Cores: NVIDIA Deep Learning Performance Guide, "Linear/Fully-Connected
+# Layers", "Convolutional Layers", "Recurrent Layers" and "Matrix Multiplication Background"
+# (batched GEMMs of attention) user's guides, docs.nvidia.com/deeplearning/performance.
+TC_ELIGIBLE_TYPES: dict[str, re.Pattern[str]] = {
+    # Conv1d/2d/3d, ConvTranspose2d, LazyConv2d, HF Conv1D, aten::conv2d, aten::_convolution
+    "conv": re.compile(r"conv(?!ert)", re.IGNORECASE),
+    # Linear, LazyLinear, NonDynamicallyQuantizableLinear, RowParallelLinear, aten::linear;
+    # not UpsamplingBilinear2d or aten::upsample_linear1d (interpolation, no GEMM)
+    "linear": re.compile(r"Linear|(?:^|::|\.)linear$"),
+    # aten::mm, bmm, addmm, baddbmm, addbmm, matmul, einsum
+    "matmul": re.compile(r"matmul|einsum|(?:^|::|\.|_)(?:add|badd)?b?mm$", re.IGNORECASE),
+    # MultiheadAttention, LlamaAttention, *Attn, aten::scaled_dot_product_attention
+    "attention": re.compile(r"attention|attn", re.IGNORECASE),
+    # RNN, LSTM, GRU and their cells, aten::lstm, aten::_cudnn_rnn
+    "rnn": re.compile(r"rnn|lstm|gru", re.IGNORECASE),
+}
+
+
+def tc_eligible_family(type_name: str) -> str | None:
+    """The :data:`TC_ELIGIBLE_TYPES` family a module type or op name belongs to, if any."""
+    for family, pattern in TC_ELIGIBLE_TYPES.items():
+        if pattern.search(type_name):
+            return family
+    return None
+
+
+def is_tc_eligible(type_name: str) -> bool:
+    """True for a conv, linear, matmul/bmm, attention or RNN module type (or op name)."""
+    return tc_eligible_family(type_name) is not None
+
+
+class ModuleRange(NamedTuple):
+    direction: str
+    qualname: str
+    type_name: str
+
+
+def parse_module_range(name: str) -> ModuleRange | None:
+    """``fwd:layer1.0.conv1:Conv2d`` -> ``('forward', 'layer1.0.conv1', 'Conv2d')``, else None."""
+    m = MODULE_RANGE_RE.match(name)
+    if m is None:
+        return None
+    direction = "backward" if m["dir"] == BACKWARD else "forward"
+    return ModuleRange(direction, m["layer"], m["type"])
+
+
+# "aten::addmm, seq = 8, op_id = 3", "AddmmBackward0, seq = 8", "AddBackward, stashed seq=3"
+_SEQ_RE = re.compile(r"^(?P<op>[^,]+), (?P<stashed>stashed )?seq ?= ?(?P<seq>\d+)")
+_BACKWARD_NODE_RE = re.compile(r"Backward\d*$")
+_FUNCSTACK_RE = re.compile(r"""['"]funcStack['"]:\s*['"](?P<stack>[^'"]*)['"]""")
+_FRAME_RE = re.compile(r"^(?:(?P<cls>[^:]+)::)?(?P<fn>.+?)(?P<suffix>\(\d+\))?$")
+
+
+def layer_from_funcstack(stack: str) -> tuple[str, str] | None:
+    """DLProf funcStack -> (layer, type) of the innermost module ``forward``, else None."""
+    labels: list[str] = []
+    since: list[tuple[str | None, str]] = []  # frames since the previous module forward
+    for frame in stack.split("/"):
+        m = _FRAME_RE.match(frame)
+        if m is None or frame == "<module>":
+            continue
+        cls, suffix = m["cls"], m["suffix"] or ""
+        if cls is not None and m["fn"] == "forward":
+            # The module's own call frame (Conv2d::_call_impl(2)) carries the call-site index.
+            labels.append(cls + next((s for c, s in since if c == cls), suffix))
+            since = []
+        else:
+            since.append((cls, suffix))
+    if not labels:
+        return None
+    return "/".join(labels), labels[-1].split("(")[0]
+
+
+_NAME_COLUMNS = (
+    "module_direction", "module_layer", "module_type",
+    "seq_kind", "seq", "op_name", "pyprof_layer", "pyprof_type",
+)  # fmt: skip
+
+
+def classify_range_names(names: Sequence[str]) -> pd.DataFrame:
+    """One row per distinct range name: what each layer source reads from it.
+
+    ``seq_kind`` is ``op`` (an emit_nvtx forward op), ``backward`` (a backward node) or None.
+    """
+    rows = []
+    for name in names:
+        text = str(name)
+        module = parse_module_range(text)
+        seq = _SEQ_RE.match(text)
+        kind = None
+        if seq is not None:
+            backward = seq["stashed"] is not None or _BACKWARD_NODE_RE.search(seq["op"])
+            kind = "backward" if backward else "op"
+        stack = _FUNCSTACK_RE.search(text) if text.startswith("{") else None
+        pyprof = layer_from_funcstack(stack["stack"]) if stack else None
+        rows.append(
+            (
+                *(module if module else (None, None, None)),
+                kind,
+                int(seq["seq"]) if seq else -1,
+                seq["op"] if seq else None,
+                *(pyprof if pyprof else (None, None)),
+            )
+        )
+    return pd.DataFrame(rows, columns=list(_NAME_COLUMNS), index=pd.Index(names, name="name"))
+
+
+def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Row position of each ``wanted`` range id in ``ids`` (-1 where absent or negative)."""
+    if len(ids) == 0:
+        return np.full(len(wanted), -1, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    at = np.minimum(np.searchsorted(ids[order], wanted), len(ids) - 1)
+    found = (wanted >= 0) & (ids[order][at] == wanted)
+    return np.where(found, order[at], -1)
+
+
+def _nearest(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Position of the nearest ``own`` range among each range and its ancestors (-1: none).
+
+    Pointer jumping: each round looks twice as far up every unresolved chain, so a nesting
+    depth d costs log2(d) vectorised rounds, never a loop per range.
+    """
+    near = np.where(own, np.arange(len(own)), -1)
+    jump = parent.copy()
+    todo = np.flatnonzero((near < 0) & (jump >= 0))
+    for _ in range(64):  # 2**64 levels: a guard against a malformed cyclic parent chain
+        if todo.size == 0:
+            break
+        up = jump[todo]
+        near[todo] = near[up]
+        jump[todo] = jump[up]
+        todo = todo[(near[todo] < 0) & (jump[todo] >= 0)]
+    return near
+
+
+def _take(codes: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``codes[at]``, and -1 (none) where ``at`` is -1."""
+    return np.append(codes, -1)[at]
+
+
+def _first(*choices: np.ndarray) -> np.ndarray:
+    """Element-wise the first code that is not -1."""
+    out = choices[0].copy()
+    for choice in choices[1:]:
+        missing = out < 0
+        out[missing] = choice[missing]
+    return out
+
+
+def _encode(info: pd.DataFrame, columns: list[str]) -> tuple[pd.Index, dict[str, np.ndarray]]:
+    """One vocabulary for several string columns of ``info``; each column as codes (-1: none).
+
+    Labels travel as integer codes from names to ranges to ops, and become categoricals
+    only at the end: no per-op strings.
+    """
+    codes, vocabulary = pd.factorize(pd.concat([info[c] for c in columns], ignore_index=True))
+    n = len(info)
+    return pd.Index(vocabulary), {c: codes[i * n : (i + 1) * n] for i, c in enumerate(columns)}
+
+
+@dataclass(frozen=True)
+class _RangeLabels:
+    """Per range (row order of ``ranges``): codes into ``layers``/``types``, direction codes
+    into :data:`DIRECTIONS`, phase codes into :data:`PHASE_VALUES` (-1: none)."""
+
+    layers: pd.Index
+    types: pd.Index
+    layer: np.ndarray
+    layer_type: np.ndarray
+    direction: np.ndarray
+    thread_phase: np.ndarray
+    implied_phase: np.ndarray
+
+
+def _range_labels(ranges: pd.DataFrame) -> _RangeLabels:
+    names = ranges["name"].astype("category")
+    info = classify_range_names(list(names.cat.categories))
+    codes = names.cat.codes.to_numpy()
+    layers, lcode = _encode(info, ["module_layer", "pyprof_layer", "op_name"])
+    types, tcode = _encode(info, ["module_type", "pyprof_type", "op_name"])
+    per_range = {f"layer:{c}": _take(v, codes) for c, v in lcode.items()}
+    per_range |= {f"type:{c}": _take(v, codes) for c, v in tcode.items()}
+    direction_of = info["module_direction"].map({"forward": 0, "backward": 1}).fillna(-1)
+    per_range["module_direction"] = _take(direction_of.to_numpy(dtype=np.int64), codes)
+    per_range["seq"] = _take(info["seq"].to_numpy(dtype=np.int64), codes)
+    kind = info["seq_kind"].map({"op": 0, "backward": 1}).fillna(-1).to_numpy(dtype=np.int64)
+    per_range["kind"] = _take(kind, codes)
+    parent = _positions(
+        ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
+    )
+    near = {
+        "mod": _nearest(per_range["layer:module_layer"] >= 0, parent),
+        "bwd": _nearest(per_range["kind"] == 1, parent),
+        "pyprof": _nearest(per_range["layer:pyprof_layer"] >= 0, parent),
+    }
+    root = _op_roots(per_range["kind"], per_range["seq"], parent)
+    near["root"] = _nearest(root, parent)
+    fwd_layer = _first(*(_take(per_range[f"layer:{c}"], near[k]) for c, _, k in _SOURCES))
+    fwd_type = _first(*(_take(per_range[f"type:{t}"], near[k]) for _, t, k in _SOURCES))
+    matched = _match_backward(
+        ranges, per_range["kind"] == 1, root & (near["bwd"] < 0), per_range["seq"]
+    )
+    # Inside a backward node (and no module range of ours nearer): the forward op's layer.
+    backward = (near["mod"] < 0) & (near["bwd"] >= 0)
+    source = _take(matched, near["bwd"])
+    direction = np.where(backward, 1, np.where(fwd_layer >= 0, 0, -1))
+    direction = np.where(
+        near["mod"] >= 0, _take(per_range["module_direction"], near["mod"]), direction
+    )
+    # Phase implied by the direction: backward always (autograd's thread), forward only inside
+    # a module's forward, as a bare op name (aten::add_) may as well be an optimizer's op.
+    implied = (direction == 1) | (near["mod"] >= 0) | (near["pyprof"] >= 0)
+    implied_phase = np.where(implied & (direction >= 0), _DIRECTION_PHASE[direction], -1)
+    own_phase = _phase_codes(ranges)
+    return _RangeLabels(
+        layers=layers,
+        types=types,
+        layer=np.where(backward, _take(fwd_layer, source), fwd_layer),
+        layer_type=np.where(backward, _take(fwd_type, source), fwd_type),
+        direction=direction,
+        thread_phase=_take(own_phase, _nearest(own_phase >= 0, parent)),
+        implied_phase=implied_phase,
+    )
+
+
+# Forward-side layer sources in priority order: (layer column, type column, nearest key).
+_SOURCES = (
+    ("module_layer", "module_type", "mod"),
+    ("pyprof_layer", "pyprof_type", "pyprof"),
+    ("op_name", "op_name", "root"),
+)
+# Phase code of each direction code (forward -> "forward", backward -> "backward"); the
+# trailing entry serves direction -1 and is masked out.
+_DIRECTION_PHASE = np.array([PHASE_VALUES.index(d) for d in DIRECTIONS] + [-1])
+
+
+def _op_roots(kind: np.ndarray, seq: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """emit_nvtx forward ops that own their seq: no enclosing op carries the same seq."""
+    is_op = kind == 0
+    near_op = _nearest(is_op, parent)
+    above = np.where(parent >= 0, near_op[np.maximum(parent, 0)], -1)
+    return is_op & ~((above >= 0) & (seq[np.maximum(above, 0)] == seq))
+
+
+def _phase_codes(ranges: pd.DataFrame) -> np.ndarray:
+    names = ranges["name"].astype("category")
+    per_name = [PHASE_VALUES.index(n) if n in PHASES else -1 for n in names.cat.categories]
+    codes = _take(np.asarray(per_name, dtype=np.int64), names.cat.codes.to_numpy())
+    return np.where((ranges["domain"].astype(object) == DOMAIN).to_numpy(), codes, -1)
+
+
+def _match_backward(
+    ranges: pd.DataFrame, is_node: np.ndarray, is_root: np.ndarray, seq: np.ndarray
+) -> np.ndarray:
+    """Per range: position of the forward root op a backward node came from (-1: none)."""
+    out = np.full(len(ranges), -1, dtype=np.int64)
+    nodes, roots = np.flatnonzero(is_node), np.flatnonzero(is_root)
+    if nodes.size == 0 or roots.size == 0:
+        return out
+
+    pid, start = ranges["pid"].to_numpy(dtype=np.int64), ranges["start_ns"].to_numpy(dtype=np.int64)
+
+    def keyed(at: np.ndarray) -> pd.DataFrame:
+        frame = pd.DataFrame({"pos": at, "pid": pid[at], "seq": seq[at], "start": start[at]})
+        return frame.sort_values("start", kind="stable")
+
+    # seq numbers restart per thread and per process; the latest forward op with the node's
+    # seq that started before the node in its process is the one that created it.
+    pairs = pd.merge_asof(
+        keyed(nodes), keyed(roots), on="start", by=["pid", "seq"],
+        direction="backward", suffixes=("_node", "_root"),
+    )  # fmt: skip
+    found = pairs["pos_root"].notna().to_numpy()
+    out[pairs["pos_node"].to_numpy()[found]] = pairs["pos_root"].to_numpy()[found].astype(np.int64)
+    return out
+
+
+def assign_layers(
+    kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Copies of ``kernels`` and ``memops`` with ``layer``, ``layer_type``, ``direction`` and
+    ``phase`` (see the module docstring for the rules)."""
+    labels = _range_labels(ranges)
+    ids = ranges["range_id"].to_numpy(dtype=np.int64)
+    spans = _phase_spans(ranges)
+    return _label(kernels, ids, labels, spans), _label(memops, ids, labels, spans)
+
+
+def _phase_spans(ranges: pd.DataFrame) -> pd.DataFrame:
+    code = _phase_codes(ranges)
+    mine = code >= 0
+    spans = pd.DataFrame(
+        {
+            "pid": ranges["pid"].to_numpy(dtype=np.int64)[mine],
+            "start": ranges["start_ns"].to_numpy(dtype=np.int64)[mine],
+            "end": ranges["end_ns"].to_numpy(dtype=np.int64)[mine],
+            "phase": code[mine],
+        }
+    )
+    return spans.sort_values(["pid", "start"], kind="stable")
+
+
+def _label(
+    ops: pd.DataFrame, ids: np.ndarray, labels: _RangeLabels, spans: pd.DataFrame
+) -> pd.DataFrame:
+    at = _positions(ids, ops["range_id"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64))
+    phase = _first(_take(labels.thread_phase, at), _take(labels.implied_phase, at))
+    missing = np.flatnonzero(phase < 0)
+    phase[missing] = _span_phase(ops.iloc[missing], spans)
+    phase[phase < 0] = PHASE_VALUES.index("other")
+    out = ops.copy(deep=False)  # new columns only: the input is never touched
+    out["layer"] = _categorical(_take(labels.layer, at), labels.layers)
+    out["layer_type"] = _categorical(_take(labels.layer_type, at), labels.types)
+    out["direction"] = pd.Categorical.from_codes(_take(labels.direction, at), list(DIRECTIONS))
+    out["phase"] = pd.Categorical.from_codes(phase, list(PHASE_VALUES))
+    return out
+
+
+def _categorical(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
+    return pd.Categorical.from_codes(codes, categories=categories).remove_unused_categories()
+
+
+def _span_phase(ops: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """Code of the phase range of the op's process whose span holds its launch (-1: none).
+
+    The latest phase range that started at or before the launch is taken; one sorted search
+    per process (a handful of ranks), not per op.
+    """
+    result = np.full(len(ops), -1, dtype=np.int64)
+    if spans.empty or ops.empty:
+        return result
+    launch = ops["api_start_ns"].astype("Int64").fillna(ops["start_ns"].astype("Int64"))
+    t = launch.to_numpy(dtype=np.int64)
+    pid = ops["pid"].to_numpy(dtype=np.int64)
+    for p, mine in spans.groupby("pid", sort=False):
+        rows = np.flatnonzero(pid == p)
+        starts = mine["start"].to_numpy()
+        i = np.searchsorted(starts, t[rows], side="right") - 1
+        ok = (i >= 0) & (t[rows] < mine["end"].to_numpy()[np.maximum(i, 0)])
+        result[rows[ok]] = mine["phase"].to_numpy()[i[ok]]
+    return result

@@ -1,0 +1,158 @@
+"""Launch overhead: API time, queue time and host-bound GPU gaps of every kernel and memop.
+
+Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`),
+run after ``correlate.attach_launches`` has joined each GPU op to the API call that launched
+it. It adds the derived columns ``api_ns``, ``queue_ns`` and ``host_gap_ns``; the report
+aggregates them with :func:`overhead_summary` per iteration, layer and phase.
+
+Definitions (DESIGN.md "Launch overhead"):
+
+- ``api_ns = api_end_ns - api_start_ns``: time the CPU spent inside the launch call, as the
+  "API" column of nsys ``cuda_kern_exec_trace`` / ``cuda_kern_exec_sum`` and HTA's
+  ``get_cuda_kernel_launch_stats`` (``cpu_duration``).
+- ``queue_ns = start_ns - api_end_ns`` when >= 0, else ``<NA>``: time the op waited on the GPU
+  after its launch call returned, as the "Queue" column of ``cuda_kern_exec_*`` (HTA calls
+  it ``launch_delay``). A negative value means the op started before the call returned and
+  has no queue time.
+- short kernel: GPU duration < ``api_ns``, HTA's "short GPU kernels" — the CPU took longer
+  to launch the kernel than the GPU took to run it.
+- ``host_gap_ns``: on one device of one process, over kernels *and* memops sorted by GPU
+  start, the idle time before an op (``start_ns`` minus the latest end of every earlier op)
+  when positive *and* the op's launch call started after that earlier work had ended:
+  the GPU ran dry and had to wait for the CPU to issue more work. 0 otherwise, and 0 for an
+  op without an API row (its launch time is unknown). The sum of these gaps in a step is the
+  step's estimated launch overhead.
+
+``device_id`` is the CUDA ordinal seen by the process (CUPTI ``deviceId``), so gaps are found
+per ``(pid, device_id)``: two ranks that each see their own GPU as device 0 must not share
+one timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+_DEVICE_KEYS = ["pid", "device_id"]
+
+
+def launch_overhead(
+    kernels: pd.DataFrame, memops: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Copies of ``kernels`` and ``memops`` with ``api_ns``, ``queue_ns`` and ``host_gap_ns``."""
+    gaps = _host_gaps([kernels, memops])
+    out = []
+    for frame, gap in zip((kernels, memops), gaps, strict=True):
+        new = frame.copy(deep=False)  # new columns only: the input is never touched
+        api_start = _int64(frame["api_start_ns"])
+        api_end = _int64(frame["api_end_ns"])
+        new["api_ns"] = api_end - api_start
+        queue = _int64(frame["start_ns"]) - api_end
+        # Int64 arithmetic keeps <NA> where the op has no API row; a negative queue is no queue.
+        new["queue_ns"] = queue.mask(queue.lt(0).fillna(False))
+        new["host_gap_ns"] = gap
+        out.append(new)
+    return out[0], out[1]
+
+
+def _int64(series: pd.Series) -> pd.Series:
+    return series if str(series.dtype) == "Int64" else series.astype("Int64")
+
+
+def _host_gaps(frames: Sequence[pd.DataFrame]) -> list[np.ndarray]:
+    """Host-bound gap before each op of each frame, all frames on one timeline per device."""
+    parts = [
+        pd.DataFrame(
+            {
+                "frame": i,
+                "row": np.arange(len(f), dtype=np.int64),
+                "pid": f["pid"].to_numpy(dtype=np.int64),
+                "device_id": f["device_id"].to_numpy(dtype=np.int64),
+                "start": f["start_ns"].to_numpy(dtype=np.int64),
+                "end": f["end_ns"].to_numpy(dtype=np.int64),
+                # -1 never exceeds a previous end, so an op without API row gets no gap.
+                "api": _int64(f["api_start_ns"]).fillna(-1).to_numpy(dtype=np.int64),
+            }
+        )
+        for i, f in enumerate(frames)
+    ]
+    ops = pd.concat(parts, ignore_index=True).sort_values(
+        [*_DEVICE_KEYS, "start", "end"], kind="stable"
+    )
+    # Latest end of all earlier ops on the device: the running max, shifted by one op.
+    # Overlapping ops on other streams are covered by the max, not just the previous op.
+    running_end = ops.groupby(_DEVICE_KEYS, sort=False)["end"].cummax().to_numpy()
+    prev_end = np.roll(running_end, 1)
+    keys = ops[_DEVICE_KEYS].to_numpy()
+    same_device = np.zeros(len(ops), dtype=bool)
+    same_device[1:] = (keys[1:] == keys[:-1]).all(axis=1)
+    start = ops["start"].to_numpy()
+    api = ops["api"].to_numpy()
+    host_bound = same_device & (start > prev_end) & (api > prev_end)
+    gap = np.where(host_bound, start - prev_end, 0)
+    frame_of = ops["frame"].to_numpy()
+    row_of = ops["row"].to_numpy()
+    result = []
+    for i, f in enumerate(frames):
+        out = np.zeros(len(f), dtype=np.int64)
+        mine = frame_of == i
+        out[row_of[mine]] = gap[mine]
+        result.append(out)
+    return result
+
+
+def is_short_kernel(ops: pd.DataFrame) -> pd.Series:
+    """True for a kernel whose GPU duration is shorter than its launch call (HTA's short kernel).
+
+    ``ops`` needs ``dur_ns`` and ``api_ns``. False without an API row, and False for memop rows
+    when ``ops`` mixes kernels and memops (memops carry a non-null ``kind``).
+    """
+    api = _as_float(ops["api_ns"])
+    short = ops["dur_ns"].to_numpy(dtype=np.float64) < api  # NaN compares False
+    if "kind" in ops.columns:
+        short &= ops["kind"].isna().to_numpy()
+    return pd.Series(short, index=ops.index, name="short_kernel")
+
+
+def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Launch-overhead totals per group of ``by`` columns (an empty ``by``: one total row).
+
+    Columns: the ``by`` columns, ``ops`` (row count), ``host_gap_ns`` (sum, int64),
+    ``api_ns_mean`` and ``queue_ns_mean`` (float64, NaN where no op has the value) and
+    ``short_kernels`` (int64, see :func:`is_short_kernel`). Null group keys form their own
+    group (an op outside every iteration is still overhead).
+    """
+    data = pd.DataFrame(
+        {
+            "host_gap_ns": ops["host_gap_ns"].to_numpy(dtype=np.int64),
+            "api_ns": _as_float(ops["api_ns"]),
+            "queue_ns": _as_float(ops["queue_ns"]),
+            "short_kernels": is_short_kernel(ops).to_numpy(dtype=np.int64),
+        },
+        index=ops.index,
+    )
+    keys = list(by) if by else ["_all"]
+    for col in by:
+        data[col] = ops[col]
+    if not by:
+        data["_all"] = 0
+    out = (
+        data.groupby(keys, observed=True, dropna=False, sort=True)
+        .agg(
+            ops=("host_gap_ns", "size"),
+            host_gap_ns=("host_gap_ns", "sum"),
+            api_ns_mean=("api_ns", "mean"),
+            queue_ns_mean=("queue_ns", "mean"),
+            short_kernels=("short_kernels", "sum"),
+        )
+        .reset_index()
+    )
+    if not by:
+        out = out.drop(columns="_all")
+    return out.astype({"ops": "int64", "host_gap_ns": "int64", "short_kernels": "int64"})
+
+
+def _as_float(series: pd.Series) -> np.ndarray:
+    return _int64(series).to_numpy(dtype=np.float64, na_value=np.nan)
