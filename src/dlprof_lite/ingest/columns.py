@@ -189,7 +189,7 @@ def _dtype_ok(series: pd.Series, dtype: str) -> bool:
     if dtype == "category":
         return isinstance(actual, pd.CategoricalDtype)
     if dtype == "string":
-        return pd.api.types.is_string_dtype(actual) or actual == object
+        return pd.api.types.is_string_dtype(actual) or pd.api.types.is_object_dtype(actual)
     raise ValueError(f"unknown contract dtype {dtype!r}")
 
 
