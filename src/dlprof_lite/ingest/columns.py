@@ -59,6 +59,7 @@ _GPU_OP_DERIVED = (
     _d("range_id", "Int64", "", "innermost enclosing NVTX range (ranges.range_id)"),
     _d("range_path", "category", "", "path of the innermost enclosing NVTX range"),
     _d("layer", "category", "", "module (layer) the op belongs to, if any"),
+    _d("layer_type", "category", "", "the layer's module type (Conv2d) or op name"),
     _d("direction", "category", "", "forward or backward for layer ops, else <NA>"),
     _d("phase", "category", "", "data, forward, backward, optimizer or other"),
     _d("iteration", "Int64", "", "iteration index (0-based), <NA> outside iterations"),
