@@ -6,7 +6,8 @@ defines them, so the result passes the Profile's column checks:
 
 - ranges get ids in start order, depth, parent and path from the nesting given;
 - an op's ``range_id`` is the innermost range on its thread whose span holds its launch
-  call's start; ``layer``/``direction`` come from the innermost ``fwd:``/``bwd:`` range,
+  call's start; ``layer``/``layer_type``/``direction`` come from the innermost
+  ``fwd:``/``bwd:`` range,
   ``phase`` from the innermost phase range (else ``other``), ``iteration`` from the window
   ``(start, end]`` holding the launch;
 - ``api_ns``/``queue_ns`` follow from the times given; ``host_gap_ns`` is stated by the test.
@@ -116,6 +117,7 @@ def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
         range_id=inner["range_id"] if inner else pd.NA,
         range_path=inner["path"] if inner else pd.NA,
         layer=m["layer"] if m else pd.NA,
+        layer_type=m["type"] if m else pd.NA,
         direction=({"fwd": "forward", "bwd": "backward"}[m["dir"]] if m else pd.NA),
         phase=phase["name"] if phase else "other",
         iteration=_iteration_of(t, iterations),

@@ -61,14 +61,20 @@ def _header_lines(s: dict[str, object]) -> list[str]:
     return lines
 
 
-def _table(title: str, frame: pd.DataFrame, columns: dict[str, str]) -> RichTable | None:
-    """A small rich table of ``frame``'s first rows; ``columns`` maps column -> heading."""
+def _table(
+    title: str, frame: pd.DataFrame, columns: dict[str, str], width: int
+) -> RichTable | None:
+    """A small rich table of ``frame``'s first rows; ``columns`` maps column -> heading.
+
+    The first (name) column is cut with an ellipsis so the numbers always fit in ``width``.
+    """
     if frame.empty:
         return None
     table = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    name_width = max(16, width - 12 * (len(columns) - 1))
     for i, heading in enumerate(columns.values()):
         if i == 0:
-            table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=60)
+            table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=name_width)
         else:
             table.add_column(heading, justify="right", no_wrap=True)
     for row in frame.head(TOP).itertuples(index=False):
@@ -98,18 +104,21 @@ def render(report: Report, out_dir: Path | None, console: Console) -> None:
             report.layers,
             {"layer": "layer", "type": "type", "forward_gpu_ns": "forward",
              "backward_gpu_ns": "backward", "tc_share": "TC"},
+            console.width,
         ),
         _table(
             "Top kernels",
             report.kernels,
             {"short_name": "kernel", "instances": "calls", "total_ns": "total",
              "pct_kernel_time": "share", "tc_class": "TC"},
+            console.width,
         ),
         _table(
             "Top NVTX ranges (GPU time)",
             report.ranges,
             {"path": "range", "instances": "calls", "gpu_ns": "GPU", "wall_ns": "wall",
              "tc_share": "TC"},
+            console.width,
         ),
     )  # fmt: skip
     for table in tables:

@@ -23,7 +23,7 @@ from dlprof_lite.report.build import TABLES, Report
 from dlprof_lite.report.summary import summary_row
 from dlprof_lite.report.writers import WRITERS, Table
 
-INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 REPORT_SUFFIX = ".dlprof"
 REPORT_MARKERS = ("summary.json", "summary.csv")
 MAX_NAMES = 10_000

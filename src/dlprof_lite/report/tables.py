@@ -157,11 +157,10 @@ def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
         }
     )
     out = work.groupby("layer", sort=False).sum().reset_index()
-    # The analysis may also name a type for layers it found without module ranges
-    # (emit_nvtx ops, DLProf payloads); the column is optional in the contract.
-    if "layer_type" in k.columns:
-        types = k.groupby(k["layer"].astype(object), sort=False)["layer_type"].first()
-        out["kernel_type"] = out["layer"].map(types.astype(object))
+    # The analysis also names a type for layers found without module ranges (emit_nvtx
+    # ops, DLProf payloads).
+    types = k.groupby(k["layer"].astype(object), sort=False)["layer_type"].first()
+    out["kernel_type"] = out["layer"].map(types.astype(object))
     return out
 
 
@@ -172,8 +171,7 @@ def layers_table(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     if walls.empty and gpu.empty:
         return empty_report("layers")
     out = walls.merge(gpu, on="layer", how="outer", sort=False)
-    if "kernel_type" in out.columns:
-        out["type"] = out["type"].astype(object).fillna(out.pop("kernel_type"))
+    out["type"] = out["type"].astype(object).fillna(out.pop("kernel_type"))
     sums = ["forward_wall_ns", "backward_wall_ns", *_GPU_SUMS]
     out[sums] = out[sums].fillna(0).astype("int64")
     out["calls"] = out["calls"].astype("Int64")

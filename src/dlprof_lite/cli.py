@@ -1,0 +1,396 @@
+"""The ``dlprof-lite`` command: the only place that calls every stage, prints, and exits.
+
+Two forms::
+
+    dlprof-lite [options] train.py [args...]        # run: profile a program, then analyze
+    dlprof-lite [options] -- python -m pkg [args...]
+    dlprof-lite analyze PATH [PATH...] [options]    # post-hoc: .sqlite, .nsys-rep, .qdrep
+
+A script path as first positional would collide with an ``analyze`` subcommand, so ``main``
+dispatches by hand: ``analyze`` first selects the analyze parser, anything else the run
+parser. Every :class:`~dlprof_lite.errors.DlprofError` becomes one line
+``dlprof-lite: error: ...`` and its exit code; a traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dlprof_lite import __version__
+from dlprof_lite.errors import DlprofError, NsysError
+
+PROG = "dlprof-lite"
+FORMATS = ("csv", "json")
+REPORT_INPUTS = (".nsys-rep", ".qdrep", ".qdstrm")  # converted with `nsys export` first
+MULTI_DIR = "dlprof-lite-reports"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What :func:`analyze_one` needs; plain values so a process pool can pickle it."""
+
+    formats: tuple[str, ...] = FORMATS
+    force: bool = False
+    key_range: str | None = None
+    iter_start: int | None = None
+    iter_stop: int | None = None
+
+
+# --- parsers ------------------------------------------------------------------------------
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+    bad = [f for f in chosen if f not in FORMATS]
+    if not chosen or bad:
+        raise argparse.ArgumentTypeError(
+            f"choose from {','.join(FORMATS)} (comma-separated), not {text!r}"
+        )
+    return chosen
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"invalid regular expression {text!r}: {err}") from None
+    return text
+
+
+# fmt: off
+def _common(parser: argparse.ArgumentParser) -> None:
+    out = parser.add_argument_group("output").add_argument
+    out("-o", "--output", type=Path, metavar="DIR",
+        help="report folder (default: a new <name>.dlprof folder beside the input)")
+    out("--formats", type=_formats, default=FORMATS, metavar="LIST",
+        help="report formats, comma-separated: csv,json (default: both)")
+    out("--force", action="store_true", help="replace an existing report folder given with -o")
+    out("--quiet", action="store_true", help="print no summary")
+    out("--debug", action="store_true", help="show tracebacks of errors")
+    it = parser.add_argument_group("iterations").add_argument
+    it("--key-range", type=_regex, metavar="REGEX",
+       help="NVTX range whose instances are iterations (default: annotation's)")
+    it("--iter-start", type=_count, metavar="N",
+       help="first iteration to analyse (earlier ones are warm-up)")
+    it("--iter-stop", type=_count, metavar="N", help="iteration to stop before (exclusive)")
+
+
+def _profiling(parser: argparse.ArgumentParser) -> None:
+    from dlprof_lite.annotate.hooks import LEVELS  # light: no torch, no pandas
+
+    run = parser.add_argument_group("profiling").add_argument
+    run("--annotate", default="auto", choices=("auto", *LEVELS),
+        help="NVTX ranges: none, phases, or modules and phases (auto: modules)")
+    run("--depth", type=_count, metavar="N", help="annotate modules to this depth")
+    run("--nsys", metavar="PATH", help="nsys executable (default: from PATH)")
+    run("--nsys-args", metavar="ARGS",
+        help="extra 'nsys profile' arguments, e.g. --nsys-args='--cuda-graph-trace=node'")
+    run("--delay", type=float, metavar="SEC", help="start collecting after SEC seconds")
+    run("--duration", type=float, metavar="SEC", help="collect for SEC seconds")
+# fmt: on
+
+
+_USAGE = (
+    "%(prog)s [options] SCRIPT [ARGS...]\n"
+    "       %(prog)s [options] -- COMMAND [ARGS...]\n"
+    "       %(prog)s analyze PATH [PATH...] [options]"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The run form (``analyze`` has its own parser, :func:`build_analyze_parser`)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        usage=_USAGE,
+        description="Profile a PyTorch training script under Nsight Systems and report, "
+        "layer by layer, where the GPU time goes and what to change.",
+        epilog=f"Post-hoc: '{PROG} analyze PATH' reads an existing .sqlite export or "
+        f".nsys-rep/.qdrep report ('{PROG} analyze --help').",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _common(parser)
+    _profiling(parser)
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
+                        help="the program to profile and its arguments")  # fmt: skip
+    return parser
+
+
+def build_analyze_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} analyze",
+        description="Analyze nsys exports (.sqlite) or reports (.nsys-rep, .qdrep; needs nsys). "
+        "Several inputs: one report folder each, plus a combined summary.csv.",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    _common(parser)
+    return parser
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_in
+    try:
+        if args_in[:1] == ["analyze"]:
+            args = build_analyze_parser().parse_args(args_in[1:])
+            debug = args.debug
+            return cmd_analyze(args)
+        args = build_parser().parse_args(args_in)
+        debug = args.debug
+        return cmd_run(args)
+    except SystemExit as stop:  # argparse: --help, --version, usage errors
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    except DlprofError as err:
+        _error(str(err), debug)
+        return err.exit_code
+    except KeyboardInterrupt:
+        _error("interrupted", debug)
+        return 130
+    except Exception as err:  # a bug: still one line, the traceback with --debug
+        hint = "" if debug else " (rerun with --debug for the traceback)"
+        _error(f"unexpected {type(err).__name__}: {err}{hint}", debug)
+        return 1
+
+
+def _error(message: str, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    line = " ".join(message.split())
+    print(f"{PROG}: error: {line}", file=sys.stderr)
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _options(args: argparse.Namespace) -> AnalyzeOptions:
+    return AnalyzeOptions(
+        formats=tuple(args.formats),
+        force=args.force,
+        key_range=args.key_range,
+        iter_start=args.iter_start,
+        iter_stop=args.iter_stop,
+    )
+
+
+def _console(args: argparse.Namespace):  # -> rich Console | None
+    if args.quiet:
+        return None
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+@contextmanager
+def _progress(args: argparse.Namespace) -> Iterator[Progress | None]:
+    """A spinner on stderr while reading and analysing, when stderr is a terminal."""
+    if args.quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status("starting") as status:
+        yield lambda step: status.update(step)
+
+
+# --- analyze ------------------------------------------------------------------------------
+
+
+def _check_input(path: Path) -> None:
+    if not path.exists():
+        raise DlprofError(f"{path}: no such file")
+    if path.is_dir():
+        raise DlprofError(f"{path}: is a folder, not an nsys export (.sqlite, .nsys-rep, .qdrep)")
+
+
+@contextmanager
+def _sqlite_of(path: Path) -> Iterator[Path]:
+    """The SQLite export of ``path``: itself, or an ``nsys export`` of a report into a temp dir."""
+    if path.suffix.lower() not in REPORT_INPUTS:
+        yield path
+        return
+    try:
+        from dlprof_lite.launch.nsys import export_sqlite
+    except ImportError:
+        raise NsysError(
+            f"{path}: reading {path.suffix} reports needs dlprof_lite.launch.nsys, which this "
+            "build lacks; run 'nsys export --type sqlite' and analyze the .sqlite"
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="dlprof-lite-") as tmp:
+        yield export_sqlite(path, Path(tmp) / f"{path.stem}.sqlite")
+
+
+def analyze_profile(path: Path, options: AnalyzeOptions, progress: Progress | None = None):
+    """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
+    from dlprof_lite.ingest.load import load
+    from dlprof_lite.report.build import build_report
+
+    kwargs = {"progress": progress} if progress is not None else {}
+    with _sqlite_of(path) as sqlite:
+        profile = load(
+            sqlite,
+            key_range=options.key_range,
+            iter_start=options.iter_start,
+            iter_stop=options.iter_stop,
+            **kwargs,
+        )
+    if progress is not None:
+        progress("writing the report")
+    report = build_report(profile)
+    report.summary["source"] = str(path)  # not the temporary export of a .nsys-rep
+    return report
+
+
+def analyze_one(
+    path: Path, out_dir: Path, options: AnalyzeOptions, progress: Progress | None = None
+) -> dict:
+    """Analyse one input and write its complete report folder at ``out_dir``.
+
+    Top-level and free of open resources so that a process pool can call it. Returns
+    ``{"source", "report_dir", "row" (the flat summary row), "report"}``.
+    """
+    from dlprof_lite.report.output import write_report
+    from dlprof_lite.report.summary import summary_row
+
+    report = analyze_profile(Path(path), options, progress)
+    final = write_report(report, Path(out_dir), options.formats, force=options.force)
+    row = {**summary_row(report.summary), "report_dir": str(final), "error": None}
+    return {"source": str(path), "report_dir": final, "row": row, "report": report}
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from dlprof_lite.report import output as files
+
+    options = _options(args)
+    for path in args.paths:
+        _check_input(path)
+    if len(args.paths) > 1:
+        return _analyze_many(args, options)
+    path = args.paths[0]
+    target = args.output or files.default_report_dir(path)
+    files.check_target(target.absolute(), force=options.force)  # fail before any work
+    with _progress(args) as progress:
+        result = analyze_one(path, target, options, progress)
+    console = _console(args)
+    if console is not None:
+        from dlprof_lite.report.console import render
+
+        render(result["report"], result["report_dir"], console)
+    return 0
+
+
+def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
+    """One report folder per input inside one parent folder, plus a combined summary."""
+    from dlprof_lite.report import output as files
+    from dlprof_lite.report.summary import combined_table
+
+    first = args.paths[0].absolute()
+    parent = (args.output or files.unique_dir(first.parent, MULTI_DIR)).absolute()
+    files.check_target(parent, force=options.force)
+    rows, failed = [], []
+    with files.staged_folder(parent, force=options.force) as stage, _progress(args) as progress:
+        for path in args.paths:
+            name = files.unique_dir(stage, files.report_stem(path) + files.REPORT_SUFFIX).name
+            try:
+                result = analyze_one(path, stage / name, replace(options, force=False), progress)
+            except DlprofError as err:
+                _error(f"{path}: {err}", args.debug)
+                failed.append(err)
+                rows.append({"source": str(path), "error": str(err)})
+                continue
+            rows.append({**result["row"], "report_dir": str(parent / name)})
+        if len(failed) == len(args.paths):  # nothing to keep: the staging folder goes
+            raise _with_code(DlprofError(f"none of the {len(failed)} inputs could be analysed"),
+                             failed[0].exit_code)  # fmt: skip
+        files.write_tables([combined_table(rows)], stage, options.formats)
+    console = _console(args)
+    if console is not None:
+        from dlprof_lite.report.console import render_many
+
+        render_many(rows, console)
+        console.print(f"reports: {parent}")
+    return failed[0].exit_code if failed else 0
+
+
+def _with_code(err: DlprofError, code: int) -> DlprofError:
+    err.exit_code = code
+    return err
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+def _program_name(cmd: Sequence[str]) -> str:
+    """A report name for a command: the script's stem, the module of ``-m``, or the program."""
+    if "-m" in cmd[:-1] and Path(cmd[0]).name.startswith("python"):
+        return cmd[cmd.index("-m") + 1].rsplit(".", 1)[-1]
+    for word in cmd:
+        if word.endswith(".py"):
+            return Path(word).stem
+    return Path(cmd[0]).name or "run"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Profile the program under nsys, then analyze and report like ``analyze``."""
+    from dlprof_lite.report import output as files
+
+    cmd = args.program[1:] if args.program[:1] == ["--"] else list(args.program)
+    if not cmd:
+        raise DlprofError(f"no program to profile; see '{PROG} --help'")
+    if Path(cmd[0]).suffix.lower() in files.INPUT_SUFFIXES:
+        raise DlprofError(f"{cmd[0]} is a profile, not a program: run '{PROG} analyze {cmd[0]}'")
+    options = _options(args)
+    target = (
+        args.output or files.unique_dir(Path.cwd(), _program_name(cmd) + files.REPORT_SUFFIX)
+    ).absolute()
+    files.check_target(target, force=options.force)  # before a long profiling run
+    try:
+        from dlprof_lite.launch.run import profile_program
+    except ImportError:
+        raise NsysError("profiling needs dlprof_lite.launch.run, which this build lacks") from None
+    failure: DlprofError | None = None
+    with files.staged_folder(target, force=options.force) as stage:
+        run = profile_program(
+            cmd, out_dir=stage, annotate=args.annotate, depth=args.depth, nsys=args.nsys,
+            nsys_args=args.nsys_args, delay=args.delay, duration=args.duration,
+        )  # fmt: skip
+        for warning in run.warnings:
+            _warn(warning)
+        try:
+            with _progress(args) as progress:
+                report = analyze_profile(Path(run.sqlite_path), options, progress)
+            files.write_tables(files.report_tables(report), stage, options.formats)
+        except DlprofError as err:  # keep what nsys captured; report the error after
+            failure = err
+    if failure is not None:
+        _error(f"{failure} (the profile is kept in {target})", args.debug)
+        return run.exit_code or failure.exit_code
+    console = _console(args)
+    if console is not None:
+        from dlprof_lite.report.console import render
+
+        render(report, target, console)
+    if run.exit_code:
+        _warn(f"the program exited with code {run.exit_code}")
+    return run.exit_code

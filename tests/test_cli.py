@@ -1,0 +1,355 @@
+"""The ``dlprof-lite`` command: both forms, output folder rules, errors and exit codes.
+
+Most tests replace ``dlprof_lite.ingest.load`` (and the launchers) with fakes that return a
+hand-built Profile, so they test the command itself. The tests at the end run the real
+pipeline on bad inputs and on corpus files, in-process and as ``python -m dlprof_lite``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from dlprof_lite import __version__
+from dlprof_lite.cli import main
+from dlprof_lite.errors import InputError, NsysError, SchemaError
+from dlprof_lite.report.build import TABLES
+from profile_factory import training_profile
+
+ALL_FILES = sorted(f"{t}.{f}" for t in TABLES for f in ("csv", "json"))
+
+
+class FakeLoad:
+    """Stands in for ``dlprof_lite.ingest.load.load``; raises for paths named in ``fail``."""
+
+    def __init__(self, fail: dict[str, BaseException] | None = None) -> None:
+        self.calls: list[tuple[Path, dict]] = []
+        self.fail = fail or {}
+
+    def __call__(self, path, **options):
+        self.calls.append((Path(path), options))
+        for word, error in self.fail.items():
+            if word in Path(path).name:
+                raise error
+        return training_profile()
+
+
+@pytest.fixture
+def fake_load(monkeypatch) -> FakeLoad:
+    fake = FakeLoad()
+    stub = types.ModuleType("dlprof_lite.ingest.load")
+    stub.load = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dlprof_lite.ingest.load", stub)
+    return fake
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    path = tmp_path / "run.sqlite"
+    path.write_bytes(b"stand-in: the fake load never reads it")
+    return path
+
+
+def error_line(err: str) -> str:
+    """The one line an error prints (and check that it is one line, without a traceback)."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dlprof-lite: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_version_and_help(capsys) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"dlprof-lite {__version__}"
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "SCRIPT [ARGS...]" in out and "analyze PATH [PATH...]" in out and "-- COMMAND" in out
+    assert main(["analyze", "--help"]) == 0
+    assert "--key-range" in capsys.readouterr().out
+
+
+def test_analyze_writes_a_new_folder_beside_the_input(fake_load, src: Path, capsys) -> None:
+    assert main(["analyze", str(src), "--quiet"]) == 0
+    first = src.parent / "run.dlprof"
+    assert sorted(p.name for p in first.iterdir()) == ALL_FILES
+    assert capsys.readouterr().out == ""
+    stamp = (first / "summary.json").stat().st_mtime_ns
+    assert main(["analyze", str(src), "--quiet"]) == 0  # never overwrites: a new name
+    assert sorted(p.name for p in (src.parent / "run.dlprof-2").iterdir()) == ALL_FILES
+    assert (first / "summary.json").stat().st_mtime_ns == stamp
+    assert fake_load.calls[0] == (src, {"key_range": None, "iter_start": None, "iter_stop": None})
+
+
+def test_console_summary(fake_load, src: Path, capsys) -> None:
+    assert main(["analyze", str(src)]) == 0
+    out = capsys.readouterr().out
+    for text in ("H100", "Top layers", "fc1", "Top kernels", "sgemm_128x64_nt",
+                 "Top NVTX ranges", "iterations 3 (1 warm-up, 2 analysed)", "advice",
+                 "Launch-bound", f"report: {src.parent / 'run.dlprof'}"):  # fmt: skip
+        assert text in out, text
+
+
+def test_existing_output_needs_force(fake_load, src: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["analyze", str(src), "-o", str(out), "--quiet"]) == 2
+    assert "already exists; pass --force" in error_line(capsys.readouterr().err)
+    assert not fake_load.calls  # refused before any work
+    assert main(["analyze", str(src), "-o", str(out), "--quiet", "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ALL_FILES
+
+
+def test_formats_and_options(fake_load, src: Path, tmp_path: Path, capsys) -> None:
+    args = ["analyze", str(src), "-o", str(tmp_path / "j"), "--formats", "json", "--quiet",
+            "--key-range", "^step", "--iter-start", "2", "--iter-stop", "5"]  # fmt: skip
+    assert main(args) == 0
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == sorted(f"{t}.json" for t in TABLES)
+    assert fake_load.calls[0][1] == {"key_range": "^step", "iter_start": 2, "iter_stop": 5}
+    for bad in (["--formats", "xml"], ["--formats", ""], ["--key-range", "("],
+                ["--iter-start", "-1"], ["--iter-stop", "x"]):  # fmt: skip
+        assert main(["analyze", str(src), *bad]) == 2
+        assert "error:" in capsys.readouterr().err
+
+
+def test_several_inputs(fake_load, tmp_path: Path, capsys) -> None:
+    paths = []
+    for sub in ("rank0", "rank1"):
+        (tmp_path / sub).mkdir()
+        paths.append(tmp_path / sub / "report.nsys-rep.sqlite")
+        paths[-1].write_text("x")
+    assert main(["analyze", *map(str, paths), "--quiet"]) == 0
+    parent = tmp_path / "rank0" / "dlprof-lite-reports"
+    names = sorted(p.name for p in parent.iterdir())
+    assert names == ["report.dlprof", "report.dlprof-2", "summary.csv", "summary.json"]
+    with open(parent / "summary.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["source"] for r in rows] == [str(p) for p in paths]
+    assert [r["report_dir"] for r in rows] == [str(parent / "report.dlprof"),
+                                               str(parent / "report.dlprof-2")]  # fmt: skip
+    assert rows[0]["kernel_ns"] == "1110" and rows[0]["error"] == ""
+    doc = json.loads((parent / "summary.json").read_text(encoding="utf-8"))
+    assert doc["table"] == "runs" and len(doc["rows"]) == 2 and "error" in doc["definitions"]
+
+
+def test_several_inputs_one_bad(fake_load, tmp_path: Path, capsys) -> None:
+    good, bad = tmp_path / "good.sqlite", tmp_path / "bad.sqlite"
+    good.write_text("x")
+    bad.write_text("x")
+    fake_load.fail = {"bad": InputError(f"{bad}: not an nsys export")}
+    out = tmp_path / "reports"
+    assert main(["analyze", str(good), str(bad), "-o", str(out), "--formats", "csv"]) == 2
+    captured = capsys.readouterr()
+    assert f"{bad}: not an nsys export" in error_line(captured.err)
+    assert sorted(p.name for p in out.iterdir()) == ["good.dlprof", "summary.csv"]
+    with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[1]["source"] == str(bad) and "not an nsys export" in rows[1]["error"]
+    assert "good.sqlite" in captured.out
+    # nothing good at all: no folder.
+    fake_load.fail = {"": InputError("broken")}
+    assert main(["analyze", str(good), str(bad), "-o", str(tmp_path / "none"), "--quiet"]) == 2
+    assert not (tmp_path / "none").exists()
+
+
+def test_report_inputs_are_exported_first(fake_load, tmp_path: Path, monkeypatch, capsys) -> None:
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_text("x")
+    monkeypatch.setitem(sys.modules, "dlprof_lite.launch.nsys", None)  # not installed
+    assert main(["analyze", str(rep), "--quiet"]) == 3
+    assert "nsys export --type sqlite" in error_line(capsys.readouterr().err)
+
+    exported = []
+
+    def export_sqlite(report_path, out_path, **_):
+        exported.append((Path(report_path), Path(out_path)))
+        Path(out_path).write_text("sqlite")
+        return Path(out_path)
+
+    nsys = types.ModuleType("dlprof_lite.launch.nsys")
+    nsys.export_sqlite = export_sqlite  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dlprof_lite.launch.nsys", nsys)
+    assert main(["analyze", str(rep), "--quiet"]) == 0
+    (report_path, out_path), = exported  # fmt: skip
+    assert report_path == rep and out_path.suffix == ".sqlite" and out_path.parent != tmp_path
+    assert not out_path.exists()  # the temporary export is gone
+    summary = json.loads((tmp_path / "run.dlprof" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["source"] == str(rep)
+
+
+class FakeRun:
+    """Stands in for ``dlprof_lite.launch.run.profile_program``."""
+
+    def __init__(self, exit_code: int = 0) -> None:
+        self.exit_code = exit_code
+        self.calls: list[tuple[list[str], dict]] = []
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append((cmd, kwargs))
+        sqlite = Path(kwargs["out_dir"]) / "profile.sqlite"
+        sqlite.write_text("captured")
+        return types.SimpleNamespace(sqlite_path=sqlite, exit_code=self.exit_code,
+                                     warnings=("no NVTX ranges arrived",))  # fmt: skip
+
+
+@pytest.fixture
+def fake_run(monkeypatch) -> FakeRun:
+    fake = FakeRun(exit_code=3)
+    stub = types.ModuleType("dlprof_lite.launch.run")
+    stub.profile_program = fake  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dlprof_lite.launch.run", stub)
+    return fake
+
+
+def test_run_form(fake_load, fake_run, tmp_path: Path, monkeypatch, capsys) -> None:
+    out = tmp_path / "r"
+    code = main([
+        "-o", str(out), "--quiet", "--annotate", "phases", "--depth", "2",
+        "--nsys-args=--cuda-graph-trace=node", "train.py", "--epochs", "1", "-o", "x",
+    ])  # fmt: skip
+    assert code == 3  # the program's exit code
+    cmd, kwargs = fake_run.calls[0]
+    assert cmd == ["train.py", "--epochs", "1", "-o", "x"]
+    assert (kwargs["annotate"], kwargs["depth"], kwargs["nsys_args"]) == (
+        "phases", 2, "--cuda-graph-trace=node",
+    )  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == sorted([*ALL_FILES, "profile.sqlite"])
+    err = capsys.readouterr().err
+    assert "warning: no NVTX ranges arrived" in err and "exited with code 3" in err
+    monkeypatch.chdir(tmp_path)
+    fake_run.exit_code = 0
+    assert main(["--quiet", "--", "python", "-m", "pkg.train", "--lr", "1"]) == 0
+    assert fake_run.calls[1][0] == ["python", "-m", "pkg.train", "--lr", "1"]
+    assert (tmp_path / "train.dlprof" / "kernels.csv").is_file()
+
+
+def test_run_form_keeps_the_profile_when_analysis_fails(
+    fake_load, fake_run, tmp_path: Path, capsys
+) -> None:
+    fake_load.fail = {"profile": InputError("profile.sqlite: no CUDA data")}
+    out = tmp_path / "r"
+    assert main(["-o", str(out), "--quiet", "train.py"]) == 3
+    err = capsys.readouterr().err.splitlines()
+    errors = [line for line in err if line.startswith("dlprof-lite: error:")]
+    assert errors == [
+        f"dlprof-lite: error: profile.sqlite: no CUDA data (the profile is kept in {out})"
+    ]
+    assert [p.name for p in out.iterdir()] == ["profile.sqlite"]
+
+
+def test_run_form_usage_errors(fake_run, capsys) -> None:
+    assert main([]) == 2
+    assert "no program to profile" in error_line(capsys.readouterr().err)
+    assert main(["run.sqlite"]) == 2
+    assert "dlprof-lite analyze run.sqlite" in error_line(capsys.readouterr().err)
+    assert main(["--annotate", "everything", "train.py"]) == 2  # argparse choices
+    assert not fake_run.calls
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(InputError("bad input"), 2), (NsysError("nsys missing"), 3), (SchemaError("col"), 70)],
+)
+def test_errors_are_one_line_with_their_exit_code(fake_load, src, capsys, error, code) -> None:
+    fake_load.fail = {"run": error}
+    assert main(["analyze", str(src), "--quiet"]) == code
+    assert error_line(capsys.readouterr().err).endswith(str(error))
+    assert not (src.parent / "run.dlprof").exists()
+
+
+def test_unexpected_errors(fake_load, src: Path, capsys) -> None:
+    fake_load.fail = {"run": ValueError("boom")}
+    assert main(["analyze", str(src)]) == 1
+    line = error_line(capsys.readouterr().err)
+    assert (
+        line
+        == "dlprof-lite: error: unexpected ValueError: boom (rerun with --debug for the traceback)"
+    )
+    assert main(["analyze", str(src), "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1] == (
+        "dlprof-lite: error: unexpected ValueError: boom"
+    )
+
+
+def test_interrupt_exits_130_and_leaves_nothing(fake_load, src: Path, capsys) -> None:
+    fake_load.fail = {"run": KeyboardInterrupt()}
+    assert main(["analyze", str(src)]) == 130
+    assert error_line(capsys.readouterr().err) == "dlprof-lite: error: interrupted"
+    assert sorted(p.name for p in src.parent.iterdir()) == ["run.sqlite"]
+
+
+# --- the real pipeline: bad inputs and corpus files ------------------------------------
+
+
+def _bad_inputs(tmp_path: Path, corpus: Path) -> dict[str, Path]:
+    text = tmp_path / "notes.sqlite"
+    text.write_text("just some text, not a database\n")
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE fruit (name TEXT)")
+        db.execute("INSERT INTO fruit VALUES ('apple')")
+    db.close()
+    whole = (corpus / "quasiben__nvtx-examples__cupy.sqlite").read_bytes()
+    truncated = tmp_path / "truncated.sqlite"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    folder = tmp_path / "folder.sqlite"
+    folder.mkdir()
+    return {
+        "missing": tmp_path / "missing.sqlite", "text": text, "empty": empty,
+        "not nsys": other, "truncated": truncated, "folder": folder,
+    }  # fmt: skip
+
+
+BAD = ("missing", "text", "empty", "not nsys", "truncated", "folder")
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("kind", BAD)
+def test_bad_input_in_process(corpus_dir: Path, tmp_path: Path, capsys, kind: str) -> None:
+    path = _bad_inputs(tmp_path, corpus_dir)[kind]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["analyze", str(path)]) == InputError.exit_code
+    assert str(path) in error_line(capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no report folder
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("kind", BAD)
+def test_bad_input_as_a_command(corpus_dir: Path, tmp_path: Path, kind: str) -> None:
+    path = _bad_inputs(tmp_path, corpus_dir)[kind]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlprof_lite", "analyze", str(path)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode == InputError.exit_code, proc.stderr
+    error_line(proc.stderr)
+    assert proc.stdout == ""
+
+
+@pytest.mark.corpus
+def test_corpus_file_end_to_end(corpus_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "cupy.sqlite"
+    shutil.copy(corpus_dir / "quasiben__nvtx-examples__cupy.sqlite", src)
+    before = src.read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlprof_lite", "analyze", str(src)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Top kernels" in proc.stdout and "Traceback" not in proc.stderr
+    out = tmp_path / "cupy.dlprof"
+    assert sorted(p.name for p in out.iterdir()) == ALL_FILES
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["kernel_count"] == 15  # MANIFEST.tsv: 15 kernels
+    assert src.read_bytes() == before  # the input is never modified
