@@ -15,7 +15,7 @@ function is a no-op that registers nothing. The range names are in :mod:`.names`
 from __future__ import annotations
 
 from dlprof_lite.annotate.backend import enabled
-from dlprof_lite.annotate.install import LEVELS, Annotation, annotate_model, install
+from dlprof_lite.annotate.hooks import LEVELS, Annotation, annotate_model, install
 from dlprof_lite.annotate.ranges import iteration, phase, range
 
 __all__ = [

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from dlprof_lite.annotate.install import LEVELS, Annotation, install
+from dlprof_lite.annotate.hooks import LEVELS, Annotation, install
 
 USAGE = (
     "usage: python -m dlprof_lite.annotate.bootstrap [--annotate modules|phases|none] "

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from dlprof_lite.annotate.install import check_depth, check_level
+from dlprof_lite.annotate.hooks import check_depth, check_level
 from dlprof_lite.annotate.names import DOMAIN
 from dlprof_lite.errors import InputError, NsysError
 from dlprof_lite.launch.nsys import (
