@@ -25,9 +25,10 @@ graph, which its nested backward runs. Ranges left open when autograd skipped pa
 are popped when the next backward pass starts on that thread.
 
 Qualified names come from ``named_modules()`` of the root model, learnt on the first forward
-of a module with no forward open on its thread; the first such root with children is named
-``model`` (``names.ROOT_MODULE``), later roots by their class. A module with no known name is
-named by its parent's name and its own class.
+of a module with no forward open on its thread; the first such root with submodules or
+parameters is named ``model`` (``names.ROOT_MODULE``); later roots, and roots with neither
+(a loss module), are named by their class. A module with no known name is named by its
+parent's name and its own class.
 """
 
 from __future__ import annotations
@@ -166,8 +167,11 @@ class ModuleRanges:
     def _learn(self, module: torch.nn.Module, parent: torch.nn.Module | None) -> _Name:
         type_name = type(module).__name__
         if parent is None:
-            has_children = next(module.children(), None) is not None
-            prefix = "" if has_children and not self._model_named else type_name
+            # The model, not a loss module: it has submodules or parameters of its own.
+            is_model = next(module.children(), None) is not None or any(
+                True for _ in module.parameters(recurse=False)
+            )
+            prefix = "" if is_model and not self._model_named else type_name
             self.name_model(module, prefix)
             return self._names[module]
         outer = self._names.get(parent)
