@@ -1,0 +1,159 @@
+"""Benchmark: ``dlprof-lite analyze`` against ``nsys stats`` on synthetic exports of growing size.
+
+Not a test: it prints figures and ratios measured in one run. For each case it makes (or
+reuses) a synthetic export with ``make_profile.py``, runs the whole ``dlprof-lite analyze``
+(ingest, correlation, Tensor Cores, launch overhead, iterations, every report) in a child
+process, and ``nsys stats -r nvtxkernsum,kernexecsum,gpukernsum`` on the same file, and
+prints wall time, peak RSS and the ratio of the two.
+
+    python scripts/bench.py                       # 100k, 1M, 5M kernels, with/without ranges
+    python scripts/bench.py --sizes 1000000 --no-nsys
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_profile import GroundTruth, make_profile
+
+NSYS_REPORTS = "nvtxkernsum,kernexecsum,gpukernsum"
+
+
+@dataclass(frozen=True)
+class Case:
+    kernels: int
+    per_kernel_ranges: bool
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(layers, kernels per layer): ~100k ranges per 1M kernels without per-kernel
+        ranges (8 layers x 12 kernels), ~1.35M with them (32 x 3, one range per kernel)."""
+        return (32, 3) if self.per_kernel_ranges else (8, 12)
+
+    @property
+    def label(self) -> str:
+        size = (
+            f"{self.kernels // 1_000_000}M"
+            if self.kernels >= 1_000_000
+            else (f"{self.kernels // 1000}k")
+        )
+        return size + (" +op ranges" if self.per_kernel_ranges else "")
+
+
+@dataclass(frozen=True)
+class Run:
+    wall_s: float
+    peak_rss_mb: float
+    returncode: int
+
+
+def measure(cmd: list[str], timeout: float) -> Run:
+    """Wall time and the child's own peak RSS (wait4 reports it per child)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = t0 + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            return Run(float("nan"), float("nan"), -9)
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0 and proc.stderr is not None:
+        sys.stderr.write(proc.stderr.read().decode(errors="replace")[-2000:])
+    return Run(wall, usage.ru_maxrss / 1024, code)
+
+
+def export_for(case: Case, work: Path) -> tuple[Path, GroundTruth]:
+    path = work / f"bench_{case.kernels}_{int(case.per_kernel_ranges)}.sqlite"
+    truth_path = Path(f"{path}.truth.json")
+    if path.exists() and truth_path.exists():
+        return path, GroundTruth.load(path)
+    layers, per_layer = case.shape
+    per_iter = 2 * layers * per_layer + max(1, layers // 4)
+    truth = make_profile(
+        path, iterations=max(1, round(case.kernels / per_iter)), layers=layers,
+        kernels_per_layer=per_layer, per_kernel_ranges=case.per_kernel_ranges,
+    )  # fmt: skip
+    return path, truth
+
+
+def analyze_cmd(path: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "dlprof_lite", "analyze", str(path), "-o", str(out),
+            "--force", "--quiet"]  # fmt: skip
+
+
+def nsys_cmd(nsys: str, path: Path, out: Path) -> list[str]:
+    return [nsys, "stats", "-r", NSYS_REPORTS, "--format", "csv", "--force-export=false",
+            "-o", str(out / "stats"), str(path)]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100000,1000000,5000000")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/dlprof-bench"))
+    ap.add_argument("--no-nsys", action="store_true", help="skip nsys stats")
+    ap.add_argument(
+        "--nsys-max-kernels",
+        type=int,
+        default=1_000_000,
+        help="run nsys stats only up to this size (it is slow on large files)",
+    )
+    ap.add_argument("--timeout", type=float, default=1800)
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    nsys = None if args.no_nsys else shutil.which("nsys")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    cases = [Case(n, r) for r in (False, True) for n in sizes]
+
+    header = (f"{'case':>16} {'kernels':>9} {'ranges':>9} {'analyze s':>10} {'peak MB':>8} "
+              f"{'nsys stats s':>13} {'nsys/ours':>10}")  # fmt: skip
+    print(header)
+    results: dict[Case, Run] = {}
+    for case in cases:
+        path, truth = export_for(case, args.work)
+        out = args.work / f"out_{path.stem}"
+        ours = measure(analyze_cmd(path, out), args.timeout)
+        results[case] = ours
+        theirs = None
+        if nsys and case.kernels <= args.nsys_max_kernels:
+            shutil.rmtree(args.work / "stats_out", ignore_errors=True)
+            (args.work / "stats_out").mkdir()
+            theirs = measure(nsys_cmd(nsys, path, args.work / "stats_out"), args.timeout)
+        t = truth.totals
+        nsys_s = f"{theirs.wall_s:13.2f}" if theirs else f"{'-':>13}"
+        ratio = f"{theirs.wall_s / ours.wall_s:9.1f}x" if theirs else f"{'-':>10}"
+        flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
+        print(f"{case.label:>16} {t['kernels']:>9} {t['ranges']:>9} {ours.wall_s:10.2f} "
+              f"{ours.peak_rss_mb:8.0f} {nsys_s} {ratio}{flag}", flush=True)  # fmt: skip
+    _print_scaling(results, sizes)
+    return 0
+
+
+def _print_scaling(results: dict[Case, Run], sizes: list[int]) -> None:
+    for ranges in (False, True):
+        by_size = {c.kernels: r for c, r in results.items() if c.per_kernel_ranges == ranges}
+        if 1_000_000 in by_size and 5_000_000 in by_size:
+            a, b = by_size[1_000_000], by_size[5_000_000]
+            kind = "with op ranges" if ranges else "without op ranges"
+            print(
+                f"5M / 1M {kind}: time {b.wall_s / a.wall_s:.2f}x, "
+                f"peak RSS {b.peak_rss_mb / a.peak_rss_mb:.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
