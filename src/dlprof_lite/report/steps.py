@@ -17,7 +17,7 @@ from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 
-_OP_COLUMNS = ["start_ns", "end_ns", "device_id", "phase", "iteration", "host_gap_ns"]
+_OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns"]
 
 
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
@@ -39,10 +39,9 @@ def iterations_table(
     t0 = out["start_ns"].to_numpy(dtype="int64")
     t1 = out["end_ns"].to_numpy(dtype="int64")
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
-    phase = ops["phase"].astype(object).where(ops["phase"].isin(PHASES), "other")
     out["gpu_busy_ns"] = busy_in_windows(ops, t0, t1)
     for p in PHASE_COLUMNS:
-        out[f"phase_{p}_ns"] = busy_in_windows(ops[(phase == p).to_numpy()], t0, t1)
+        out[f"phase_{p}_ns"] = busy_in_windows(_phase_ops(kernels, memops, p), t0, t1)
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
     out["data_wall_ns"] = _data_wall(ranges, t0, t1)
     out = out.join(_kernel_sums(kernels), on="iteration")
@@ -53,6 +52,17 @@ def iterations_table(
     out["tc_share"] = share(out["tc_ns"], out["kernel_ns"])
     out["launch_overhead_pct"] = share(out["host_gap_ns"], out["wall_ns"] * devices) * 100.0
     return ordered(out, "iterations")
+
+
+def _phase_ops(kernels: pd.DataFrame, memops: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """Kernels and memops of one phase (``other`` also takes ops without a known phase)."""
+
+    def pick(frame: pd.DataFrame) -> pd.DataFrame:
+        values = frame["phase"]
+        mask = values == phase if phase in PHASES else ~values.isin(PHASES)
+        return frame[mask.to_numpy(dtype=bool)]
+
+    return gpu_ops(pick(kernels), pick(memops), ["start_ns", "end_ns", "device_id"])
 
 
 def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -70,7 +80,7 @@ def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
 
 def _data_wall(ranges: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     """Host time inside 'data' phase ranges per window (union over threads and nesting)."""
-    data = ranges[(ranges["name"].astype(object) == PHASES[0]).to_numpy()]
+    data = ranges[(ranges["name"] == PHASES[0]).to_numpy(dtype=bool)]
     segments = merge(data["start_ns"].to_numpy(), data["end_ns"].to_numpy())
     return covered_between(segments, t0, t1)
 

@@ -84,10 +84,10 @@ def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFra
     per = pd.DataFrame(
         {
             "range_id": ranges["range_id"].to_numpy(),
-            "path": ranges["path"].astype(object).to_numpy(),
-            "name": ranges["name"].astype(object).to_numpy(),
-            "domain": ranges["domain"].astype(object).fillna("").to_numpy(),
-            "style": ranges["style"].astype(object).to_numpy(),
+            "path": ranges["path"].array,
+            "name": ranges["name"].array,
+            "domain": ranges["domain"].array,
+            "style": ranges["style"].array,
             "wall_ns": (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64"),
         }
     )
@@ -99,11 +99,11 @@ def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFra
     )
     sums = [*_RANGE_SUMS, "tc_gpu_ns"]
     per[sums] = per[sums].fillna(0).astype("int64")
-    g = per.groupby(["path", "domain"], sort=False, dropna=False)
+    g = per.groupby(["path", "domain"], observed=True, sort=False, dropna=False)
     out = g[["wall_ns", *sums]].sum()
     out["instances"] = g.size()
     out[["name", "style"]] = g[["name", "style"]].first()
-    out = out.reset_index()
+    out = out.reset_index().astype({c: object for c in ("path", "domain", "name", "style")})
     out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
     out = out.sort_values(["gpu_ns", "wall_ns", "path"], ascending=[False, False, True])
     return ordered(out, "ranges")
@@ -144,24 +144,25 @@ def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
     """GPU time per module from the kernels' ``layer``/``direction`` attribution."""
     k = kernels[kernels["layer"].notna().to_numpy()]
     dur = k["dur_ns"].to_numpy(dtype="int64")
-    direction = k["direction"].astype(object)
     work = pd.DataFrame(
         {
-            "layer": k["layer"].astype(object).to_numpy(),
-            "forward_gpu_ns": np.where((direction == "forward").to_numpy(), dur, 0),
-            "backward_gpu_ns": np.where((direction == "backward").to_numpy(), dur, 0),
+            "layer": k["layer"],
+            "forward_gpu_ns": np.where((k["direction"] == "forward").to_numpy(bool), dur, 0),
+            "backward_gpu_ns": np.where((k["direction"] == "backward").to_numpy(bool), dur, 0),
             "gpu_ns": dur,
             "kernels": np.ones(len(k), dtype="int64"),
             "tc_gpu_ns": np.where(k["uses_tensor_cores"].to_numpy(dtype=bool), dur, 0),
             "host_gap_ns": k["host_gap_ns"].to_numpy(dtype="int64"),
-        }
+        },
+        index=k.index,
     )
-    out = work.groupby("layer", sort=False).sum().reset_index()
+    g = work.groupby("layer", observed=True, sort=False)
+    out = g.sum()
     # The analysis also names a type for layers found without module ranges (emit_nvtx
     # ops, DLProf payloads).
-    types = k.groupby(k["layer"].astype(object), sort=False)["layer_type"].first()
-    out["kernel_type"] = out["layer"].map(types.astype(object))
-    return out
+    out["kernel_type"] = k.groupby("layer", observed=True, sort=False)["layer_type"].first()
+    out = out.reset_index()
+    return out.astype({"layer": object, "kernel_type": object})
 
 
 def layers_table(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
