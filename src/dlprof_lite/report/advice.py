@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from dlprof_lite.report.metrics import THRESHOLDS, threshold
-from dlprof_lite.report.summary import min_compute_capability
+from dlprof_lite.report.summary import listed, min_compute_capability
 
 Summary = dict[str, object]
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
@@ -84,8 +84,7 @@ def _make(
 
 def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     share = _num(summary, "eligible_non_tc_share")
-    gpus = summary.get("gpus")
-    cc = min_compute_capability(gpus if isinstance(gpus, list) else [])
+    cc = min_compute_capability(listed(summary, "gpus"))
     if share is None or (cc is not None and cc < threshold("tc_min_compute_capability")):
         return None
     grade = _graded(share, "tc_nontc_share_warn", "tc_nontc_share_high")

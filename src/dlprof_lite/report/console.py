@@ -16,6 +16,7 @@ from rich.table import Table as RichTable
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.summary import listed
 
 TOP = 5
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -36,7 +37,7 @@ def _pct(value: object, scale: float = 100.0) -> str:
 
 def _header_lines(s: dict[str, object]) -> list[str]:
     lines = [f"[bold]dlprof-lite[/] {s['source']}  (nsys {s.get('nsys_version') or '?'})"]
-    for g in s.get("gpus", []):  # type: ignore[attr-defined]
+    for g in listed(s, "gpus"):
         lines.append(
             f"GPU {g['device_id']}: {g['name'] or '?'} ({g['sm_count'] or '?'} SMs, "
             f"cc {g['compute_capability'] or '?'}), busy {_pct(g['utilization'])} of the session"
@@ -126,7 +127,7 @@ def render(report: Report, out_dir: Path | None, console: Console) -> None:
             console.print()
             console.print(table)
     _advice(report.advice, console)
-    for warning in report.summary.get("warnings", []):  # type: ignore[attr-defined]
+    for warning in listed(report.summary, "warnings"):
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     if out_dir is not None:
         console.print(f"report: {out_dir}", highlight=False)

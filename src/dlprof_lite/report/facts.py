@@ -25,13 +25,11 @@ def memcpy_facts(memops: pd.DataFrame) -> dict[str, int]:
     api = memops["api_name"]
     memcpy_api = cat_mask(api, lambda s: s.str.startswith("cudaMemcpy"))
     async_api = cat_mask(api, lambda s: s.str.contains("Async", regex=False))
-    kind = memops["copy_kind"].astype(object)
+    kind = memops["copy_kind"]
     small = threshold("sync_memcpy_small_htod_bytes")
     exempt = ((kind == "HtoD") & (memops["bytes"] <= small)) | (kind == "DtoD")
-    sync = memcpy_api & ~async_api & ~exempt.to_numpy(dtype=bool)
-    pageable = (memops["src_mem"].astype(object) == "pageable") | (
-        memops["dst_mem"].astype(object) == "pageable"
-    )
+    sync = memcpy_api & ~exempt.to_numpy(dtype=bool) & ~async_api
+    pageable = (memops["src_mem"] == "pageable") | (memops["dst_mem"] == "pageable")
     pageable_async = memcpy_api & async_api & pageable.to_numpy(dtype=bool)
     dur = memops["dur_ns"]
     return {

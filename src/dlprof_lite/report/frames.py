@@ -35,11 +35,6 @@ def cat_mask(series: pd.Series, predicate: Callable[[pd.Series], pd.Series]) -> 
     return hit[series.cat.codes.to_numpy()]
 
 
-def as_float(series: pd.Series) -> np.ndarray:
-    """A nullable integer column as float64 with NaN for missing values."""
-    return series.to_numpy(dtype="float64", na_value=np.nan)
-
-
 def share(part: pd.Series | np.ndarray, whole: pd.Series | np.ndarray) -> np.ndarray:
     """part / whole, NaN where whole is 0."""
     part = np.asarray(part, dtype="float64")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dlprof_lite.errors import OutputError
 from dlprof_lite.report.build import TABLES, Report
-from dlprof_lite.report.summary import summary_row
+from dlprof_lite.report.summary import listed, summary_row
 from dlprof_lite.report.writers import WRITERS, Table
 
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
@@ -136,9 +136,8 @@ def report_tables(report: Report) -> list[Table]:
 
 def _summary_document(summary: dict[str, object]) -> dict[str, object]:
     doc: dict[str, object] = dict(summary_row(summary))
-    doc["gpus"] = summary.get("gpus", [])
-    doc["advice"] = summary.get("advice", [])
-    doc["warnings"] = summary.get("warnings", [])
+    for key in ("gpus", "advice", "warnings"):
+        doc[key] = listed(summary, key)
     return doc
 
 

@@ -61,9 +61,8 @@ def summarize(
 
 def _totals(profile: Profile) -> dict[str, int]:
     k, m = profile.kernels, profile.memops
-    kind = m["kind"].astype(object)
-    memcpy = m["dur_ns"][(kind == "memcpy").to_numpy()]
-    memset = m["dur_ns"][(kind == "memset").to_numpy()]
+    memcpy = m["dur_ns"][(m["kind"] == "memcpy").to_numpy(dtype=bool)]
+    memset = m["dur_ns"][(m["kind"] == "memset").to_numpy(dtype=bool)]
     tc = k["dur_ns"][k["uses_tensor_cores"].to_numpy(dtype=bool)]
     return {
         "kernel_ns": int(k["dur_ns"].sum()),
@@ -112,17 +111,21 @@ def min_compute_capability(gpus: list[dict[str, object]]) -> float | None:
     return min(ccs) if ccs else None
 
 
+def _active_span(busy: dict) -> int:
+    """Sum over devices of the time from their first op's start to their last op's end."""
+    return sum(int(ends[-1] - starts[0]) for starts, ends in busy.values() if len(starts))
+
+
 def _active_utilization(busy: dict) -> float | None:
-    """Busy share of each device's span from its first op start to its last op end."""
-    spans = [int(s[1][-1] - s[0][0]) for s in busy.values() if len(s[0])]
-    busy_ns = sum(total(s) for s in busy.values())
-    return busy_ns / sum(spans) if sum(spans) else None
+    """Busy share of each device's active span (first op start to last op end)."""
+    span = _active_span(busy)
+    return sum(total(s) for s in busy.values()) / span if span else None
 
 
 def _launch_overhead(
     profile: Profile, iterations: pd.DataFrame, busy: dict, devices: int
 ) -> dict[str, object]:
-    """Host-bound gap time over the in-window steps, else over each device's active span."""
+    """Host-bound gap time over the analysed steps, else over each device's active span."""
     window = analysed(iterations)
     if len(window):
         gap = int(window["host_gap_ns"].sum())
@@ -130,7 +133,7 @@ def _launch_overhead(
         scope = "iterations"
     else:
         gap = int(profile.kernels["host_gap_ns"].sum() + profile.memops["host_gap_ns"].sum())
-        step = sum(int(s[1][-1] - s[0][0]) for s in busy.values() if len(s[0]))
+        step = _active_span(busy)
         scope = "active_span"
     return {
         "launch_overhead_ns": gap,
@@ -153,9 +156,15 @@ def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
 def summary_row(summary: dict[str, object]) -> dict[str, object]:
     """The summary as one flat CSV row (lists folded into strings and counts)."""
     row = {key: summary.get(key) for key in column_names("summary")}
-    row["warnings"] = "; ".join(summary.get("warnings", []))  # type: ignore[arg-type]
-    row["advice_count"] = len(summary.get("advice", []))  # type: ignore[arg-type]
+    row["warnings"] = "; ".join(str(w) for w in listed(summary, "warnings"))
+    row["advice_count"] = len(listed(summary, "advice"))
     return row
+
+
+def listed(summary: dict[str, object], key: str) -> list:
+    """A list-valued summary entry (``gpus``, ``advice``, ``warnings``), [] when absent."""
+    value = summary.get(key)
+    return value if isinstance(value, list) else []
 
 
 def combined_table(rows: list[dict[str, object]]) -> Table:
