@@ -353,3 +353,30 @@ def test_corpus_file_end_to_end(corpus_dir: Path, tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["kernel_count"] == 15  # MANIFEST.tsv: 15 kernels
     assert src.read_bytes() == before  # the input is never modified
+
+
+@pytest.mark.corpus
+@pytest.mark.nsys
+def test_report_files_are_exported_with_nsys(corpus_dir: Path, nsys: str, tmp_path: Path) -> None:
+    rep = tmp_path / "cupy.qdrep"
+    shutil.copy(corpus_dir / "raw" / "quasiben__nvtx-examples__cupy.qdrep", rep)
+    assert main(["analyze", str(rep), "--quiet", "--formats", "json"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cupy.dlprof", "cupy.qdrep"]
+    summary = json.loads((tmp_path / "cupy.dlprof" / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["source"], summary["kernel_count"]) == (str(rep), 15)
+
+
+@pytest.mark.corpus
+@pytest.mark.nsys
+def test_a_report_from_a_newer_nsys(corpus_dir: Path, nsys: str, tmp_path: Path, capsys) -> None:
+    rep = tmp_path / "fuser.nsys-rep"
+    shutil.copy(corpus_dir / "raw" / "NVIDIA__Fuser__report1.nsys-rep", rep)  # nsys 2025.1
+    version = subprocess.run([nsys, "--version"], capture_output=True, text=True, check=False)
+    code = main(["analyze", str(rep), "--quiet"])
+    if "2022." in version.stdout:  # too old to export it: one clear line, nothing written
+        assert code == NsysError.exit_code
+        assert "newer Nsight Systems" in error_line(capsys.readouterr().err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["fuser.nsys-rep"]
+    else:
+        assert code == 0
+        assert (tmp_path / "fuser.dlprof" / "summary.json").is_file()
