@@ -73,7 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps (default 20)")
     parser.add_argument("--batch-size", type=int, default=64, help="default 64")
     parser.add_argument("--lr", type=float, default=0.01)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.batch_size < 1:
+        parser.error("--steps and --batch-size must be at least 1")
+    return args
 
 
 def train(args: argparse.Namespace) -> float:
@@ -102,9 +105,9 @@ def train(args: argparse.Namespace) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - start
-    per_step_ms = 1e3 * elapsed / max(args.steps, 1)
+    per_step_ms = 1e3 * elapsed / args.steps
     print(f"lenet: {args.steps} steps, loss {loss.item():.4f}, {per_step_ms:.2f} ms/step")
-    return elapsed / max(args.steps, 1)
+    return elapsed / args.steps
 
 
 if __name__ == "__main__":

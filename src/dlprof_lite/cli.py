@@ -23,9 +23,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlprof_lite import __version__
-from dlprof_lite.errors import DlprofError, NsysError
+from dlprof_lite.errors import DlprofError, InputError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dlprof_lite.report.build import Report
 
 PROG = "dlprof-lite"
 FORMATS = ("csv", "json")
@@ -194,7 +200,7 @@ def _options(args: argparse.Namespace) -> AnalyzeOptions:
     )
 
 
-def _console(args: argparse.Namespace):  # -> rich Console | None
+def _console(args: argparse.Namespace) -> Console | None:
     if args.quiet:
         return None
     from rich.console import Console
@@ -219,9 +225,9 @@ def _progress(args: argparse.Namespace) -> Iterator[Progress | None]:
 
 def _check_input(path: Path) -> None:
     if not path.exists():
-        raise DlprofError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     if path.is_dir():
-        raise DlprofError(f"{path}: is a folder, not an nsys export (.sqlite, .nsys-rep, .qdrep)")
+        raise InputError(f"{path}: is a folder, not an nsys export (.sqlite, .nsys-rep, .qdrep)")
 
 
 @contextmanager
@@ -230,18 +236,15 @@ def _sqlite_of(path: Path) -> Iterator[Path]:
     if path.suffix.lower() not in REPORT_INPUTS:
         yield path
         return
-    try:
-        from dlprof_lite.launch.nsys import export_sqlite
-    except ImportError:
-        raise NsysError(
-            f"{path}: reading {path.suffix} reports needs dlprof_lite.launch.nsys, which this "
-            "build lacks; run 'nsys export --type sqlite' and analyze the .sqlite"
-        ) from None
+    from dlprof_lite.launch.nsys import export_sqlite
+
     with tempfile.TemporaryDirectory(prefix="dlprof-lite-") as tmp:
         yield export_sqlite(path, Path(tmp) / f"{path.stem}.sqlite")
 
 
-def analyze_profile(path: Path, options: AnalyzeOptions, progress: Progress | None = None):
+def analyze_profile(
+    path: Path, options: AnalyzeOptions, progress: Progress | None = None
+) -> Report:
     """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
     from dlprof_lite.ingest.load import load
     from dlprof_lite.report.build import build_report
@@ -321,8 +324,9 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
                 continue
             rows.append({**result["row"], "report_dir": str(parent / name)})
         if len(failed) == len(args.paths):  # nothing to keep: the staging folder goes
-            raise _with_code(DlprofError(f"none of the {len(failed)} inputs could be analysed"),
-                             failed[0].exit_code)  # fmt: skip
+            none = DlprofError(f"none of the {len(failed)} inputs could be analysed")
+            none.exit_code = failed[0].exit_code
+            raise none
         files.write_tables([combined_table(rows)], stage, options.formats)
     console = _console(args)
     if console is not None:
@@ -331,11 +335,6 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
         render_many(rows, console)
         console.print(f"reports: {parent}")
     return failed[0].exit_code if failed else 0
-
-
-def _with_code(err: DlprofError, code: int) -> DlprofError:
-    err.exit_code = code
-    return err
 
 
 # --- run ----------------------------------------------------------------------------------
@@ -365,10 +364,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.output or files.unique_dir(Path.cwd(), _program_name(cmd) + files.REPORT_SUFFIX)
     ).absolute()
     files.check_target(target, force=options.force)  # before a long profiling run
-    try:
-        from dlprof_lite.launch.run import profile_program
-    except ImportError:
-        raise NsysError("profiling needs dlprof_lite.launch.run, which this build lacks") from None
+    from dlprof_lite.launch.run import profile_program
+
     failure: DlprofError | None = None
     with files.staged_folder(target, force=options.force) as stage:
         run = profile_program(

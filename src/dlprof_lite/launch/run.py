@@ -303,20 +303,21 @@ def _status_warnings(
                         "dlprof-lite not importable by its interpreter)")  # fmt: skip
         return warnings
     if status.get("error"):
-        warnings.append(str(status["error"]))
-    if not status.get("torch_imported"):
+        warnings.append(str(status["error"]))  # nvtx missing: annotation never started
+    elif not status.get("torch_imported"):
         warnings.append("the program never imported torch: no module or phase ranges")
-    elif status.get("installed"):
-        if count_annotation_ranges(sqlite_path) == 0:
-            warnings.append(_no_ranges_cause(status, extra, tool))
-        elif not status.get("optimizer_steps"):
-            warnings.append("no optimizer step was seen, so no iteration ranges: "
-                            "name the step's own range with --key-range REGEX")  # fmt: skip
+    elif not status.get("installed") or count_annotation_ranges(sqlite_path) == 0:
+        warnings.append(_no_ranges_cause(status, extra, tool))
+    elif not status.get("optimizer_steps"):
+        warnings.append("no optimizer step was seen, so no iteration ranges: "
+                        "name the step's own range with --key-range REGEX")  # fmt: skip
     return warnings
 
 
 def _no_ranges_cause(status: dict[str, Any], extra: list[str], tool: Nsys) -> str:
     head = "annotation was on but no dlprof-lite NVTX ranges arrived in the profile: "
+    if not status.get("installed"):
+        head += "no NVTX tool was attached to the program; "
     traces = [arg.split("=", 1)[-1] for arg in extra if arg.startswith(("--trace", "-t"))]
     if traces and not any("nvtx" in t.split(",") for t in traces):
         return head + "--nsys-args replaced --trace without nvtx; add nvtx to it"
