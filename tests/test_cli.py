@@ -376,3 +376,33 @@ def test_a_report_from_a_newer_nsys(corpus_dir: Path, nsys: str, tmp_path: Path,
     else:
         assert code == 0
         assert (tmp_path / "fuser.dlprof" / "summary.json").is_file()
+
+
+SCRIPT = """
+import sys, time, nvtx
+for i in range(4):
+    with nvtx.annotate("iteration", domain="dlprof-lite"):
+        with nvtx.annotate("data", domain="dlprof-lite"):
+            time.sleep(0.01)
+        with nvtx.annotate("forward", domain="dlprof-lite"):
+            time.sleep(0.005)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_run_form_under_the_real_nsys(nsys: str, tmp_path: Path, capsys) -> None:
+    script = tmp_path / "steps.py"
+    script.write_text(SCRIPT, encoding="utf-8")
+    out = tmp_path / "r"
+    args = ["--annotate", "none", "--nsys", nsys, "-o", str(out), "--quiet"]
+    assert main([*args, str(script), "5"]) == 5  # the script's exit code comes back
+    assert {"profile.nsys-rep", "profile.sqlite", *ALL_FILES} <= {p.name for p in out.iterdir()}
+    with open(out / "iterations.csv", newline="", encoding="utf-8") as fh:
+        walls = [int(r["wall_ns"]) for r in csv.DictReader(fh)]
+    assert len(walls) == 4 and all(w >= 15_000_000 for w in walls[1:])  # 10 + 5 ms of sleep
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["key_range"] == "iteration" and summary["iterations_count"] == 4
+    assert any("no CUDA kernels" in w for w in summary["warnings"])
+    assert "exited with code 5" in capsys.readouterr().err

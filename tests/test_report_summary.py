@@ -109,10 +109,15 @@ def test_graded_thresholds_fire_at_the_boundary() -> None:
     assert rules.launch_bound(at_high, layers).severity == "high"
     assert rules.launch_bound(_summary(launch_overhead_pct=None), layers) is None
     # utilization is "low" strictly below its thresholds.
-    assert rules.low_utilization(_summary(step_utilization=0.5), layers) is None
-    assert rules.low_utilization(_summary(step_utilization=0.49), layers).severity == "warn"
-    low = rules.low_utilization(_summary(step_utilization=None, active_utilization=0.1), layers)
+    assert rules.low_utilization(_summary(devices=1, step_utilization=0.5), layers) is None
+    low = rules.low_utilization(_summary(devices=1, step_utilization=0.49), layers)
+    assert low.severity == "warn"
+    low = rules.low_utilization(
+        _summary(devices=1, step_utilization=None, active_utilization=0.1), layers
+    )
     assert (low.severity, low.metric) == ("high", "active_utilization")
+    # a profile without any GPU work (CPU-only run): no utilization to judge
+    assert rules.low_utilization(_summary(devices=0, step_utilization=0.0), layers) is None
 
 
 def test_tensor_core_advice_needs_tensor_cores() -> None:
@@ -135,6 +140,8 @@ def test_iteration_variance_suggests_the_steady_window() -> None:
     found = rules.iteration_variance(s, pd.DataFrame())
     assert "--iter-start 2 --iter-stop 7" in found.recommendation
     assert "cv 30%" in found.evidence
+    unsteady = rules.iteration_variance({**s, "steady_start": None, "steady_stop": None}, None)
+    assert "No run of iterations stays within 10% of the median" in unsteady.recommendation
     assert rules.iteration_variance({**s, "iterations_analysed": 2}, pd.DataFrame()) is None
     assert rules.iteration_variance({**s, "iterations_cv": 0.09}, pd.DataFrame()) is None
 

@@ -173,11 +173,17 @@ def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         f"p90 {ms(_f(summary, 'iterations_p90_ns'))}"
     )
     start, stop = summary.get("steady_start"), summary.get("steady_stop")
-    window = f"--iter-start {start} --iter-stop {stop}" if start is not None else "a later window"
+    tolerance = f"{threshold('steady_tolerance'):.0%}"
+    if start is not None:
+        window = (
+            f"Measure a steady window: --iter-start {start} --iter-stop {stop} (the longest "
+            f"run within {tolerance} of the median)"
+        )
+    else:
+        window = f"No run of iterations stays within {tolerance} of the median: profile more"
     rec = (
-        f"Measure a steady window ({window}: the longest run within "
-        f"{threshold('steady_tolerance'):.0%} of the median); look for periodic work in the slow "
-        "iterations (evaluation, checkpointing, logging, garbage collection, recompilation)."
+        f"{window}; look for periodic work in the slow iterations (evaluation, checkpointing, "
+        "logging, garbage collection, recompilation)."
     )
     return _make(
         "Iteration times vary", ("warn", "iteration_cv_warn"), evidence, rec, "iterations_cv", cv
@@ -191,7 +197,7 @@ def low_utilization(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         else ("active_utilization")
     )
     util = _num(summary, metric)
-    if util is None:
+    if util is None or not _i(summary, "devices"):  # no GPU work at all: nothing to judge
         return None
     grade = _graded(util, "gpu_util_warn", "gpu_util_high", below=True)
     if grade is None:
