@@ -200,6 +200,15 @@ def test_every_report_column_has_a_definition() -> None:
     assert {f.name for f in dataclasses.fields(rules.Advice)} == set(column_names("advice"))
 
 
+def test_markdown_reference_lists_every_column_and_threshold() -> None:
+    from dlprof_lite.report.metrics import markdown_reference
+
+    md = markdown_reference()
+    for columns in REPORTS.values():
+        assert all(f"| `{c.name}` |" in md for c in columns)
+    assert all(f"| `{key}` |" in md for key in THRESHOLDS)
+
+
 def test_empty_profile_report() -> None:
     report = build_report(make_profile())
     s = report.summary

@@ -271,7 +271,7 @@ THRESHOLDS: dict[str, Threshold] = {
         0.50,
         "share of time",
         "GPU busy share of the analysed steps (or active span)",
-        f"{_TB}: GPU utilization < 0.5; {_NSYS} gpu-low-util: threshold=50%; "
+        f"{_TB}: GPU utilization < 0.5; {_NSYS} gpu-low-util flags time chunks under 50% GPU use; "
         f"{_DLPROF} underutilized-GPU detector (DLProf 21.07 release notes)",
     ),
     "gpu_util_high": Threshold(0.20, "share of time", "same, high", _CHOICE),
@@ -309,3 +309,21 @@ THRESHOLDS: dict[str, Threshold] = {
 
 def threshold(key: str) -> float:
     return THRESHOLDS[key].value
+
+
+def markdown_reference() -> str:
+    """The report columns and thresholds as Markdown (for the README's "Report files")."""
+    out = []
+    for table, columns in REPORTS.items():
+        name = "summary.csv (several inputs)" if table == "runs" else f"{table}.csv / .json"
+        out += [f"**{name}**", "", "| column | unit | meaning |", "| --- | --- | --- |"]
+        out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in columns]
+        out.append("")
+    out += [
+        "**Advice thresholds**",
+        "",
+        "| threshold | value | unit | source |",
+        "| --- | --- | --- | --- |",
+    ]
+    out += [f"| `{k}` | {t.value:g} | {t.unit} | {t.citation} |" for k, t in THRESHOLDS.items()]
+    return "\n".join(out) + "\n"
