@@ -126,7 +126,7 @@ def test_several_inputs(fake_load, tmp_path: Path, capsys) -> None:
         (tmp_path / sub).mkdir()
         paths.append(tmp_path / sub / "report.nsys-rep.sqlite")
         paths[-1].write_text("x")
-    assert main(["analyze", *map(str, paths), "--quiet"]) == 0
+    assert main(["analyze", *map(str, paths), "--quiet", "--jobs", "1"]) == 0
     parent = tmp_path / "rank0" / "dlprof-lite-reports"
     names = sorted(p.name for p in parent.iterdir())
     assert names == ["report.dlprof", "report.dlprof-2", "summary.csv", "summary.json"]
@@ -146,7 +146,7 @@ def test_several_inputs_one_bad(fake_load, tmp_path: Path, capsys) -> None:
     bad.write_text("x")
     fake_load.fail = {"bad": InputError(f"{bad}: not an nsys export")}
     out = tmp_path / "reports"
-    assert main(["analyze", str(good), str(bad), "-o", str(out), "--formats", "csv"]) == 2
+    assert main(["analyze", str(good), str(bad), "-o", str(out), "--formats", "csv", "--jobs", "1"]) == 2
     captured = capsys.readouterr()
     assert f"{bad}: not an nsys export" in error_line(captured.err)
     assert sorted(p.name for p in out.iterdir()) == ["good.dlprof", "summary.csv"]
@@ -156,7 +156,7 @@ def test_several_inputs_one_bad(fake_load, tmp_path: Path, capsys) -> None:
     assert "good.sqlite" in captured.out
     # nothing good at all: no folder.
     fake_load.fail = {"": InputError("broken")}
-    assert main(["analyze", str(good), str(bad), "-o", str(tmp_path / "none"), "--quiet"]) == 2
+    assert main(["analyze", str(good), str(bad), "-o", str(tmp_path / "none"), "--quiet", "--jobs", "1"]) == 2
     assert not (tmp_path / "none").exists()
 
 

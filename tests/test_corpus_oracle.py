@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from dlprof_lite.ingest.correlate import range_membership
 
 import dlprof_lite
 from conftest import corpus_files
+from dlprof_lite.ingest.correlate import range_membership
 from nsys_oracle import nsys_report
 
 CORPUS = corpus_files()
@@ -46,16 +46,22 @@ def test_range_kernel_totals_equal_nvtxkernsum(corpus_dir: Path, nsys: str, path
     )
     pairs = range_membership(profile.kernels, profile.ranges)
     ranges = profile.ranges.set_index("range_id").loc[pairs["range_id"]]
-    ours = (
-        pd.DataFrame({
-            "range": _nsys_range_name(ranges).to_numpy(),
-            "style": ranges["style"].astype(str).to_numpy(),
-            "dur": profile.kernels["dur_ns"].to_numpy()[pairs["op_index"].to_numpy()],
-        })
-        .query("style == 'push_pop'")
-        .groupby("range")["dur"]
-        .agg(["count", "sum"])
-    )
+    kernels = profile.kernels
+    op = pairs["op_index"].to_numpy()
+    # nsys joins a kernel to every runtime row of its correlation id, so a launch recorded
+    # twice (pipit: cudaLaunchKernel and cudaLaunchKernel_v7000) counts twice in its total.
+    launches = profile.api.groupby(["pid", "correlation_id"]).size()
+    weight = launches.reindex(pd.MultiIndex.from_frame(kernels[["pid", "correlation_id"]]))
+    frame = pd.DataFrame({
+        "range": _nsys_range_name(ranges).to_numpy(),
+        "style": ranges["style"].astype(str).to_numpy(),
+        "op": op,
+        "dur": kernels["dur_ns"].to_numpy()[op] * weight.to_numpy()[op],
+    })
+    frame = frame[frame["style"] == "push_pop"]
+    # "Kern Inst" counts distinct kernels; "Total Time" sums every (kernel, range) pair,
+    # so a kernel under two nested ranges of one name counts once there and twice here.
+    ours = frame.groupby("range").agg(count=("op", "nunique"), sum=("dur", "sum"))
     assert sorted(ours.index) == sorted(theirs.index)
     theirs = theirs.loc[ours.index]
     assert (ours["count"].to_numpy() == theirs["Kern Inst"].to_numpy()).all()

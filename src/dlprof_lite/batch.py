@@ -88,7 +88,7 @@ def _run_dask(
     except ImportError as err:
         raise DlprofError("--dask-scheduler needs Dask: pip install 'dlprof-lite[dask]'") from err
     try:
-        client = Client(address, timeout="20s")
+        client = Client(address, timeout="5s")
     except (OSError, TimeoutError) as err:
         raise DlprofError(f"cannot reach the Dask scheduler at {address} ({err})") from err
     with client:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
 import traceback
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlprof_lite import __version__
+from dlprof_lite.batch import default_jobs, run_all
 from dlprof_lite.errors import DlprofError, InputError
 
 if TYPE_CHECKING:
@@ -148,6 +150,11 @@ def build_analyze_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     _common(parser)
+    many = parser.add_argument_group("several inputs").add_argument
+    many("--jobs", "-j", type=_count, metavar="N",
+         help="analyse up to N inputs at once in a process pool (default: one per core, max 8)")
+    many("--dask-scheduler", metavar="ADDRESS",
+         help="analyse on an existing Dask cluster (needs the [dask] extra)")
     return parser
 
 
@@ -209,15 +216,12 @@ def _console(args: argparse.Namespace) -> Console | None:
 
 
 @contextmanager
-def _progress(args: argparse.Namespace) -> Iterator[Progress | None]:
-    """A spinner on stderr while reading and analysing, when stderr is a terminal."""
-    if args.quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
+def _progress(args: argparse.Namespace, label: str) -> Iterator[Progress | None]:
+    """A bar over the pipeline's stages on stderr, when stderr is a terminal."""
+    from dlprof_lite.progress import stage_progress
 
-    with Console(stderr=True).status("starting") as status:
-        yield lambda step: status.update(step)
+    with stage_progress(label, quiet=args.quiet) as advance:
+        yield advance
 
 
 # --- analyze ------------------------------------------------------------------------------
@@ -259,7 +263,7 @@ def analyze_profile(
             **kwargs,
         )
     if progress is not None:
-        progress("writing the report")
+        progress("writing reports")
     report = build_report(profile)
     report.summary["source"] = str(path)  # not the temporary export of a .nsys-rep
     return report
@@ -282,6 +286,11 @@ def analyze_one(
     return {"source": str(path), "report_dir": final, "row": row, "report": report}
 
 
+def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict:
+    """:func:`analyze_one` for a worker process: returns only the summary row (picklable)."""
+    return analyze_one(path, out_dir, options)["row"]
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     from dlprof_lite.report import output as files
 
@@ -293,7 +302,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     path = args.paths[0]
     target = args.output or files.default_report_dir(path)
     files.check_target(target.absolute(), force=options.force)  # fail before any work
-    with _progress(args) as progress:
+    with _progress(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
     console = _console(args)
     if console is not None:
@@ -312,20 +321,26 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
     parent = (args.output or files.unique_dir(first.parent, MULTI_DIR)).absolute()
     files.check_target(parent, force=options.force)
     rows, failed = [], []
-    with files.staged_folder(parent, force=options.force) as stage, _progress(args) as progress:
+    with files.staged_folder(parent, force=options.force) as stage:
+        items = []
         for path in args.paths:
             name = files.unique_dir(stage, files.report_stem(path) + files.REPORT_SUFFIX).name
-            try:
-                result = analyze_one(path, stage / name, replace(options, force=False), progress)
-            except DlprofError as err:
-                _error(f"{path}: {err}", args.debug)
-                failed.append(err)
-                rows.append({"source": str(path), "error": str(err)})
+            (stage / name).mkdir()  # reserve the name; the report replaces the empty folder
+            items.append((path, stage / name, replace(options, force=True)))
+        jobs = args.jobs or default_jobs()
+        outcomes = run_all(analyze_row, items, jobs=jobs, scheduler=args.dask_scheduler)
+        for (path, out, _), outcome in zip(items, outcomes):
+            if outcome.error is not None:
+                where = "" if str(path) in outcome.error else f"{path}: "
+                _error(where + outcome.error, False)
+                failed.append(outcome.exit_code)
+                rows.append({"source": str(path), "error": outcome.error})
+                shutil.rmtree(out, ignore_errors=True)
                 continue
-            rows.append({**result["row"], "report_dir": str(parent / name)})
+            rows.append({**outcome.result, "report_dir": str(parent / out.name)})
         if len(failed) == len(args.paths):  # nothing to keep: the staging folder goes
             none = DlprofError(f"none of the {len(failed)} inputs could be analysed")
-            none.exit_code = failed[0].exit_code
+            none.exit_code = failed[0]
             raise none
         files.write_tables([combined_table(rows)], stage, options.formats)
     console = _console(args)
@@ -334,7 +349,7 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
 
         render_many(rows, console)
         console.print(f"reports: {parent}")
-    return failed[0].exit_code if failed else 0
+    return failed[0] if failed else 0
 
 
 # --- run ----------------------------------------------------------------------------------
@@ -375,7 +390,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for warning in run.warnings:
             _warn(warning)
         try:
-            with _progress(args) as progress:
+            with _progress(args, target.name) as progress:
                 report = analyze_profile(Path(run.sqlite_path), options, progress)
             files.write_tables(files.report_tables(report), stage, options.formats)
         except DlprofError as err:  # keep what nsys captured; report the error after

@@ -19,15 +19,11 @@ class StageProgress(Protocol):
     def __call__(self, stage: str) -> None: ...
 
 
-def _silent(_: str) -> None:
-    return None
-
-
 @contextmanager
-def stage_progress(label: str, *, quiet: bool = False) -> Iterator[StageProgress]:
-    """Yield a callback that advances a bar to the named stage (a no-op when silent)."""
+def stage_progress(label: str, *, quiet: bool = False) -> Iterator[StageProgress | None]:
+    """Yield a callback that advances a bar to the named stage (``None`` when silent)."""
     if quiet or not sys.stderr.isatty():
-        yield _silent
+        yield None
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -258,12 +258,14 @@ def _as_category(values: object) -> pd.Categorical:
 def _domain_names(
     pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, int], str]
 ) -> pd.Categorical:
-    """Domain name per event; domain ids are per process, 0 is the default domain ('')."""
+    """Domain name per event; domain ids are per process, 0 is the default domain ('').
+
+    A domain whose create event is missing (sliced exports) has no name; like nsys, we then
+    show its ranges without a domain.
+    """
     key = pd.MultiIndex.from_arrays([pid, domain_id])
     uniq = key.unique()
-    labels = [
-        names.get((int(p), int(d)), "" if d == 0 else f"domain {d}") for p, d in uniq
-    ]
+    labels = [names.get((int(p), int(d)), "") for p, d in uniq]
     codes = uniq.get_indexer(key)
     cats = pd.Index(labels)
     if cats.is_unique:
