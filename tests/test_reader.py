@@ -8,6 +8,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import corpus_files
@@ -155,3 +156,21 @@ def test_non_ascii_path(corpus_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "プロファイル ü #1?.sqlite"
     shutil.copy(corpus_dir / CUPY, target)
     assert len(read_export(target).kernels) == 15
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
+def test_sqlite3_and_arrow_drivers_read_the_same(
+    corpus_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("adbc_driver_sqlite")
+    arrow = read_export(path)
+    monkeypatch.setenv("DLPROF_LITE_READER", "sqlite")
+    plain = read_export(path)
+    for table in ("kernels", "memops", "api", "nvtx", "marks", "gpus"):
+        a, b = getattr(arrow, table), getattr(plain, table)
+        for col in a.columns:  # categories may be ordered differently: compare values
+            left = a[col].astype(object) if a[col].dtype == "category" else a[col]
+            right = b[col].astype(object) if b[col].dtype == "category" else b[col]
+            pd.testing.assert_series_equal(left, right, check_dtype=False, obj=f"{table}.{col}")
+    assert arrow.meta == plain.meta

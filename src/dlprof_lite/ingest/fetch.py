@@ -8,13 +8,15 @@ extra), else through the standard library's ``sqlite3``. Both open the file with
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+import pandas as pd
 
 
 def readonly_uri(path: Path) -> str:
@@ -27,8 +29,9 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
 
 
 class Fetcher(Protocol):
-    def columns(self, query: str) -> dict[str, np.ndarray]:
-        """Run ``query``; return its result columns by name (object arrays for text)."""
+    def columns(self, query: str) -> dict[str, Any]:
+        """Run ``query``; return its result columns by name: int64 arrays for integers,
+        object arrays (or a ``pd.Categorical``) for text."""
         ...
 
 
@@ -65,7 +68,7 @@ class ArrowFetcher:
     def __init__(self, conn: object) -> None:
         self._conn = conn
 
-    def columns(self, query: str) -> dict[str, np.ndarray]:
+    def columns(self, query: str) -> dict[str, Any]:
         import pyarrow as pa
 
         cur = self._conn.cursor()  # type: ignore[attr-defined]
@@ -80,13 +83,24 @@ class ArrowFetcher:
                 out[name] = col.to_numpy().astype(np.int64, copy=False)
             elif pa.types.is_null(col.type):
                 out[name] = np.full(len(col), None, dtype=object)
+            elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                # Dictionary-encoded in Arrow: repeated names cost one string each.
+                enc = col.combine_chunks().dictionary_encode()
+                out[name] = pd.Categorical.from_codes(
+                    enc.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+                    categories=pd.Index(enc.dictionary.to_pylist(), dtype=object),
+                )
             else:
                 out[name] = col.to_numpy(zero_copy_only=False).astype(object)
         return out
 
 
 @contextmanager
-def open_fetcher(path: Path, *, prefer_arrow: bool = True) -> Iterator[Fetcher]:
+def open_fetcher(path: Path, *, prefer_arrow: bool | None = None) -> Iterator[Fetcher]:
+    """The Arrow fetcher when ADBC is installed, else sqlite3; ``DLPROF_LITE_READER=sqlite``
+    forces the standard library driver."""
+    if prefer_arrow is None:
+        prefer_arrow = os.environ.get("DLPROF_LITE_READER", "arrow") != "sqlite"
     if prefer_arrow:
         try:
             import adbc_driver_sqlite.dbapi as adbc

@@ -99,7 +99,7 @@ def _read(path: Path, schema: S.ExportSchema, fetch: Fetcher) -> RawExport:
     with ThreadPoolExecutor(max_workers=2) as pool:
         kernels = pool.submit(_on_own_connection, path, _kernels, schema, strings)
         api = pool.submit(_on_own_connection, path, _api, schema, strings)
-        nvtx, marks = _nvtx(schema, fetch)
+        nvtx, marks = _nvtx(schema, fetch, strings)
         memops = _memops(schema, fetch)
         gpus = _gpus(schema, fetch)
         frames = (kernels.result(), memops, api.result(), nvtx)
@@ -133,8 +133,9 @@ def _categorical(ids: np.ndarray, strings: pd.Series) -> pd.Categorical:
     return pd.Categorical(names[codes])
 
 
-def _nullable(values: np.ndarray) -> pd.array:
-    return pd.array(np.where(values == S.NULL_INT, None, values), dtype="Int64")
+def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
+    values = np.asarray(values, dtype=np.int64)
+    return pd.arrays.IntegerArray(values, values == S.NULL_INT)
 
 
 def _gpu_op_base(c: dict[str, np.ndarray]) -> dict[str, object]:
@@ -227,7 +228,9 @@ def _domains(schema: S.ExportSchema, fetch: Fetcher) -> dict[tuple[int, int], st
     return {(int(p), int(d)): str(t) for p, d, t in zip(pids, c["domainId"], c["text"])}
 
 
-def _nvtx(schema: S.ExportSchema, fetch: Fetcher) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _nvtx(
+    schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not schema.has(S.NVTX_TABLE):
         return empty_frame("nvtx_events"), empty_frame("marks")
     c = fetch.columns(schema.nvtx_query())
@@ -235,7 +238,8 @@ def _nvtx(schema: S.ExportSchema, fetch: Fetcher) -> tuple[pd.DataFrame, pd.Data
     domains = _domain_names(pid, c["domainId"], _domains(schema, fetch))
     event = c["eventType"]
     frame = pd.DataFrame({
-        "start_ns": c["start"], "end_ns": _nullable(c["end"]), "name": _as_category(c["text"]),
+        "start_ns": c["start"], "end_ns": _nullable(c["end"]),
+        "name": _nvtx_text(c["text"], c["textId"], strings),
         "domain": domains, "style": np.where(event == S.EVENT_NVTX_START_END, "start_end",
                                              "push_pop"),
         "pid": pid, "tid": S.decode_tid(c["globalTid"]),
@@ -249,10 +253,20 @@ def _nvtx(schema: S.ExportSchema, fetch: Fetcher) -> tuple[pd.DataFrame, pd.Data
     return coerce(ranges, "nvtx_events"), coerce(marks.reset_index(drop=True), "marks")
 
 
-def _as_category(values: object) -> pd.Categorical:
-    if isinstance(values, pd.Categorical):
-        return values
-    return pd.Categorical(values)
+def _nvtx_text(text: object, text_id: np.ndarray, strings: pd.Series) -> pd.Categorical:
+    """Each event's text: inline, else its registered string (nsys stores one or the other).
+
+    Combined through category codes, so no Python string is touched per event.
+    """
+    inline = text if isinstance(text, pd.Categorical) else pd.Categorical(text)
+    registered = text_id != S.NULL_INT
+    if not registered.any():
+        return inline
+    resolved = _categorical(text_id[registered], strings)
+    categories = pd.Index(inline.categories).append(pd.Index(resolved.categories)).unique()
+    codes = categories.get_indexer(inline.categories)[inline.codes]
+    codes[registered] = categories.get_indexer(resolved.categories)[resolved.codes]
+    return pd.Categorical.from_codes(codes, categories=categories)
 
 
 def _domain_names(

@@ -117,15 +117,17 @@ class ExportSchema:
         )
 
     def nvtx_query(self) -> str:
-        """Ranges and marks; the text is inline or a registered string (StringIds)."""
-        text = "text"
-        if self.has_column(NVTX_TABLE, "textId"):
-            text = f"COALESCE(text, (SELECT value FROM {STRINGS_TABLE} WHERE id = textId))"
+        """Ranges and marks; the text is inline (``text``) or a StringIds id (``textId``).
+
+        The id is returned as it is and resolved by the reader against the StringIds it
+        already holds: a per-row subquery here costs more than the rest of the read.
+        """
+        text_id = self._opt(NVTX_TABLE, "textId", "textId")
         end_tid = self._opt(NVTX_TABLE, "endGlobalTid", "endGlobalTid")
         return (
             f"SELECT start, COALESCE(end, {NULL_INT}) AS end, eventType, "
             f"COALESCE(globalTid, 0) AS globalTid, {end_tid}, "
-            f"COALESCE(domainId, 0) AS domainId, COALESCE({text}, '') AS text "
+            f"COALESCE(domainId, 0) AS domainId, {text_id}, COALESCE(text, '') AS text "
             f"FROM {NVTX_TABLE} WHERE eventType IN "
             f"({EVENT_NVTX_PUSH_POP}, {EVENT_NVTX_START_END}, {EVENT_NVTX_MARK})"
         )
@@ -161,10 +163,6 @@ class ExportSchema:
         if self.has_column("ANALYSIS_DETAILS", "startTime"):
             return "SELECT MIN(startTime), MAX(stopTime) FROM ANALYSIS_DETAILS"
         return None
-
-    def enum_query(self, enum: str) -> str | None:
-        table = f"ENUM_{enum}"
-        return f"SELECT id, name FROM {table}" if table in self.tables else None
 
 
 def decode_pid(global_id: int | object) -> object:
