@@ -174,3 +174,21 @@ def test_sqlite3_and_arrow_drivers_read_the_same(
             right = b[col].astype(object) if b[col].dtype == "category" else b[col]
             pd.testing.assert_series_equal(left, right, check_dtype=False, obj=f"{table}.{col}")
     assert arrow.meta == plain.meta
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
+def test_launch_configuration_survives_packing(corpus_dir: Path, path: Path) -> None:
+    kernels = read_export(path).kernels
+    con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+        assert kernels.empty
+        return
+    raw = con.execute(
+        "SELECT gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
+        "staticSharedMemory, dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    ).fetchall()
+    cols = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+            "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]  # fmt: skip
+    assert [tuple(r) for r in kernels[cols].to_numpy().tolist()] == raw

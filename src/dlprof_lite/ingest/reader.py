@@ -26,6 +26,14 @@ from dlprof_lite.ingest.raw import RawExport
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
+# How schema.kernel_query packs the launch configuration: (column, shift, bits) per value.
+LAUNCH_CONFIG_FIELDS = {
+    "grid": (("grid_x", 32, 31), ("grid_y", 16, 16), ("grid_z", 0, 16)),
+    "block": (("block_x", 32, 31), ("block_y", 16, 16), ("block_z", 0, 16)),
+    "resources": (("registers_per_thread", 48, 15), ("static_smem_bytes", 24, 24),
+                  ("dynamic_smem_bytes", 0, 24)),
+}  # fmt: skip
+
 
 def read_export(path: Path) -> RawExport:
     """Read ``path`` into base frames; raise :class:`InputError` on any bad input."""
@@ -160,12 +168,9 @@ def _kernels(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.D
     frame = pd.DataFrame(_gpu_op_base(c))
     frame["name"] = _categorical(c["demangledName"], strings)
     frame["short_name"] = _categorical(c["shortName"], strings)
-    for src, dst in (("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
-                     ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z"),
-                     ("registersPerThread", "registers_per_thread"),
-                     ("staticSharedMemory", "static_smem_bytes"),
-                     ("dynamicSharedMemory", "dynamic_smem_bytes")):  # fmt: skip
-        frame[dst] = c[src]
+    for packed, fields in LAUNCH_CONFIG_FIELDS.items():
+        for name, shift, bits in fields:
+            frame[name] = (c[packed] >> shift) & ((1 << bits) - 1)
     return coerce(frame, "kernels")
 
 
