@@ -81,7 +81,7 @@ def export_for(case: Case, work: Path) -> tuple[Path, GroundTruth]:
     path = work / f"bench_{case.kernels}_{int(case.per_kernel_ranges)}.sqlite"
     truth_path = Path(f"{path}.truth.json")
     if path.exists() and truth_path.exists():
-        return path, GroundTruth.load(path)
+        return path, GroundTruth.load(truth_path)
     layers, per_layer = case.shape
     per_iter = 2 * layers * per_layer + max(1, layers // 4)
     truth = make_profile(

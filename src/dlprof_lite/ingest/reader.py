@@ -242,19 +242,21 @@ def _nvtx(
     pid = S.decode_pid(c["globalTid"])
     domains = _domain_names(pid, c["domainId"], _domains(schema, fetch))
     event = c["eventType"]
+    end_tid = c["endGlobalTid"]
     frame = pd.DataFrame({
         "start_ns": c["start"], "end_ns": _nullable(c["end"]),
-        "name": _nvtx_text(c["text"], c["textId"], strings),
-        "domain": domains, "style": np.where(event == S.EVENT_NVTX_START_END, "start_end",
-                                             "push_pop"),
+        "name": _nvtx_text(c["text"], c["textId"], strings), "domain": domains,
+        "style": pd.Categorical.from_codes((event == S.EVENT_NVTX_START_END).astype(np.int8),
+                                           categories=["push_pop", "start_end"]),
         "pid": pid, "tid": S.decode_tid(c["globalTid"]),
-        "end_tid": _nullable(np.where(c["endGlobalTid"] == S.NULL_INT, S.NULL_INT,
-                                      S.decode_tid(c["endGlobalTid"]))),
+        "end_tid": _nullable(np.where(end_tid == S.NULL_INT, S.NULL_INT,
+                                      S.decode_tid(end_tid))),
     })  # fmt: skip
     is_mark = event == S.EVENT_NVTX_MARK
+    if not is_mark.any():
+        return coerce(frame, "nvtx_events"), empty_frame("marks")
     marks = frame.loc[is_mark, ["start_ns", "name", "domain", "pid", "tid"]]
     ranges = frame.loc[~is_mark].reset_index(drop=True)
-    ranges["style"] = ranges["style"].astype("category")
     return coerce(ranges, "nvtx_events"), coerce(marks.reset_index(drop=True), "marks")
 
 
@@ -282,13 +284,12 @@ def _domain_names(
     A domain whose create event is missing (sliced exports) has no name; like nsys, we then
     show its ranges without a domain.
     """
-    key = pd.MultiIndex.from_arrays([pid, domain_id])
-    uniq = key.unique()
-    labels = [names.get((int(p), int(d)), "") for p, d in uniq]
-    codes = uniq.get_indexer(key)
-    cats = pd.Index(labels)
+    key = (np.asarray(pid, dtype=np.int64) << 32) | np.asarray(domain_id, dtype=np.int64)
+    uniq, codes = np.unique(key, return_inverse=True)
+    labels = [names.get((int(k >> 32), int(k & 0xFFFFFFFF)), "") for k in uniq]
+    cats = pd.Index(labels, dtype=object)
     if cats.is_unique:
-        return pd.Categorical.from_codes(codes, categories=cats)
+        return pd.Categorical.from_codes(codes.astype(np.int32), categories=cats)
     return pd.Categorical(np.asarray(labels, dtype=object)[codes])
 
 
