@@ -1,0 +1,194 @@
+"""Annotation overhead: step time of the examples with annotation off and on, bare and under nsys.
+
+    .venv/bin/python scripts/bench_annotation.py [--repeats 3] [--device cpu] [--no-nsys]
+
+Each configuration runs the example in a fresh process (``examples/lenet.py``,
+``examples/resnet.py``) and reads the ``ms/step`` it prints (steps 2..N); configurations
+are interleaved and repeated (one intra-op thread unless ``--threads``), and the median is
+reported with its ratio to the plain run:
+
+- ``plain``: ``python example.py`` — no dlprof-lite at all;
+- ``bootstrap``: through the bootstrap with ``--annotate modules`` but no profiler attached,
+  so annotation stays off (what "costs nothing without a profiler" means);
+- ``forced phases`` / ``forced modules``: ``DLPROF_LITE_NVTX=on`` installs every hook with no
+  tool attached (the NVTX calls are the library's no-ops): the cost of the hooks themselves;
+- ``nsys none`` / ``nsys phases`` / ``nsys modules``: under ``nsys profile`` with the
+  launcher's defaults, by ``--annotate`` level: what annotation adds to a profiled run.
+
+It also times one NVTX push/pop pair (no tool, and under nsys) and one disabled
+``annotate.range`` block. Figures vary with the machine's load: compare ratios, not times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = {"lenet": ["--steps", "30"], "resnet": ["--steps", "10"]}
+BOOT = [sys.executable, "-m", "dlprof_lite.annotate.bootstrap"]
+# One intra-op thread: with OpenMP's spinning threads on a loaded 2-core machine step times
+# varied 15x between runs; with one they vary by a few %. Set by --threads.
+THREADS = {"OMP_NUM_THREADS": "1"}
+_MS = re.compile(r"([\d.]+) ms/step")
+_MICRO = re.compile(r"MICRO (\w+) ([\d.]+)")
+MICRO = """
+import nvtx, timeit
+from nvtx import _lib
+d = nvtx.get_domain("bench"); a = d.get_event_attributes("r", "blue"); h = d.handle
+n = 200000
+t = timeit.timeit(lambda: (_lib.push_range(a, h), _lib.pop_range(h)), number=n)
+print("MICRO pushpop_ns", 1e9 * t / n)
+"""
+
+
+def configurations(nsys: str | None) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """name -> (command prefix before the script, extra environment)."""
+    off = {"DLPROF_LITE_NVTX": "auto"}
+    on = {"DLPROF_LITE_NVTX": "on"}
+    configs = {
+        "plain": ([sys.executable], off),
+        "bootstrap": ([*BOOT, "--annotate", "modules"], off),
+        "forced phases": ([*BOOT, "--annotate", "phases"], on),
+        "forced modules": ([*BOOT, "--annotate", "modules"], on),
+    }
+    if nsys:
+        from dlprof_lite.launch.nsys import PROFILE_DEFAULTS
+
+        out = Path(tempfile.mkdtemp(prefix="bench-nsys-")) / "run"
+        prefix = [nsys, "profile", *PROFILE_DEFAULTS, f"--output={out}",
+                  "--force-overwrite=true"]  # fmt: skip
+        for level in ("none", "phases", "modules"):
+            configs[f"nsys {level}"] = ([*prefix, *BOOT, "--annotate", level], off)
+    return configs
+
+
+def run_once(prefix: list[str], env: dict[str, str], program: list[str]) -> float:
+    done = subprocess.run([*prefix, *program], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **env, **THREADS})  # fmt: skip
+    found = _MS.findall(done.stdout)
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"failed: {' '.join(prefix + program)}\n{done.stderr[-2000:]}")
+    return float(found[-1])
+
+
+def bench_examples(args: argparse.Namespace, nsys: str | None) -> None:
+    configs = configurations(nsys)
+    for example, example_args in EXAMPLES.items():
+        program = [str(ROOT / "examples" / f"{example}.py"), *example_args,
+                   "--device", args.device]  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in configs}
+        for _ in range(args.repeats):
+            for name, (prefix, env) in configs.items():
+                times[name].append(run_once(prefix, env, program))
+        base = statistics.median(times["plain"])
+        print(f"\n{example} ({' '.join(example_args)}, {args.device}), "
+              f"median of {args.repeats} runs, ms/step of steps 2..N")  # fmt: skip
+        print(f"  {'configuration':<16} {'ms/step':>9} {'ratio':>7}   runs")
+        for name, values in times.items():
+            median = statistics.median(values)
+            runs = " ".join(f"{v:.1f}" for v in values)
+            print(f"  {name:<16} {median:9.2f} {median / base:7.3f}   {runs}")
+
+
+HOOK_COST = """
+import statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch, lenet, resnet
+from dlprof_lite import annotate
+torch.manual_seed(0)
+cases = {"lenet": (lenet.LeNet(), lenet.CategoricalCrossEntropy(), (1, 28, 28)),
+         "resnet": (resnet.ResNet(), torch.nn.CrossEntropyLoss(), (3, 32, 32))}
+for name, (model, loss_fn, shape) in cases.items():
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.rand(20, *shape), torch.randint(0, 10, (20,))), batch_size=1)
+    def epoch():
+        start = time.perf_counter()
+        for x, y in data:
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        return (time.perf_counter() - start) / len(data)
+    epoch()
+    trials = {level: [] for level in ("off", "phases", "modules")}
+    for _ in range(int(sys.argv[2])):
+        for level in trials:
+            handle = annotate.install(level) if level != "off" else None
+            trials[level].append(epoch())
+            if handle is not None:
+                handle.remove()
+    off = statistics.median(trials["off"])
+    modules = sum(1 for _ in model.modules()) + 1
+    for level, values in trials.items():
+        extra = 1e6 * (statistics.median(values) - off)
+        print(f"HOOK {name} {modules} {level} {1e6 * statistics.median(values):.0f} {extra:.0f}")
+"""
+_HOOK = re.compile(r"HOOK (\w+) (\d+) (\w+) (\d+) (-?\d+)")
+
+
+def bench_hook_cost(trials: int) -> None:
+    """Per-step cost of the hooks, in one process: batch 1, annotation off/on alternated."""
+    done = subprocess.run(
+        [sys.executable, "-c", HOOK_COST, str(ROOT / "examples"), str(trials)],
+        capture_output=True, text=True, timeout=1800,
+        env={**os.environ, **THREADS, "DLPROF_LITE_NVTX": "on"},
+    )  # fmt: skip
+    print(f"\nhooks in-process, batch 1, no tool attached (median of {trials} alternated trials)")
+    print(f"  {'model':<8} {'modules':>7} {'level':<8} {'us/step':>8} {'added us':>9}")
+    for name, modules, level, step, extra in _HOOK.findall(done.stdout):
+        print(f"  {name:<8} {modules:>7} {level:<8} {step:>8} {extra:>9}")
+    if done.returncode != 0:
+        print(done.stderr[-2000:])
+
+
+def bench_micro(nsys: str | None) -> None:
+    from dlprof_lite import annotate
+
+    os.environ.pop("DLPROF_LITE_NVTX", None)
+    n = 200_000
+    blocks = timeit.timeit(lambda: annotate.range("r").__enter__().__exit__(), number=n)
+    print(f"\nannotate.range block, annotation off:     {1e9 * blocks / n:8.0f} ns")
+    done = subprocess.run([sys.executable, "-c", MICRO], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    for key, value in _MICRO.findall(done.stdout):
+        print(f"NVTX push+pop, no tool attached:          {float(value):8.0f} ns ({key})")
+    if nsys:
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run(
+                [nsys, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none",
+                 f"--output={tmp}/m", sys.executable, "-c", MICRO],
+                capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+        for key, value in _MICRO.findall(done.stdout):
+            print(f"NVTX push+pop under nsys --trace=nvtx:    {float(value):8.0f} ns ({key})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--nsys", default="nsys", help="nsys to profile with")
+    parser.add_argument("--no-nsys", action="store_true", help="skip the runs under nsys")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS (default 1)")
+    args = parser.parse_args()
+    THREADS["OMP_NUM_THREADS"] = str(args.threads)
+    nsys = None
+    if not args.no_nsys:
+        from dlprof_lite.launch.nsys import find_nsys
+
+        nsys = find_nsys(args.nsys).path
+    bench_micro(nsys)
+    bench_hook_cost(max(args.repeats, 5))
+    bench_examples(args, nsys)
+
+
+if __name__ == "__main__":
+    main()
