@@ -256,3 +256,15 @@ def test_cli_profiles_lenet(nsys: str, tmp_path: Path) -> None:
     covered = sum(e - s for name, s, e in spans if name in phases)
     total = sum(e - s for s, e in steps)
     assert abs(covered - total) <= 0.05 * total
+
+
+@pytest.mark.nsys
+def test_duration_stops_the_program_as_success(nsys: str, tmp_path: Path) -> None:
+    script = tmp_path / "long.py"
+    script.write_text("import time\nfor _ in range(600):\n    time.sleep(0.1)\n")
+    started = time.monotonic()
+    run = profile_program([str(script)], out_dir=tmp_path / "out", nsys=nsys, echo=False,
+                          duration=2)  # fmt: skip
+    assert time.monotonic() - started < 50
+    assert run.exit_code == 0
+    assert any("--duration 2 s" in w for w in run.warnings)

@@ -150,9 +150,18 @@ def profile_program(
     report = _find_report(base, outcome, tool)
     sqlite_path = export_sqlite(report, base.with_suffix(".sqlite"), nsys=tool)
     exit_code = status.get("exit_code")
-    if not isinstance(exit_code, int):
+    if not isinstance(exit_code, int) and duration is not None and not outcome.warnings:
+        # nsys's --kill default ended the program when the window closed: that is success.
+        warnings.append(f"the program was stopped when --duration {duration:g} s ended "
+                        "(--nsys-args='--kill=none' lets it run to its end)")  # fmt: skip
+        exit_code = 0
+    elif not isinstance(exit_code, int):
         exit_code = outcome.returncode
-    warnings += _status_warnings(status, annotate, program, extra, sqlite_path, tool)
+        if BOOTSTRAP in program:
+            warnings.append("the program ended without its status (killed by a signal, or "
+                            "dlprof-lite is not importable by its interpreter)")  # fmt: skip
+    else:
+        warnings += _status_warnings(status, annotate, program, extra, sqlite_path, tool)
     return ProfileRun(sqlite_path, report, exit_code, tuple(warnings), tuple(args), tool)
 
 
@@ -297,10 +306,6 @@ def _status_warnings(
     """What the user should know about the annotation (the exit code is the caller's to show)."""
     warnings: list[str] = []
     if BOOTSTRAP not in program or annotate == "none":
-        return warnings
-    if not status or status.get("exit_code") is None:
-        warnings.append("the program ended without its annotation status (killed, or "
-                        "dlprof-lite not importable by its interpreter)")  # fmt: skip
         return warnings
     if status.get("error"):
         warnings.append(str(status["error"]))  # nvtx missing: annotation never started
