@@ -76,6 +76,8 @@ def test_nsys_args_replace_defaults() -> None:
     assert merge_switches(["--output", "a", "--x=1"], ["-o", "b"]) == ["--x=1", "-o", "b"]
     with pytest.raises(InputError):
         profile_args(FAKE, Path("p"), ["prog"], duration=0)
+    with pytest.raises(InputError, match="may not set --output"):
+        profile_args(FAKE, Path("p"), ["prog"], extra=["-o", "elsewhere"])
 
 
 def test_no_ranges_warning_names_the_cause() -> None:

@@ -126,6 +126,8 @@ def profile_args(
     extra: list[str] | None = None,
 ) -> list[str]:
     """``nsys profile`` for ``program``, writing ``output`` + ``.nsys-rep`` (no export)."""
+    if any(_switch(arg) == "--output" for arg in extra or []):
+        raise InputError("--nsys-args may not set --output: dlprof-lite names the report")
     defaults = [*PROFILE_DEFAULTS, f"--output={output}", "--force-overwrite=true"]
     if delay is not None:
         defaults.append(f"--delay={_seconds(delay, '--delay')}")
