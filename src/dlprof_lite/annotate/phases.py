@@ -23,7 +23,8 @@ and the phases add up to the iteration. Rules:
   ``torch.no_grad()``, not an activation-checkpoint recomputation);
 - ``backward`` starts when autograd reaches the output of a root module: with the loss as an
   ``nn.Module`` that is the start of ``loss.backward()``; a functional loss's backward counts
-  as forward;
+  as forward (torch has no hook on ``Tensor.backward`` itself, and replacing that function
+  is the monkey-patching this layer does not do);
 - ``optimizer`` spans the optimizer step, pre-hook to post-hook.
 
 An iteration still open when the program ends (a batch was fetched, then the loop was left)
