@@ -146,7 +146,9 @@ def test_several_inputs_one_bad(fake_load, tmp_path: Path, capsys) -> None:
     bad.write_text("x")
     fake_load.fail = {"bad": InputError(f"{bad}: not an nsys export")}
     out = tmp_path / "reports"
-    assert main(["analyze", str(good), str(bad), "-o", str(out), "--formats", "csv", "--jobs", "1"]) == 2
+    # --jobs 1: the fake load is patched into this process only.
+    argv = ["analyze", str(good), str(bad), "-o", str(out), "--formats", "csv", "--jobs", "1"]
+    assert main(argv) == 2
     captured = capsys.readouterr()
     assert f"{bad}: not an nsys export" in error_line(captured.err)
     assert sorted(p.name for p in out.iterdir()) == ["good.dlprof", "summary.csv"]
@@ -156,7 +158,8 @@ def test_several_inputs_one_bad(fake_load, tmp_path: Path, capsys) -> None:
     assert "good.sqlite" in captured.out
     # nothing good at all: no folder.
     fake_load.fail = {"": InputError("broken")}
-    assert main(["analyze", str(good), str(bad), "-o", str(tmp_path / "none"), "--quiet", "--jobs", "1"]) == 2
+    argv = ["analyze", str(good), str(bad), "-o", str(tmp_path / "none"), "--quiet", "--jobs", "1"]
+    assert main(argv) == 2
     assert not (tmp_path / "none").exists()
 
 

@@ -74,6 +74,30 @@ def test_annotation_iteration_range_is_the_default_key() -> None:
     assert table["in_window"].tolist() == [True] * 4
 
 
+def test_an_iteration_that_never_reaches_the_optimizer_is_dropped() -> None:
+    it = {"domain": OURS, "style": "start_end"}
+    table, _, _ = find_iterations(
+        ranges(
+            [
+                ("iteration", 100, 200, -1, it),
+                ("optimizer", 180, 195, -1, it),  # inside step 0
+                ("iteration", 200, 300, -1, it),
+                ("optimizer", 290, 299, -1, it),  # inside step 1
+                # The script fetched a batch and left its loop: nsys closes this one at
+                # the session end (900) and it holds no optimizer phase.
+                ("iteration", 300, 900, -1, it),
+                ("data", 300, 310, -1, it),
+            ]
+        )
+    )
+    assert table["end_ns"].tolist() == [200, 300]
+
+
+def test_without_optimizer_phases_every_iteration_counts() -> None:
+    table, _, _ = find_iterations(annotated())  # no optimizer ranges at all
+    assert len(table) == 4
+
+
 def test_windows_and_warmup() -> None:
     table, _, _ = find_iterations(annotated(), iter_start=1, iter_stop=3)
     assert table["warmup"].tolist() == [True, False, False, False]  # before --iter-start 1

@@ -392,6 +392,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             with _progress(args, target.name) as progress:
                 report = analyze_profile(Path(run.sqlite_path), options, progress)
+            # Name the export where it will be once the report folder is in place.
+            report.summary["source"] = str(target / Path(run.sqlite_path).name)
             files.write_tables(files.report_tables(report), stage, options.formats)
         except DlprofError as err:  # keep what nsys captured; report the error after
             failure = err

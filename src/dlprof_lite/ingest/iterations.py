@@ -26,7 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, ITERATION
+from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import empty_frame
 
@@ -43,6 +43,7 @@ STEADY_MIN_ITERATIONS = 2
 DEFAULT_WARMUP_MIN_ITERATIONS = 3
 
 SOURCES = ("annotation", "key-range", "most-repeated", "none")
+OPTIMIZER = PHASES[3]  # the phase that closes a training step
 
 # Names that mark one op call, never a training step, so never a most-repeated key: PyProf/
 # DLProf payloads ("{'mod': ...}"), emit_nvtx op and backward-node ranges ("aten::addmm,
@@ -96,14 +97,36 @@ def _key_instances(
         picked = closed[names.isin(matched).to_numpy()]
         shown = matched[0] if len(matched) == 1 else key_range
         return picked, shown, "key-range"
-    ours = (names == ITERATION).to_numpy() & (closed["domain"] == DOMAIN).to_numpy()
+    in_domain = (closed["domain"] == DOMAIN).to_numpy()
+    ours = (names == ITERATION).to_numpy() & in_domain
     if ours.any():
-        return closed[ours], ITERATION, "annotation"
+        optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
+        return _complete(closed[ours], optimizer), ITERATION, "annotation"
     name = _most_repeated(closed)
     if name is None:
         return closed.iloc[:0], None, "none"
     top = (closed["depth"] == 0).to_numpy() & (names == name).to_numpy()
     return closed[top & (closed["style"] == "push_pop").to_numpy()], name, "most-repeated"
+
+
+def _complete(steps: pd.DataFrame, optimizer: pd.DataFrame) -> pd.DataFrame:
+    """Annotation iterations that hold an optimizer phase.
+
+    A script that fetches a batch and then leaves its loop opens an iteration that never
+    reaches ``optimizer``; nsys closes it at the session end (annotate/names.py), so it is
+    recognised by the missing phase. Profiles without optimizer phases keep every step.
+    """
+    if optimizer.empty:
+        return steps
+    keep = np.zeros(len(steps), dtype=bool)
+    step_pid = steps["pid"].to_numpy()
+    for pid, opt in optimizer.groupby("pid"):  # one pass per process, not per event
+        mine = step_pid == pid
+        starts = np.sort(opt["start_ns"].to_numpy(np.int64))
+        lo = np.searchsorted(starts, steps["start_ns"].to_numpy(np.int64)[mine], side="left")
+        hi = np.searchsorted(starts, steps["end_ns"].to_numpy(np.int64)[mine], side="right")
+        keep[mine] = hi > lo
+    return steps[keep]
 
 
 def _regex_names(ranges: pd.DataFrame, key_range: str) -> list[str]:
