@@ -8,6 +8,7 @@ pipeline on bad inputs and on corpus files, in-process and as ``python -m dlprof
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -39,7 +40,9 @@ class FakeLoad:
         for word, error in self.fail.items():
             if word in Path(path).name:
                 raise error
-        return training_profile()
+        profile = training_profile()  # like the real load, it names its input
+        meta = dataclasses.replace(profile.meta, source=str(path))
+        return dataclasses.replace(profile, meta=meta)
 
 
 @pytest.fixture
@@ -161,27 +164,6 @@ def test_several_inputs_one_bad(fake_load, tmp_path: Path, capsys) -> None:
     argv = ["analyze", str(good), str(bad), "-o", str(tmp_path / "none"), "--quiet", "--jobs", "1"]
     assert main(argv) == 2
     assert not (tmp_path / "none").exists()
-
-
-def test_report_inputs_are_exported_first(fake_load, tmp_path: Path, monkeypatch) -> None:
-    rep = tmp_path / "run.nsys-rep"
-    rep.write_text("x")
-    exported = []
-
-    def export_sqlite(report_path, out_path, **_):
-        exported.append((Path(report_path), Path(out_path)))
-        Path(out_path).write_text("sqlite")
-        return Path(out_path)
-
-    nsys = types.ModuleType("dlprof_lite.launch.nsys")
-    nsys.export_sqlite = export_sqlite  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "dlprof_lite.launch.nsys", nsys)
-    assert main(["analyze", str(rep), "--quiet"]) == 0
-    (report_path, out_path), = exported  # fmt: skip
-    assert report_path == rep and out_path.suffix == ".sqlite" and out_path.parent != tmp_path
-    assert not out_path.exists()  # the temporary export is gone
-    summary = json.loads((tmp_path / "run.dlprof" / "summary.json").read_text(encoding="utf-8"))
-    assert summary["source"] == str(rep)
 
 
 class FakeRun:

@@ -63,3 +63,10 @@ def test_iterations(generated) -> None:
     assert table["end_ns"].tolist() == thread["end_ns"]
     assert table["kernel_ns"].tolist() == thread["kernel_ns"]
     assert table["host_gap_ns"].tolist() == thread["host_gap_ns"]
+
+
+def test_host_bound_gaps_per_phase(generated) -> None:
+    report, truth = generated
+    for phase, want in truth.phases.items():
+        got = int(report.iterations[f"phase_{phase}_host_gap_ns"].sum())
+        assert got == want["host_gap_ns"], phase

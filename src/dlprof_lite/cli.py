@@ -18,7 +18,6 @@ import argparse
 import re
 import shutil
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 
 PROG = "dlprof-lite"
 FORMATS = ("csv", "json")
-REPORT_INPUTS = (".nsys-rep", ".qdrep", ".qdstrm")  # converted with `nsys export` first
 MULTI_DIR = "dlprof-lite-reports"
 Progress = Callable[[str], None]
 
@@ -234,18 +232,6 @@ def _check_input(path: Path) -> None:
         raise InputError(f"{path}: is a folder, not an nsys export (.sqlite, .nsys-rep, .qdrep)")
 
 
-@contextmanager
-def _sqlite_of(path: Path) -> Iterator[Path]:
-    """The SQLite export of ``path``: itself, or an ``nsys export`` of a report into a temp dir."""
-    if path.suffix.lower() not in REPORT_INPUTS:
-        yield path
-        return
-    from dlprof_lite.launch.nsys import export_sqlite
-
-    with tempfile.TemporaryDirectory(prefix="dlprof-lite-") as tmp:
-        yield export_sqlite(path, Path(tmp) / f"{path.stem}.sqlite")
-
-
 def analyze_profile(
     path: Path, options: AnalyzeOptions, progress: Progress | None = None
 ) -> Report:
@@ -254,18 +240,16 @@ def analyze_profile(
     from dlprof_lite.report.build import build_report
 
     kwargs = {"progress": progress} if progress is not None else {}
-    with _sqlite_of(path) as sqlite:
-        profile = load(
-            sqlite,
-            key_range=options.key_range,
-            iter_start=options.iter_start,
-            iter_stop=options.iter_stop,
-            **kwargs,
-        )
+    profile = load(
+        path,
+        key_range=options.key_range,
+        iter_start=options.iter_start,
+        iter_stop=options.iter_stop,
+        **kwargs,
+    )
     if progress is not None:
         progress("writing reports")
     report = build_report(profile)
-    report.summary["source"] = str(path)  # not the temporary export of a .nsys-rep
     return report
 
 

@@ -6,7 +6,9 @@ the order in which columns appear is visible in one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +24,9 @@ from dlprof_lite.ingest.tensorcore import classify_kernels
 
 Progress = Callable[[str], None]
 
+# Report files that are exported to SQLite with the local nsys first.
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
+
 
 def _quiet(_: str) -> None:
     return None
@@ -35,13 +40,15 @@ def load(
     iter_stop: int | None = None,
     progress: Progress = _quiet,
 ) -> Profile:
-    """Read an nsys SQLite export and run every analysis step on it.
+    """Read an nsys SQLite export (or a report, exported first) and run every analysis step.
 
     ``key_range`` is a regular expression naming the iteration range (DLProf's key node);
     ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive).
     """
     progress("reading")
-    raw = read_export(Path(path))
+    with sqlite_of(Path(path)) as sqlite:
+        raw = read_export(sqlite)
+    raw = replace(raw, meta=replace(raw.meta, source=str(path)))
     progress("nesting NVTX ranges")
     ranges = build_ranges(raw.nvtx, session_end_ns=raw.meta.session_end_ns)
     progress("correlating")
@@ -68,3 +75,18 @@ def load(
         iterations=iterations,
         meta=meta,
     )
+
+
+@contextmanager
+def sqlite_of(path: Path) -> Iterator[Path]:
+    """``path`` itself, or the ``nsys export`` of a report into a temporary folder.
+
+    The user's report is never modified, and the temporary export is removed afterwards.
+    """
+    if path.suffix.lower() not in REPORT_SUFFIXES:
+        yield path
+        return
+    from dlprof_lite.launch.nsys import export_sqlite
+
+    with tempfile.TemporaryDirectory(prefix="dlprof-lite-") as tmp:
+        yield export_sqlite(path, Path(tmp) / f"{path.stem}.sqlite")

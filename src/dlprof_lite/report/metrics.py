@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.ingest.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
 
 SCHEMA = "dlprof-lite/1"
@@ -101,7 +102,14 @@ ITERATION_REPORT = _cols(
         for p in PHASE_COLUMNS
     ),
     ("phase_idle_ns", "ns", "device time in [start, end) with no GPU op: wall x devices - busy"),
-    ("data_wall_ns", "ns", "host time in [start, end) inside 'data' NVTX ranges (union)"),
+    *(
+        (f"phase_{p}_host_gap_ns", "ns", f"host-bound GPU gaps before {p}-phase ops")
+        for p in PHASE_COLUMNS
+    ),
+    *(
+        (f"{p}_wall_ns", "ns", f"host time in [start, end) inside '{p}' phase ranges (union)")
+        for p in PHASES
+    ),
 )
 
 ADVICE_REPORT = _cols(
@@ -156,8 +164,20 @@ SUMMARY_REPORT = _cols(
         for p in PHASE_COLUMNS
     ),
     ("step_idle_ns", "ns", "mean per analysed step of device time with no GPU op"),
-    ("step_data_wall_ns", "ns", "mean per analysed step of host time in 'data' NVTX ranges"),
+    *(
+        (f"step_{p}_wall_ns", "ns", f"mean per analysed step of host time in '{p}' ranges")
+        for p in PHASES
+    ),
     ("step_data_wall_pct", "%", "step_data_wall_ns / mean step wall time x 100"),
+    *(
+        (f"step_{p}_host_gap_ns", "ns", f"mean per analysed step of host-bound gaps, {p} phase")
+        for p in PHASE_COLUMNS
+    ),
+    *(
+        (f"step_{p}_host_gap_pct", "%",
+         f"{p}-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+        for p in PHASE_COLUMNS
+    ),
     ("kernel_median_ns", "ns", "median kernel GPU duration over all executions"),
     ("short_launches", "", "kernel executions shorter on the GPU than their launch call (HTA)"),
     ("eligible_non_tc_ns", "ns", "GPU time of TC-eligible layers in kernels without Tensor Cores"),

@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import PHASES
+from dlprof_lite.annotate.names import DOMAIN, PHASES
 from dlprof_lite.ingest.iterations import iteration_stats
 from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 
-_OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns"]
+_OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns", "phase"]
 
 
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
@@ -43,11 +43,14 @@ def iterations_table(
     for p in PHASE_COLUMNS:
         out[f"phase_{p}_ns"] = busy_in_windows(_phase_ops(kernels, memops, p), t0, t1)
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
-    out["data_wall_ns"] = _data_wall(ranges, t0, t1)
+    for p in PHASES:
+        out[f"{p}_wall_ns"] = _phase_wall(ranges, p, t0, t1)
     out = out.join(_kernel_sums(kernels), on="iteration")
     gaps = ops.groupby("iteration", dropna=True)["host_gap_ns"].sum()
     out["host_gap_ns"] = out["iteration"].map(gaps)
-    counts = ["kernels", "kernel_ns", "tc_ns", "host_gap_ns"]
+    out = out.join(_phase_gaps(ops), on="iteration")
+    gap_cols = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
+    counts = ["kernels", "kernel_ns", "tc_ns", "host_gap_ns", *gap_cols]
     out[counts] = out[counts].fillna(0).astype("int64")
     out["tc_share"] = share(out["tc_ns"], out["kernel_ns"])
     out["launch_overhead_pct"] = share(out["host_gap_ns"], out["wall_ns"] * devices) * 100.0
@@ -78,10 +81,24 @@ def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     return work.groupby("iteration", dropna=True).sum()
 
 
-def _data_wall(ranges: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """Host time inside 'data' phase ranges per window (union over threads and nesting)."""
-    data = ranges[(ranges["name"] == PHASES[0]).to_numpy(dtype=bool)]
-    segments = merge(data["start_ns"].to_numpy(), data["end_ns"].to_numpy())
+def _phase_gaps(ops: pd.DataFrame) -> pd.DataFrame:
+    """Host-bound gap time per iteration and phase (ops without a phase count as other)."""
+    phase = ops["phase"].astype(object)
+    phase = phase.where(phase.isin(PHASES), "other")
+    frame = pd.DataFrame({"iteration": ops["iteration"], "phase": phase,
+                          "gap": ops["host_gap_ns"]})  # fmt: skip
+    table = frame.groupby(["iteration", "phase"], dropna=True)["gap"].sum().unstack("phase")
+    table = table.reindex(columns=list(PHASE_COLUMNS))
+    table.columns = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
+    return table
+
+
+def _phase_wall(ranges: pd.DataFrame, phase: str, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Host time inside one phase's annotation ranges per window (union over threads)."""
+    mine = (ranges["name"] == phase).to_numpy(dtype=bool) & (
+        ranges["domain"] == DOMAIN
+    ).to_numpy(dtype=bool)
+    segments = merge(ranges.loc[mine, "start_ns"].to_numpy(), ranges.loc[mine, "end_ns"].to_numpy())
     return covered_between(segments, t0, t1)
 
 
@@ -116,18 +133,27 @@ def iteration_summary(table: pd.DataFrame) -> dict[str, object]:
 
 
 def step_breakdown(table: pd.DataFrame, devices: int) -> dict[str, object]:
-    """Mean per analysed step of each phase's device time, idle time and data time."""
+    """Mean per analysed step of each phase's device time, idle time, host time and
+    host-bound gaps (the launch overhead of each phase, also as % of the step)."""
     window = analysed(table)
-    keys = [*(f"step_{p}_ns" for p in PHASE_COLUMNS), "step_idle_ns", "step_data_wall_ns"]
+    cols = {
+        **{f"step_{p}_ns": f"phase_{p}_ns" for p in PHASE_COLUMNS},
+        "step_idle_ns": "phase_idle_ns",
+        **{f"step_{p}_wall_ns": f"{p}_wall_ns" for p in PHASES},
+        **{f"step_{p}_host_gap_ns": f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS},
+    }
+    pcts = {f"step_{p}_host_gap_pct": f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS}
+    pcts["step_data_wall_pct"] = "data_wall_ns"
     if window.empty:
-        out: dict[str, object] = dict.fromkeys(keys)
-        out.update(step_data_wall_pct=None, step_utilization=None)
+        out: dict[str, object] = dict.fromkeys([*cols, *pcts])
+        out["step_utilization"] = None
         return out
-    cols = [*(f"phase_{p}_ns" for p in PHASE_COLUMNS), "phase_idle_ns", "data_wall_ns"]
-    means = window[cols].mean()
-    out = {key: float(means[col]) for key, col in zip(keys, cols, strict=True)}
+    means = window[list(cols.values())].mean()
+    out = {key: float(means[col]) for key, col in cols.items()}
     wall = float(window["wall_ns"].sum())
-    out["step_data_wall_pct"] = _pct(float(window["data_wall_ns"].sum()), wall)
+    for key, col in pcts.items():
+        whole = wall if key == "step_data_wall_pct" else wall * devices
+        out[key] = _pct(float(window[col].sum()), whole)
     out["step_utilization"] = _ratio(float(window["gpu_busy_ns"].sum()), wall * devices)
     return out
 

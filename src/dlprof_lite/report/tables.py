@@ -141,28 +141,39 @@ _GPU_SUMS = ["forward_gpu_ns", "backward_gpu_ns", "gpu_ns", "kernels", "tc_gpu_n
 
 
 def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
-    """GPU time per module from the kernels' ``layer``/``direction`` attribution."""
-    k = kernels[kernels["layer"].notna().to_numpy()]
-    dur = k["dur_ns"].to_numpy(dtype="int64")
-    work = pd.DataFrame(
-        {
-            "layer": k["layer"],
-            "forward_gpu_ns": np.where((k["direction"] == "forward").to_numpy(bool), dur, 0),
-            "backward_gpu_ns": np.where((k["direction"] == "backward").to_numpy(bool), dur, 0),
-            "gpu_ns": dur,
-            "kernels": np.ones(len(k), dtype="int64"),
-            "tc_gpu_ns": np.where(k["uses_tensor_cores"].to_numpy(dtype=bool), dur, 0),
-            "host_gap_ns": k["host_gap_ns"].to_numpy(dtype="int64"),
-        },
-        index=k.index,
-    )
-    g = work.groupby("layer", observed=True, sort=False)
-    out = g.sum()
+    """GPU time per module from the kernels' ``layer``/``direction`` attribution.
+
+    Summed with ``bincount`` over the layer's category codes: no copy of the kernel rows.
+    """
+    layer = kernels["layer"].astype("category")
+    codes = layer.cat.codes.to_numpy()
+    has = codes >= 0
+    at = codes[has]
+    n = len(layer.cat.categories)
+    dur = kernels["dur_ns"].to_numpy(dtype="int64")[has]
+
+    def total(weights: np.ndarray | None) -> np.ndarray:
+        # float64 sums are exact for integers below 2**53 ns (104 days)
+        return np.bincount(at, weights=weights, minlength=n).round().astype("int64")
+
+    direction = kernels["direction"].to_numpy(dtype=object)[has]
+    sums = {
+        "forward_gpu_ns": total(np.where(direction == "forward", dur, 0)),
+        "backward_gpu_ns": total(np.where(direction == "backward", dur, 0)),
+        "gpu_ns": total(dur),
+        "kernels": total(None),
+        "tc_gpu_ns": total(np.where(kernels["uses_tensor_cores"].to_numpy(bool)[has], dur, 0)),
+        "host_gap_ns": total(kernels["host_gap_ns"].to_numpy(dtype="int64")[has]),
+    }
     # The analysis also names a type for layers found without module ranges (emit_nvtx
-    # ops, DLProf payloads).
-    out["kernel_type"] = k.groupby("layer", observed=True, sort=False)["layer_type"].first()
-    out = out.reset_index()
-    return out.astype({"layer": object, "kernel_type": object})
+    # ops, DLProf payloads): the first kernel's, as for any other per-layer value.
+    first = np.full(n, -1)
+    seen, where = np.unique(at, return_index=True)
+    first[seen] = np.flatnonzero(has)[where]
+    types = kernels["layer_type"].to_numpy(dtype=object)
+    out = pd.DataFrame({"layer": layer.cat.categories.astype(object), **sums})
+    out["kernel_type"] = np.where(first >= 0, types[np.maximum(first, 0)], None)
+    return out[out["kernels"] > 0].reset_index(drop=True)
 
 
 def layers_table(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
