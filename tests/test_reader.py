@@ -167,12 +167,7 @@ def test_sqlite3_and_arrow_drivers_read_the_same(
     arrow = read_export(path)
     monkeypatch.setenv("DLPROF_LITE_READER", "sqlite")
     plain = read_export(path)
-    for table in ("kernels", "memops", "api", "nvtx", "marks", "gpus"):
-        a, b = getattr(arrow, table), getattr(plain, table)
-        for col in a.columns:  # categories may be ordered differently: compare values
-            left = a[col].astype(object) if a[col].dtype == "category" else a[col]
-            right = b[col].astype(object) if b[col].dtype == "category" else b[col]
-            pd.testing.assert_series_equal(left, right, check_dtype=False, obj=f"{table}.{col}")
+    _same_frames(arrow, plain)
     assert arrow.meta == plain.meta
 
 
@@ -192,3 +187,26 @@ def test_launch_configuration_survives_packing(corpus_dir: Path, path: Path) -> 
     cols = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
             "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]  # fmt: skip
     assert [tuple(r) for r in kernels[cols].to_numpy().tolist()] == raw
+
+
+def _same_frames(a: object, b: object) -> None:
+    for table in ("kernels", "memops", "api", "nvtx", "marks", "gpus"):
+        x, y = getattr(a, table), getattr(b, table)
+        for col in x.columns:  # categories may be ordered differently: compare values
+            left = x[col].astype(object) if x[col].dtype == "category" else x[col]
+            right = y[col].astype(object) if y[col].dtype == "category" else y[col]
+            pd.testing.assert_series_equal(left, right, check_dtype=False, obj=f"{table}.{col}")
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
+def test_reading_in_rowid_ranges_equals_one_scan(
+    corpus_dir: Path, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlprof_lite.ingest import fetch, reader
+
+    monkeypatch.setattr(reader, "READ_THREADS", 1)
+    whole = read_export(path)
+    monkeypatch.setattr(reader, "READ_THREADS", 3)  # odd split, 3 ranges per table
+    monkeypatch.setattr(fetch.SplitFetcher, "MIN_ROWS_TO_SPLIT", 0)
+    _same_frames(read_export(path), whole)
