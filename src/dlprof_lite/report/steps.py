@@ -41,7 +41,7 @@ def iterations_table(
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
     out["gpu_busy_ns"] = busy_in_windows(ops, t0, t1)
     for p in PHASE_COLUMNS:
-        out[f"phase_{p}_ns"] = busy_in_windows(_phase_ops(kernels, memops, p), t0, t1)
+        out[f"phase_{p}_ns"] = busy_in_windows(_phase_ops(ops, p), t0, t1)
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
     for p in PHASES:
         out[f"{p}_wall_ns"] = _phase_wall(ranges, p, t0, t1)
@@ -57,15 +57,11 @@ def iterations_table(
     return ordered(out, "iterations")
 
 
-def _phase_ops(kernels: pd.DataFrame, memops: pd.DataFrame, phase: str) -> pd.DataFrame:
-    """Kernels and memops of one phase (``other`` also takes ops without a known phase)."""
-
-    def pick(frame: pd.DataFrame) -> pd.DataFrame:
-        values = frame["phase"]
-        mask = values == phase if phase in PHASES else ~values.isin(PHASES)
-        return frame[mask.to_numpy(dtype=bool)]
-
-    return gpu_ops(pick(kernels), pick(memops), ["start_ns", "end_ns", "device_id"])
+def _phase_ops(ops: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """The stacked GPU ops of one phase (``other`` also takes ops without a known phase)."""
+    values = ops["phase"]
+    mask = values == phase if phase in PHASES else ~values.isin(PHASES)
+    return ops[mask.to_numpy(dtype=bool)]
 
 
 def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
