@@ -339,6 +339,13 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
 # --- run ----------------------------------------------------------------------------------
 
 
+def _has_annotation(report: Report) -> bool:
+    """Whether any range of the annotation layer's domain reached the analysed profile."""
+    from dlprof_lite.annotate.names import DOMAIN
+
+    return bool((report.ranges["domain"].astype(str) == DOMAIN).any())
+
+
 def _program_name(cmd: Sequence[str]) -> str:
     """A report name for a command: the script's stem, the module of ``-m``, or the program."""
     if "-m" in cmd[:-1] and Path(cmd[0]).name.startswith("python"):
@@ -378,6 +385,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 report = analyze_profile(Path(run.sqlite_path), options, progress)
             # Name the export where it will be once the report folder is in place.
             report.summary["source"] = str(target / Path(run.sqlite_path).name)
+            if run.no_ranges_hint and not _has_annotation(report):
+                _warn(run.no_ranges_hint)
             files.write_tables(files.report_tables(report), stage, options.formats)
         except DlprofError as err:  # keep what nsys captured; report the error after
             failure = err

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,6 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from dlprof_lite.annotate.hooks import check_depth, check_level
-from dlprof_lite.annotate.names import DOMAIN
 from dlprof_lite.errors import InputError, NsysError
 from dlprof_lite.launch.nsys import (
     REPORT_SUFFIXES,
@@ -62,6 +60,9 @@ class ProfileRun:
     warnings: tuple[str, ...]
     command: tuple[str, ...]
     nsys: Nsys
+    # Why no annotation range may have arrived, for the caller to show when the analysed
+    # profile holds none of ours (launch itself does not read the export).
+    no_ranges_hint: str | None = None
 
 
 def program_command(
@@ -161,8 +162,11 @@ def profile_program(
             warnings.append("the program ended without its status (killed by a signal, or "
                             "dlprof-lite is not importable by its interpreter)")  # fmt: skip
     else:
-        warnings += _status_warnings(status, annotate, program, extra, sqlite_path, tool)
-    return ProfileRun(sqlite_path, report, exit_code, tuple(warnings), tuple(args), tool)
+        warnings += _status_warnings(status, annotate, program, extra, tool)
+    hint = None
+    if BOOTSTRAP in program and annotate != "none" and status.get("installed"):
+        hint = _no_ranges_cause(status, extra, tool)
+    return ProfileRun(sqlite_path, report, exit_code, tuple(warnings), tuple(args), tool, hint)
 
 
 @dataclass
@@ -300,7 +304,6 @@ def _status_warnings(
     annotate: str,
     program: list[str],
     extra: list[str],
-    sqlite_path: Path,
     tool: Nsys,
 ) -> list[str]:
     """What the user should know about the annotation (the exit code is the caller's to show)."""
@@ -311,7 +314,7 @@ def _status_warnings(
         warnings.append(str(status["error"]))  # nvtx missing: annotation never started
     elif not status.get("torch_imported"):
         warnings.append("the program never imported torch: no module or phase ranges")
-    elif not status.get("installed") or count_annotation_ranges(sqlite_path) == 0:
+    elif not status.get("installed"):
         warnings.append(_no_ranges_cause(status, extra, tool))
     elif not status.get("optimizer_steps"):
         warnings.append("no optimizer step was seen, so no iteration ranges: "
@@ -334,22 +337,3 @@ def _no_ranges_cause(status: dict[str, Any], extra: list[str], tool: Nsys) -> st
                        "or use a newer nsys")  # fmt: skip
     return head + (f"nvtx {version}, nsys {tool.version_string}: check that nvtx tracing is "
                    "on and that the profiled process is the one that imported torch")  # fmt: skip
-
-
-def count_annotation_ranges(sqlite_path: Path) -> int:
-    """How many ranges of our domain an export holds (-1 when it cannot be read).
-
-    A sanity count for the warning above, not parsing: ``ingest`` reads exports for real.
-    Event types (nsys schema): 59 push/pop, 60 start/end, 75 domain create.
-    """
-    query = (
-        "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND domainId IN "
-        "(SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?)"
-    )
-    try:
-        with sqlite3.connect(f"{sqlite_path.resolve().as_uri()}?mode=ro", uri=True) as db:
-            return int(db.execute(query, (DOMAIN,)).fetchone()[0])
-    except sqlite3.Error as exc:
-        if "no such table" in str(exc):
-            return 0
-        return -1

@@ -1,0 +1,48 @@
+"""The progress bar: on stderr only when it is a terminal, never with --quiet."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlprof_lite.progress import stage_progress
+
+
+def test_silent_when_stderr_is_not_a_terminal() -> None:
+    with stage_progress("x.sqlite") as advance:  # pytest captures stderr: not a TTY
+        assert advance is None
+
+
+def _run_on_a_terminal(args: list[str]) -> str:
+    """Run dlprof-lite with stderr on a pseudo-terminal; return what reached it."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dlprof_lite", *args],
+                            stdout=subprocess.DEVNULL, stderr=follower)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(leader)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.corpus
+def test_bar_on_a_terminal_and_quiet_silences_it(corpus_dir: Path, tmp_path: Path) -> None:
+    src = corpus_dir / "quasiben__nvtx-examples__workflow.sqlite"
+    shown = _run_on_a_terminal(["analyze", str(src), "-o", str(tmp_path / "a")])
+    assert "workflow.sqlite" in shown and "reading" in shown
+    quiet = _run_on_a_terminal(["analyze", str(src), "-o", str(tmp_path / "b"), "--quiet"])
+    assert quiet == ""
