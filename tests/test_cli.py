@@ -178,7 +178,8 @@ class FakeRun:
         sqlite = Path(kwargs["out_dir"]) / "profile.sqlite"
         sqlite.write_text("captured")
         return types.SimpleNamespace(sqlite_path=sqlite, exit_code=self.exit_code,
-                                     warnings=("no NVTX ranges arrived",))  # fmt: skip
+                                     warnings=("no NVTX ranges arrived",),
+                                     no_ranges_hint=None)  # fmt: skip
 
 
 @pytest.fixture
