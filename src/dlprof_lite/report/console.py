@@ -13,6 +13,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
@@ -59,6 +60,9 @@ def _header_lines(s: dict[str, object]) -> list[str]:
         )
         phases = " · ".join(f"{p} {_t(s[f'step_{p}_ns'])}" for p in (*PHASE_COLUMNS, "idle"))
         lines.append(f"step (mean, GPU): {phases}")
+        host = [(p, s.get(f"step_{p}_wall_ns")) for p in PHASES]
+        if any(v for _, v in host):
+            lines.append("step (mean, host): " + " · ".join(f"{p} {_t(v)}" for p, v in host))
     return lines
 
 
@@ -95,18 +99,25 @@ def _table(
     return table
 
 
+def _layers_table(layers: pd.DataFrame, width: int) -> RichTable | None:
+    """Layers by GPU time; by host wall time when the profile has no GPU work (a CPU run)."""
+    if len(layers) and int(layers["gpu_ns"].sum()) == 0:
+        walls = layers.assign(_wall=layers["forward_wall_ns"] + layers["backward_wall_ns"])
+        walls = walls.sort_values("_wall", ascending=False, kind="stable")
+        return _table("Top layers (host wall time: no GPU work in this profile)", walls,
+                      {"layer": "layer", "type": "type", "forward_wall_ns": "forward",
+                       "backward_wall_ns": "backward", "calls": "calls"}, width)  # fmt: skip
+    return _table("Top layers (GPU time)", layers,
+                  {"layer": "layer", "type": "type", "forward_gpu_ns": "forward",
+                   "backward_gpu_ns": "backward", "tc_share": "TC"}, width)  # fmt: skip
+
+
 def render(report: Report, out_dir: Path | None, console: Console) -> None:
     """Print the summary of one report."""
     for line in _header_lines(report.summary):
         console.print(line, highlight=False)
     tables = (
-        _table(
-            "Top layers (GPU time)",
-            report.layers,
-            {"layer": "layer", "type": "type", "forward_gpu_ns": "forward",
-             "backward_gpu_ns": "backward", "tc_share": "TC"},
-            console.width,
-        ),
+        _layers_table(report.layers, console.width),
         _table(
             "Top kernels",
             report.kernels,
