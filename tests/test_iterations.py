@@ -9,40 +9,17 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.errors import InputError
-from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
+from dlprof_lite.ingest.columns import check_frame
 from dlprof_lite.ingest.iterations import (
     HIGH_VARIANCE_CV,
     assign_iterations,
     find_iterations,
     iteration_stats,
 )
+from range_rows import ranges
 
 NA = pd.NA
 OURS = "dlprof-lite"
-
-
-def ranges(rows: list[tuple]) -> pd.DataFrame:
-    """Rows ``(name, start, end, parent_index)`` or with ``dict`` extras as a fifth item.
-
-    Rows are given in start order; depth and path follow the parent chain; pid 1, tid 1,
-    push/pop, default domain unless the extras say otherwise.
-    """
-    out = []
-    for i, row in enumerate(rows):
-        name, start, end, parent, *more = row
-        extra = more[0] if more else {}
-        depth = 0 if parent < 0 else out[parent]["depth"] + 1
-        path = name if parent < 0 else f"{out[parent]['path']}/{name}"
-        rec = {
-            "range_id": i, "name": name, "domain": "", "style": "push_pop", "pid": 1,
-            "tid": 1, "end_tid": NA, "start_ns": start, "end_ns": end, "closed": True,
-            "depth": depth, "parent_id": parent, "path": path,
-        }  # fmt: skip
-        rec.update(extra)
-        out.append(rec)
-    frame = coerce(pd.DataFrame(out, columns=[c.name for c in base_columns("ranges")]), "ranges")
-    check_frame(frame, "ranges", derived=False)
-    return frame
 
 
 def annotated() -> pd.DataFrame:

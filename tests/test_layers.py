@@ -24,27 +24,10 @@ from dlprof_lite.ingest.layers import (
     parse_module_range,
     tc_eligible_family,
 )
+from range_rows import ranges
 
 NA = pd.NA
 OURS = {"domain": "dlprof-lite"}
-
-
-def ranges(rows: list[tuple]) -> pd.DataFrame:
-    """Rows ``(name, start, end, parent_index[, extras])`` in start order; pid 1, tid 1."""
-    out: list[dict] = []
-    for i, (name, start, end, parent, *more) in enumerate(rows):
-        depth = 0 if parent < 0 else out[parent]["depth"] + 1
-        path = name if parent < 0 else f"{out[parent]['path']}/{name}"
-        rec = {
-            "range_id": i, "name": name, "domain": "", "style": "push_pop", "pid": 1,
-            "tid": 1, "end_tid": NA, "start_ns": start, "end_ns": end, "closed": True,
-            "depth": depth, "parent_id": parent, "path": path,
-        }  # fmt: skip
-        rec.update(more[0] if more else {})
-        out.append(rec)
-    frame = coerce(pd.DataFrame(out, columns=[c.name for c in base_columns("ranges")]), "ranges")
-    check_frame(frame, "ranges", derived=False)
-    return frame
 
 
 def gpu_ops(table: str, rng: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:

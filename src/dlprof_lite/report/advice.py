@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from dlprof_lite.report.metrics import THRESHOLDS, threshold
+from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
 from dlprof_lite.report.summary import listed, min_compute_capability
 
 Summary = dict[str, object]
@@ -57,9 +57,12 @@ def _i(summary: Summary, key: str) -> int:
 
 
 def _graded(
-    value: float, warn_key: str, high_key: str, *, below: bool = False
+    value: float | None, warn_key: str, high_key: str, *, below: bool = False
 ) -> tuple[str, str] | None:
-    """``(severity, threshold key)`` for a value crossing warn or high, else None."""
+    """``(severity, threshold key)`` for a value crossing warn or high; None when it does
+    not, or when the value could not be measured."""
+    if value is None:
+        return None
     warn, high = threshold(warn_key), threshold(high_key)
     crossed = (lambda t: value < t) if below else (lambda t: value >= t)
     if crossed(high):
@@ -115,15 +118,16 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     pct = _num(summary, "launch_overhead_pct")
-    if pct is None:
-        return None
     grade = _graded(pct, "launch_overhead_warn_pct", "launch_overhead_high_pct")
-    if grade is None:
+    if pct is None or grade is None:
         return None
     evidence = (
         f"the GPU waited {ms(_f(summary, 'launch_overhead_ns'))} for the CPU to launch work, "
         f"{pct:.1f}% of step time ({summary['launch_overhead_scope']})"
     )
+    phases = [(p, _num(summary, f"step_{p}_host_gap_pct")) for p in PHASE_COLUMNS]
+    if any(v for _, v in phases):
+        evidence += "; by phase: " + ", ".join(f"{p} {v:.1f}%" for p, v in phases if v)
     if len(layers) and layers["host_gap_ns"].sum() > 0:
         top = layers.nlargest(3, "host_gap_ns")
         evidence += "; most in: " + ", ".join(
@@ -141,10 +145,8 @@ def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     pct = _num(summary, "step_data_wall_pct")
-    if pct is None:
-        return None
     grade = _graded(pct, "data_stall_warn_pct", "data_stall_high_pct")
-    if grade is None:
+    if pct is None or grade is None:
         return None
     evidence = (
         f"{ms(_f(summary, 'step_data_wall_ns'))} per step in data loading, "
