@@ -134,7 +134,7 @@ def range_membership(ops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """
     table = _RangeTable.of(ranges)
     q = _Launches.of(ops)
-    op_index, pos = _membership(q, _innermost_by_style(q, table, len(ops))[0], table)
+    op_index, pos = _membership(q, _innermost_positions(ops, q, table)[0], table)
     rank = np.empty(table.size, dtype=np.int64)
     rank[table.order] = np.arange(table.size)
     # Pairs arrive as a few runs already ascending by op: a stable sort merges them fast.
@@ -153,9 +153,9 @@ def range_gpu_totals(
     table = _RangeTable.of(ranges)
     n = table.size
     kq, mq = _Launches.of(kernels), _Launches.of(memops)
-    k_pp, k_se = _innermost_by_style(kq, table, len(kernels))
+    k_pp, k_se = _innermost_positions(kernels, kq, table)
     k_op, k_pos = _membership(kq, k_pp, table)
-    m_op, m_pos = _membership(mq, _innermost_by_style(mq, table, len(memops))[0], table)
+    m_op, m_pos = _membership(mq, _innermost_positions(memops, mq, table)[0], table)
     k_dur, m_dur = (f["dur_ns"].to_numpy(dtype=np.int64) for f in (kernels, memops))
     inner = _innermost(k_pp, k_se)
     own = inner >= 0
@@ -203,7 +203,7 @@ class _RangeTable:
     @classmethod
     def of(cls, ranges: pd.DataFrame) -> _RangeTable:
         ids = ranges["range_id"].to_numpy(dtype=np.int64)
-        parent = pd.Index(ids).get_indexer(ranges["parent_id"].to_numpy(dtype=np.int64))
+        parent = _positions(ids, ranges["parent_id"].to_numpy(dtype=np.int64))
         return cls(
             ids=ids,
             start=ranges["start_ns"].to_numpy(dtype=np.int64),
@@ -214,6 +214,31 @@ class _RangeTable:
             push_pop=(ranges["style"] == PUSH_POP).to_numpy(dtype=bool),
             order=np.argsort(ids, kind="stable"),
         )
+
+
+def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions in ``ids`` of each ``wanted`` id, -1 for an id not there (or -1 itself).
+
+    ``build_ranges`` numbers ranges 0..n-1 in row order, where an id is its position: that
+    common case needs no hash table over millions of ids.
+    """
+    if np.array_equal(ids, np.arange(ids.size)):
+        return np.where((wanted >= 0) & (wanted < ids.size), wanted, -1)
+    return pd.Index(ids).get_indexer(wanted)
+
+
+def _innermost_positions(
+    ops: pd.DataFrame, q: _Launches, table: _RangeTable
+) -> tuple[np.ndarray, np.ndarray]:
+    """Innermost push/pop and start/end range positions per op, from the ``range_id`` that
+    :func:`attribute_ranges` already set when there is one (no second search)."""
+    if "range_id" not in ops.columns:
+        return _innermost_by_style(q, table, len(ops))
+    inner = _positions(table.ids, ops["range_id"].to_numpy(dtype=np.int64, na_value=-1))
+    is_pp = np.zeros(inner.size, dtype=bool)
+    is_pp[inner >= 0] = table.push_pop[inner[inner >= 0]]
+    # A start/end innermost means no push/pop range held the launch.
+    return np.where(is_pp, inner, -1), np.where(~is_pp, inner, -1)
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,7 @@ def _domain_names(
     show its ranges without a domain.
     """
     key = (np.asarray(pid, dtype=np.int64) << 32) | np.asarray(domain_id, dtype=np.int64)
-    uniq, codes = np.unique(key, return_inverse=True)
+    codes, uniq = pd.factorize(key)  # hashing: no sort of millions of events
     labels = [names.get((int(k >> 32), int(k & 0xFFFFFFFF)), "") for k in uniq]
     cats = pd.Index(labels, dtype=object)
     if cats.is_unique:

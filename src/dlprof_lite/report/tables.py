@@ -156,10 +156,12 @@ def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
         # float64 sums are exact for integers below 2**53 ns (104 days)
         return np.bincount(at, weights=weights, minlength=n).round().astype("int64")
 
-    direction = kernels["direction"].to_numpy(dtype=object)[has]
+    direction = kernels["direction"]  # compared as categorical codes, not as objects
+    forward = (direction == "forward").to_numpy(dtype=bool)[has]
+    backward = (direction == "backward").to_numpy(dtype=bool)[has]
     sums = {
-        "forward_gpu_ns": total(np.where(direction == "forward", dur, 0)),
-        "backward_gpu_ns": total(np.where(direction == "backward", dur, 0)),
+        "forward_gpu_ns": total(np.where(forward, dur, 0)),
+        "backward_gpu_ns": total(np.where(backward, dur, 0)),
         "gpu_ns": total(dur),
         "kernels": total(None),
         "tc_gpu_ns": total(np.where(kernels["uses_tensor_cores"].to_numpy(bool)[has], dur, 0)),
