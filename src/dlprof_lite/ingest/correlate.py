@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, value_offsets
+from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, range_positions, value_offsets
 from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
 
 LAUNCH_API_PATTERN = r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy|Memset)"
@@ -203,7 +203,7 @@ class _RangeTable:
     @classmethod
     def of(cls, ranges: pd.DataFrame) -> _RangeTable:
         ids = ranges["range_id"].to_numpy(dtype=np.int64)
-        parent = _positions(ids, ranges["parent_id"].to_numpy(dtype=np.int64))
+        parent = range_positions(ids, ranges["parent_id"].to_numpy(dtype=np.int64))
         return cls(
             ids=ids,
             start=ranges["start_ns"].to_numpy(dtype=np.int64),
@@ -216,17 +216,6 @@ class _RangeTable:
         )
 
 
-def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Positions in ``ids`` of each ``wanted`` id, -1 for an id not there (or -1 itself).
-
-    ``build_ranges`` numbers ranges 0..n-1 in row order, where an id is its position: that
-    common case needs no hash table over millions of ids.
-    """
-    if np.array_equal(ids, np.arange(ids.size)):
-        return np.where((wanted >= 0) & (wanted < ids.size), wanted, -1)
-    return pd.Index(ids).get_indexer(wanted)
-
-
 def _innermost_positions(
     ops: pd.DataFrame, q: _Launches, table: _RangeTable
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -234,7 +223,7 @@ def _innermost_positions(
     :func:`attribute_ranges` already set when there is one (no second search)."""
     if "range_id" not in ops.columns:
         return _innermost_by_style(q, table, len(ops))
-    inner = _positions(table.ids, ops["range_id"].to_numpy(dtype=np.int64, na_value=-1))
+    inner = range_positions(table.ids, ops["range_id"].to_numpy(dtype=np.int64, na_value=-1))
     is_pp = np.zeros(inner.size, dtype=bool)
     is_pp[inner >= 0] = table.push_pop[inner[inner >= 0]]
     # A start/end innermost means no push/pop range held the launch.

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import BACKWARD, DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.ingest.nvtx import range_positions
 
 DIRECTIONS = ("forward", "backward")
 PHASE_VALUES = (*PHASES, "other")
@@ -157,16 +158,6 @@ def classify_range_names(names: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(_NAME_COLUMNS), index=pd.Index(names, name="name"))
 
 
-def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Row position of each ``wanted`` range id in ``ids`` (-1 where absent or negative)."""
-    if len(ids) == 0:
-        return np.full(len(wanted), -1, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
-    at = np.minimum(np.searchsorted(ids[order], wanted), len(ids) - 1)
-    found = (wanted >= 0) & (ids[order][at] == wanted)
-    return np.where(found, order[at], -1)
-
-
 def _nearest(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Position of the nearest ``own`` range among each range and its ancestors (-1: none).
 
@@ -238,7 +229,7 @@ def _range_labels(ranges: pd.DataFrame) -> _RangeLabels:
     per_range["seq"] = _take(info["seq"].to_numpy(dtype=np.int64), codes)
     kind = info["seq_kind"].map({"op": 0, "backward": 1}).fillna(-1).to_numpy(dtype=np.int64)
     per_range["kind"] = _take(kind, codes)
-    parent = _positions(
+    parent = range_positions(
         ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
     )
     near = {
@@ -356,7 +347,7 @@ def _phase_spans(ranges: pd.DataFrame) -> pd.DataFrame:
 def _label(
     ops: pd.DataFrame, ids: np.ndarray, labels: _RangeLabels, spans: pd.DataFrame
 ) -> pd.DataFrame:
-    at = _positions(ids, ops["range_id"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64))
+    at = range_positions(ids, ops["range_id"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64))
     phase = _first(_take(labels.thread_phase, at), _take(labels.implied_phase, at))
     missing = np.flatnonzero(phase < 0)
     phase[missing] = _span_phase(ops.iloc[missing], spans)
