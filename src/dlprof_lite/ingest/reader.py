@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -217,10 +218,11 @@ def _api(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.DataF
     return coerce(frame, "api")
 
 
-def _domains(schema: S.ExportSchema, fetch: Fetcher) -> dict[tuple[int, int], str]:
-    c = fetch.columns(schema.nvtx_domain_query())
-    pids = S.decode_pid(c["globalTid"])
-    return {(int(p), int(d)): str(t) for p, d, t in zip(pids, c["domainId"], c["text"])}
+def _domains(c: dict[str, Any], created: np.ndarray) -> dict[tuple[int, int], str]:
+    """Domain names by (pid, domain id) from the domain-create events of the NVTX scan."""
+    pids = S.decode_pid(c["globalTid"][created])
+    texts = np.asarray(c["text"][created], dtype=object)
+    return {(int(p), int(d)): str(t) for p, d, t in zip(pids, c["domainId"][created], texts)}
 
 
 def _nvtx(
@@ -229,8 +231,11 @@ def _nvtx(
     if not schema.has(S.NVTX_TABLE):
         return empty_frame("nvtx_events"), empty_frame("marks")
     c = fetch.columns(schema.nvtx_query())
+    created = c["eventType"] == S.EVENT_NVTX_DOMAIN_CREATE
+    names = _domains(c, created)
+    c = {k: v[~created] for k, v in c.items()}
     pid = S.decode_pid(c["globalTid"])
-    domains = _domain_names(pid, c["domainId"], _domains(schema, fetch))
+    domains = _domain_names(pid, c["domainId"], names)
     event = c["eventType"]
     end_tid = c["endGlobalTid"]
     frame = pd.DataFrame({

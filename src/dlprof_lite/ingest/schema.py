@@ -124,7 +124,8 @@ class ExportSchema:
         )
 
     def nvtx_query(self) -> str:
-        """Ranges and marks; the text is inline (``text``) or a StringIds id (``textId``).
+        """Ranges, marks and domain names; the text is inline (``text``) or a StringIds id
+        (``textId``). Domain-create events come in the same scan: the reader splits them off.
 
         The id is returned as it is and resolved by the reader against the StringIds it
         already holds: a per-row subquery here costs more than the rest of the read.
@@ -136,14 +137,8 @@ class ExportSchema:
             f"COALESCE(globalTid, 0) AS globalTid, {end_tid}, "
             f"COALESCE(domainId, 0) AS domainId, {text_id}, COALESCE(text, '') AS text "
             f"FROM {NVTX_TABLE} WHERE eventType IN "
-            f"({EVENT_NVTX_PUSH_POP}, {EVENT_NVTX_START_END}, {EVENT_NVTX_MARK})"
-        )
-
-    def nvtx_domain_query(self) -> str:
-        return (
-            f"SELECT COALESCE(globalTid, 0) AS globalTid, COALESCE(domainId, 0) AS domainId, "
-            f"COALESCE(text, '') AS text FROM {NVTX_TABLE} "
-            f"WHERE eventType = {EVENT_NVTX_DOMAIN_CREATE}"
+            f"({EVENT_NVTX_PUSH_POP}, {EVENT_NVTX_START_END}, {EVENT_NVTX_MARK}, "
+            f"{EVENT_NVTX_DOMAIN_CREATE})"
         )
 
     def gpu_query(self) -> str | None:
