@@ -243,7 +243,7 @@ def test_range_membership_is_inclusive(k: pd.DataFrame, ranges: pd.DataFrame) ->
 
 
 def test_range_gpu_totals(k: pd.DataFrame, m: pd.DataFrame, ranges: pd.DataFrame) -> None:
-    t = range_gpu_totals(k, m, ranges).set_index("range_id")
+    t = range_gpu_totals(k, m, ranges).set_index("range_id").drop(columns="tc_gpu_ns")
     # loader: k2 (50) inclusive, self 0; memop m1 (50); GPU span min(1300,900)..1350
     assert t.loc[0].tolist() == [50, 0, 1, 1, 50, 900, 1350, 450]
     # step pid 100: k0 100 + k1 200 + k6 30 + k7 40 + k8 80 = 450, self k1 200;
@@ -265,6 +265,19 @@ def test_range_gpu_totals(k: pd.DataFrame, m: pd.DataFrame, ranges: pd.DataFrame
     assert t.loc[8].tolist() == [410, 410, 2, 0, 0, 2000, 3010, 1010]
     # tail: k11 100; 9100..9200
     assert t.loc[9].tolist() == [100, 100, 1, 0, 0, 9100, 9200, 100]
+
+
+def test_range_gpu_totals_tensor_core_time_is_the_tc_kernels_own_total(
+    k: pd.DataFrame, m: pd.DataFrame, ranges: pd.DataFrame
+) -> None:
+    assert (range_gpu_totals(k, m, ranges)["tc_gpu_ns"] == 0).all()  # no flag: none
+    flagged = k.assign(uses_tensor_cores=np.arange(len(k)) % 3 == 0)
+    t = range_gpu_totals(flagged, m, ranges)
+    # The oracle: inclusive kernel time of the flagged kernels alone.
+    alone = range_gpu_totals(k[flagged["uses_tensor_cores"]], m.iloc[:0], ranges)
+    assert t["tc_gpu_ns"].tolist() == alone["gpu_ns"].tolist()
+    assert (t["tc_gpu_ns"] > 0).any() and (t["tc_gpu_ns"] < t["gpu_ns"]).any()
+    assert t["range_id"].tolist() == ranges["range_id"].tolist()  # rows in ranges order
 
 
 def test_range_gpu_totals_without_gpu_work(ranges: pd.DataFrame) -> None:

@@ -15,6 +15,7 @@ from multiprocessing import get_context
 from typing import Any
 
 from dlprof_lite.errors import DlprofError
+from dlprof_lite.memory import keep_freed_memory
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,9 @@ def _run_pool(
 ) -> list[Outcome]:
     # "spawn": the parent may hold open SQLite/Arrow handles and threads that fork would copy.
     with ProcessPoolExecutor(
-        max_workers=min(jobs, len(items)), mp_context=get_context("spawn")
+        max_workers=min(jobs, len(items)),
+        mp_context=get_context("spawn"),
+        initializer=keep_freed_memory,
     ) as pool:
         futures = [pool.submit(_guarded, func, item) for item in items]
         return [f.result() for f in futures]

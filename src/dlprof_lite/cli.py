@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from dlprof_lite import __version__
 from dlprof_lite.batch import default_jobs, run_all
 from dlprof_lite.errors import DlprofError, InputError
+from dlprof_lite.memory import keep_freed_memory
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -162,6 +163,7 @@ def build_analyze_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_in
+    keep_freed_memory()
     try:
         if args_in[:1] == ["analyze"]:
             args = build_analyze_parser().parse_args(args_in[1:])

@@ -145,10 +145,12 @@ def range_membership(ops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
 def range_gpu_totals(
     kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFrame
 ) -> pd.DataFrame:
-    """GPU work per range: inclusive and self kernel time, counts, projected span.
+    """GPU work per range, one row per row of ``ranges`` in its order: inclusive and self
+    kernel time, counts, projected span, and inclusive Tensor Core kernel time.
 
     ``gpu_start_ns``/``gpu_end_ns`` are <NA> and ``projected_ns`` is 0 for a range with
-    no GPU work. ``self_gpu_ns`` counts kernels whose innermost range is this one.
+    no GPU work. ``self_gpu_ns`` counts kernels whose innermost range is this one;
+    ``tc_gpu_ns`` the kernels flagged ``uses_tensor_cores`` (0 where the flag is absent).
     """
     table = _RangeTable.of(ranges)
     n = table.size
@@ -165,6 +167,12 @@ def range_gpu_totals(
         np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype=np.int64)[op])
         np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype=np.int64)[op])
     busy = last >= first  # any GPU work at all
+    tc = (
+        kernels["uses_tensor_cores"].to_numpy(dtype=bool, na_value=False)
+        if "uses_tensor_cores" in kernels.columns
+        else np.zeros(len(kernels), dtype=bool)
+    )
+    tc_op = tc[k_op]
     return pd.DataFrame(
         {
             "range_id": table.ids,
@@ -176,7 +184,9 @@ def range_gpu_totals(
             "gpu_start_ns": pd.arrays.IntegerArray(np.where(busy, first, 0), ~busy),
             "gpu_end_ns": pd.arrays.IntegerArray(np.where(busy, last, 0), ~busy),
             "projected_ns": np.where(busy, last - first, 0),
-        }
+            "tc_gpu_ns": _sum_by(k_pos[tc_op], k_dur[k_op][tc_op], n),
+        },
+        copy=False,
     )
 
 

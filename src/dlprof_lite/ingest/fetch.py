@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+BATCH_ROWS_OPTION = "adbc.sqlite.query.batch_rows"
+
 
 def readonly_uri(path: Path) -> str:
     """A SQLite URI that opens ``path`` read-only (any characters in the path are quoted)."""
@@ -68,34 +70,47 @@ class SqliteFetcher:
 class ArrowFetcher:
     """ADBC's SQLite driver: results arrive as Arrow columns, no Python object per row."""
 
+    BATCH_ROWS = 65_536
+
     def __init__(self, conn: object) -> None:
         self._conn = conn
 
     def columns(self, query: str) -> dict[str, Any]:
-        import pyarrow as pa
+        return arrow_columns(self.table(query))
 
+    def table(self, query: str) -> Any:
+        """The result as one Arrow table (no conversion yet)."""
         cur = self._conn.cursor()  # type: ignore[attr-defined]
         try:
+            # Large batches: the driver's default (1,024 rows) leaves thousands of chunks
+            # per column, and joining them costs more than the whole scan at 5M rows.
+            cur.adbc_statement.set_options(**{BATCH_ROWS_OPTION: str(self.BATCH_ROWS)})
             cur.execute(query)
-            table = cur.fetch_arrow_table()
+            return cur.fetch_arrow_table()
         finally:
             cur.close()
-        out = {}
-        for name, col in zip(table.column_names, table.columns):
-            if pa.types.is_integer(col.type) and col.null_count == 0:
-                out[name] = col.to_numpy().astype(np.int64, copy=False)
-            elif pa.types.is_null(col.type):
-                out[name] = np.full(len(col), None, dtype=object)
-            elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                # Dictionary-encoded in Arrow: repeated names cost one string each.
-                enc = col.combine_chunks().dictionary_encode()
-                out[name] = pd.Categorical.from_codes(
-                    enc.indices.to_numpy(zero_copy_only=False).astype(np.int32),
-                    categories=pd.Index(enc.dictionary.to_pylist(), dtype=object),
-                )
-            else:
-                out[name] = col.to_numpy(zero_copy_only=False).astype(object)
-        return out
+
+
+def arrow_columns(table: Any) -> dict[str, Any]:
+    """An Arrow table's columns as :meth:`Fetcher.columns` returns them (one copy each)."""
+    import pyarrow as pa
+
+    out = {}
+    for name, col in zip(table.column_names, table.columns):
+        if pa.types.is_integer(col.type) and col.null_count == 0:
+            out[name] = col.to_numpy().astype(np.int64, copy=False)
+        elif pa.types.is_null(col.type):
+            out[name] = np.full(len(col), None, dtype=object)
+        elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            # Dictionary-encoded in Arrow: repeated names cost one string each.
+            enc = col.combine_chunks().dictionary_encode()
+            out[name] = pd.Categorical.from_codes(
+                enc.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+                categories=pd.Index(enc.dictionary.to_pylist(), dtype=object),
+            )
+        else:
+            out[name] = col.to_numpy(zero_copy_only=False).astype(object)
+    return out
 
 
 @contextmanager
@@ -148,8 +163,7 @@ class SplitFetcher:
             return _fetch_once(self._path, query)
         glue = "AND" if " WHERE " in query else "WHERE"
         parts = [f"{query} {glue} rowid >= {a} AND rowid < {b}" for a, b in bounds]
-        results = list(self._pool.map(lambda q: _fetch_once(self._path, q), parts))
-        return {name: _concat([r[name] for r in results]) for name in results[0]}
+        return _join(list(self._pool.map(lambda q: _fetch_part(self._path, q), parts)))
 
     def _bounds(self, table: str) -> list[tuple[int, int]] | None:
         with connect_readonly(self._path) as conn:
@@ -170,6 +184,29 @@ _FROM = re.compile(r"\bFROM (\w+)")
 def _fetch_once(path: Path, query: str) -> dict[str, Any]:
     with open_fetcher(path) as fetch:
         return fetch.columns(query)
+
+
+def _fetch_part(path: Path, query: str) -> Any:
+    """One part of a split read: an Arrow table (joined before any conversion), or columns."""
+    with open_fetcher(path) as fetch:
+        return fetch.table(query) if isinstance(fetch, ArrowFetcher) else fetch.columns(query)
+
+
+def _join(parts: list[Any]) -> dict[str, Any]:
+    """The parts of a split read as one result, in part order.
+
+    Arrow tables are joined by their chunk lists (no copy) and converted once; the driver
+    infers each part's types from its own rows, so parts whose types cannot be unified are
+    converted one by one and concatenated.
+    """
+    if all(not isinstance(p, dict) for p in parts):
+        import pyarrow as pa
+
+        try:
+            return arrow_columns(pa.concat_tables(parts, promote_options="permissive"))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            parts = [arrow_columns(p) for p in parts]
+    return {name: _concat([p[name] for p in parts]) for name in parts[0]}
 
 
 def _concat(chunks: list[Any]) -> Any:

@@ -78,7 +78,8 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
             "depth": depth,
             "parent_id": parent,
             "path": _paths(name, depth, parent),
-        }
+        },
+        copy=False,
     )
 
 

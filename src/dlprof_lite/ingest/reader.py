@@ -156,13 +156,16 @@ def _kernels(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.D
     if not schema.has(S.KERNEL_TABLE):
         return _without_launch("kernels")
     c = fetch.columns(schema.kernel_query())
-    frame = pd.DataFrame(_gpu_op_base(c))
-    frame["name"] = _categorical(c["demangledName"], strings)
-    frame["short_name"] = _categorical(c["shortName"], strings)
+    columns = _gpu_op_base(c)
+    columns["name"] = _categorical(c["demangledName"], strings)
+    columns["short_name"] = _categorical(c["shortName"], strings)
     for packed, fields in LAUNCH_CONFIG_FIELDS.items():
         for name, shift, bits in fields:
-            frame[name] = (c[packed] >> shift) & ((1 << bits) - 1)
-    return coerce(frame, "kernels")
+            value = c[packed] >> shift
+            value &= (1 << bits) - 1
+            columns[name] = value
+    # copy=False: the arrays are this function's own; no consolidated copy of 5M-row blocks.
+    return coerce(pd.DataFrame(columns, copy=False), "kernels")
 
 
 def _kind_categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
@@ -209,7 +212,7 @@ def _api(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.DataF
             "pid": S.decode_pid(c["globalTid"]), "tid": S.decode_tid(c["globalTid"]),
             "correlation_id": c["correlationId"], "name": _categorical(c["nameId"], strings),
             "source": source,
-        }))  # fmt: skip
+        }, copy=False))  # fmt: skip
     if not parts:
         return empty_frame("api")
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -233,7 +236,8 @@ def _nvtx(
     c = fetch.columns(schema.nvtx_query())
     created = c["eventType"] == S.EVENT_NVTX_DOMAIN_CREATE
     names = _domains(c, created)
-    c = {k: v[~created] for k, v in c.items()}
+    if created.any():  # a handful of rows: copy the columns only when there are some
+        c = {k: v[~created] for k, v in c.items()}
     pid = S.decode_pid(c["globalTid"])
     domains = _domain_names(pid, c["domainId"], names)
     event = c["eventType"]
@@ -246,7 +250,7 @@ def _nvtx(
         "pid": pid, "tid": S.decode_tid(c["globalTid"]),
         "end_tid": _nullable(np.where(end_tid == S.NULL_INT, S.NULL_INT,
                                       S.decode_tid(end_tid))),
-    })  # fmt: skip
+    }, copy=False)  # fmt: skip
     is_mark = event == S.EVENT_NVTX_MARK
     if not is_mark.any():
         return coerce(frame, "nvtx_events"), empty_frame("marks")

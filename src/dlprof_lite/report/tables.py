@@ -58,13 +58,6 @@ def _most_frequent_api(kernels: pd.DataFrame) -> pd.Series:
     return pd.Series(top["api_name"].astype(object).to_numpy(), index=top["name"].to_numpy())
 
 
-def _by_range(totals: pd.DataFrame) -> pd.DataFrame:
-    """``range_gpu_totals`` output keyed by a ``range_id`` column, however it was indexed."""
-    if "range_id" not in totals.columns:
-        totals = totals.rename_axis("range_id").reset_index()
-    return totals
-
-
 _RANGE_SUMS = ("gpu_ns", "self_gpu_ns", "projected_ns", "kernels", "memops", "memop_ns")
 
 
@@ -78,27 +71,19 @@ def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFra
         return empty_report("ranges")
     from dlprof_lite.ingest.correlate import range_gpu_totals
 
-    totals = _by_range(range_gpu_totals(kernels, memops, ranges))
-    tc_kernels = kernels[kernels["uses_tensor_cores"].to_numpy(dtype=bool)]
-    tc = _by_range(range_gpu_totals(tc_kernels, memops.iloc[0:0], ranges))
+    totals = range_gpu_totals(kernels, memops, ranges)  # rows in the order of ``ranges``
+    sums = [*_RANGE_SUMS, "tc_gpu_ns"]
     per = pd.DataFrame(
         {
-            "range_id": ranges["range_id"].to_numpy(),
             "path": ranges["path"].array,
             "name": ranges["name"].array,
             "domain": ranges["domain"].array,
             "style": ranges["style"].array,
             "wall_ns": (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64"),
-        }
+            **{c: totals[c].to_numpy(dtype="int64") for c in sums},
+        },
+        copy=False,
     )
-    per = per.merge(totals[["range_id", *_RANGE_SUMS]], on="range_id", how="left")
-    per = per.merge(
-        tc[["range_id", "gpu_ns"]].rename(columns={"gpu_ns": "tc_gpu_ns"}),
-        on="range_id",
-        how="left",
-    )
-    sums = [*_RANGE_SUMS, "tc_gpu_ns"]
-    per[sums] = per[sums].fillna(0).astype("int64")
     g = per.groupby(["path", "domain"], observed=True, sort=False, dropna=False)
     out = g[["wall_ns", *sums]].sum()
     out["instances"] = g.size()

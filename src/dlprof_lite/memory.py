@@ -1,0 +1,41 @@
+"""Keep freed memory in the process for reuse, for the length of a large analysis.
+
+glibc's malloc hands out every block above its mmap threshold (at most 32 MiB) as a fresh
+``mmap`` and unmaps it again on ``free``. An analysis of 5M kernels makes many temporary
+columns of 40 MB and more, so each one pays its page faults anew; on the machines this was
+measured on, where a page fault is dear, that was a third of the run's time and made
+time grow faster than the input (DESIGN.md "Scale"). Serving large blocks from the heap
+and not trimming it lets a freed column's pages back the next one.
+
+Only the command line and its own worker processes call this: a notebook that imports the
+package keeps its allocator as it was. ``MALLOC_*`` variables in the environment, a user's
+own tuning, win; other C libraries than glibc are left alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+# mallopt(3) parameter numbers (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int: keep up to 2 GiB free at the heap top
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc to serve large blocks from the heap and keep what is freed; True if set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if any(name.startswith("MALLOC_") for name in os.environ):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
