@@ -14,9 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
+from dlprof_lite.ingest.columns import base_columns, check_frame, coerce, used_categorical
 from dlprof_lite.ingest.layers import (
     ModuleRange,
+    _levels,
+    _nearest,
+    _nearest_many,
     assign_layers,
     classify_range_names,
     is_tc_eligible,
@@ -380,3 +383,46 @@ def test_dlprof_corpus_kernels_get_their_conv_layer(corpus_dir: Path) -> None:
 def test_tc_eligible_types(type_name: str, family: str | None) -> None:
     assert tc_eligible_family(type_name) == family
     assert is_tc_eligible(type_name) is (family is not None)
+
+
+def _random_forest(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parents precede their children (start order); depth follows the parent chain."""
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    for i in range(1, n):
+        if rng.random() < 0.8:
+            parent[i] = rng.integers(max(0, i - 20), i)
+            depth[i] = depth[parent[i]] + 1
+    return parent, depth
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_level_walk_equals_pointer_jumping(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    parent, depth = _random_forest(rng, 3000)
+    owns = [rng.random(parent.size) < p for p in (0.01, 0.2, 0.7)]
+    levels = _levels(parent, depth)
+    assert levels is not None and sum(len(r) for r in levels) == (parent >= 0).sum()
+    for own, near in zip(owns, _nearest_many(owns, parent, levels)):
+        assert near.tolist() == _nearest(own, parent).tolist()
+
+
+def test_level_walk_declines_inconsistent_depths() -> None:
+    rng = np.random.default_rng(7)
+    parent, depth = _random_forest(rng, 500)
+    child = int(np.flatnonzero(parent >= 0)[-1])
+    depth[child] = depth[parent[child]]  # a child no deeper than its parent
+    assert _levels(parent, depth) is None
+    own = rng.random(parent.size) < 0.3
+    assert _nearest_many([own], parent, None)[0].tolist() == _nearest(own, parent).tolist()
+
+
+def test_used_categorical_equals_removing_unused_categories() -> None:
+    rng = np.random.default_rng(3)
+    categories = pd.Index([f"c{i}" for i in range(50)])
+    codes = np.where(rng.random(10_000) < 0.1, -1, rng.integers(10, 30, 10_000))
+    ours = used_categorical(codes, categories)
+    theirs = pd.Categorical.from_codes(codes, categories=categories).remove_unused_categories()
+    assert list(ours.categories) == list(theirs.categories) == [f"c{i}" for i in range(10, 30)]
+    assert ours.codes.tolist() == theirs.codes.tolist()
+    assert len(used_categorical(np.full(3, -1), categories).categories) == 0

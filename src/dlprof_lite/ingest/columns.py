@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from dlprof_lite.errors import SchemaError
@@ -202,6 +203,17 @@ def empty_frame(table: str, *, derived: bool = False) -> pd.DataFrame:
 
 def _pandas_dtype(dtype: str) -> str:
     return "object" if dtype == "string" else dtype
+
+
+def used_categorical(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
+    """A categorical of ``codes`` (-1: missing) keeping only the categories in use, in their
+    order: what ``remove_unused_categories`` gives, by counting instead of sorting codes."""
+    codes = np.asarray(codes)
+    used = np.bincount(codes[codes >= 0], minlength=len(categories)) > 0
+    new_code = np.append(np.cumsum(used) - 1, -1)  # old code -> new code; -1 stays -1
+    return pd.Categorical.from_codes(
+        new_code[codes].astype(np.int32), categories=pd.Index(categories)[used]
+    )
 
 
 def coerce(frame: pd.DataFrame, table: str) -> pd.DataFrame:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, range_positions, value_offsets
 from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
 
@@ -75,9 +76,7 @@ def attach_launches(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     names = api["name"].array
     launch = {
         "tid": pd.arrays.IntegerArray(gather("tid").astype(np.int64), miss),
-        "api_name": pd.Categorical.from_codes(
-            np.where(miss, -1, gather("name")), dtype=names.dtype
-        ).remove_unused_categories(),
+        "api_name": used_categorical(np.where(miss, -1, gather("name")), names.categories),
         "api_start_ns": pd.arrays.IntegerArray(gather("start_ns").astype(np.int64), miss),
         "api_end_ns": pd.arrays.IntegerArray(gather("end_ns").astype(np.int64), miss),
     }

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import BACKWARD, DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.nvtx import range_positions
 
 DIRECTIONS = ("forward", "backward")
@@ -162,7 +163,8 @@ def _nearest(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Position of the nearest ``own`` range among each range and its ancestors (-1: none).
 
     Pointer jumping: each round looks twice as far up every unresolved chain, so a nesting
-    depth d costs log2(d) vectorised rounds, never a loop per range.
+    depth d costs log2(d) vectorised rounds, never a loop per range. The general case;
+    :func:`_nearest_many` walks consistent nesting levels faster.
     """
     near = np.where(own, np.arange(len(own)), -1)
     jump = parent.copy()
@@ -177,9 +179,43 @@ def _nearest(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return near
 
 
+def _levels(parent: np.ndarray, depth: np.ndarray) -> list[np.ndarray] | None:
+    """Positions that have a parent, grouped by depth, shallowest first; None where some
+    parent is not shallower than its child (then :func:`_nearest` walks the chains)."""
+    has = np.flatnonzero(parent >= 0)
+    d = depth[has]
+    if has.size == 0 or not (depth[parent[has]] < d).all() or d.max() >= 2**15:
+        return None
+    order = np.argsort(d.astype(np.int16), kind="stable")  # a radix sort on 16-bit keys
+    rows, d = has[order], d[order]
+    return np.split(rows, np.flatnonzero(np.diff(d)) + 1)
+
+
+def _nearest_many(
+    owns: Sequence[np.ndarray], parent: np.ndarray, levels: list[np.ndarray] | None
+) -> list[np.ndarray]:
+    """:func:`_nearest` for several ``own`` masks at once, one nesting level at a time.
+
+    Parents are resolved before their children, so each level needs one gather from its
+    parents' rows; all masks travel side by side, so a gather fetches one short row.
+    """
+    if levels is None:
+        return [_nearest(own, parent) for own in owns]
+    near = np.where(np.column_stack(owns), np.arange(parent.size)[:, None], -1)
+    for rows in levels:
+        mine = near[rows]
+        np.copyto(mine, near[parent[rows]], where=mine < 0)
+        near[rows] = mine
+    return [np.ascontiguousarray(column) for column in near.T]
+
+
 def _take(codes: np.ndarray, at: np.ndarray) -> np.ndarray:
     """``codes[at]``, and -1 (none) where ``at`` is -1."""
-    return np.append(codes, -1)[at]
+    if codes.size == 0:
+        return np.full(np.shape(at), -1, dtype=np.int64)
+    out = codes[at]  # at -1 reads the last element: overwritten next
+    out[at < 0] = -1
+    return out
 
 
 def _first(*choices: np.ndarray) -> np.ndarray:
@@ -232,13 +268,18 @@ def _range_labels(ranges: pd.DataFrame) -> _RangeLabels:
     parent = range_positions(
         ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
     )
-    near = {
-        "mod": _nearest(per_range["layer:module_layer"] >= 0, parent),
-        "bwd": _nearest(per_range["kind"] == 1, parent),
-        "pyprof": _nearest(per_range["layer:pyprof_layer"] >= 0, parent),
+    levels = _levels(parent, ranges["depth"].to_numpy(dtype=np.int64))
+    own_phase = _phase_codes(ranges)
+    owns = {
+        "mod": per_range["layer:module_layer"] >= 0,
+        "bwd": per_range["kind"] == 1,
+        "pyprof": per_range["layer:pyprof_layer"] >= 0,
+        "op": per_range["kind"] == 0,
+        "phase": own_phase >= 0,
     }
-    root = _op_roots(per_range["kind"], per_range["seq"], parent)
-    near["root"] = _nearest(root, parent)
+    near = dict(zip(owns, _nearest_many(list(owns.values()), parent, levels)))
+    root = _op_roots(owns["op"], near["op"], per_range["seq"], parent)
+    near["root"] = _nearest_many([root], parent, levels)[0]
     fwd_layer = _first(*(_take(per_range[f"layer:{c}"], near[k]) for c, _, k in _SOURCES))
     fwd_type = _first(*(_take(per_range[f"type:{t}"], near[k]) for _, t, k in _SOURCES))
     matched = _match_backward(
@@ -255,14 +296,13 @@ def _range_labels(ranges: pd.DataFrame) -> _RangeLabels:
     # a module's forward, as a bare op name (aten::add_) may as well be an optimizer's op.
     implied = (direction == 1) | (near["mod"] >= 0) | (near["pyprof"] >= 0)
     implied_phase = np.where(implied & (direction >= 0), _DIRECTION_PHASE[direction], -1)
-    own_phase = _phase_codes(ranges)
     return _RangeLabels(
         layers=layers,
         types=types,
         layer=np.where(backward, _take(fwd_layer, source), fwd_layer),
         layer_type=np.where(backward, _take(fwd_type, source), fwd_type),
         direction=direction,
-        thread_phase=_take(own_phase, _nearest(own_phase >= 0, parent)),
+        thread_phase=_take(own_phase, near["phase"]),
         implied_phase=implied_phase,
     )
 
@@ -278,10 +318,11 @@ _SOURCES = (
 _DIRECTION_PHASE = np.array([PHASE_VALUES.index(d) for d in DIRECTIONS] + [-1])
 
 
-def _op_roots(kind: np.ndarray, seq: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """emit_nvtx forward ops that own their seq: no enclosing op carries the same seq."""
-    is_op = kind == 0
-    near_op = _nearest(is_op, parent)
+def _op_roots(
+    is_op: np.ndarray, near_op: np.ndarray, seq: np.ndarray, parent: np.ndarray
+) -> np.ndarray:
+    """emit_nvtx forward ops that own their seq: no enclosing op carries the same seq
+    (``near_op``: the nearest op among each range and its ancestors)."""
     above = np.where(parent >= 0, near_op[np.maximum(parent, 0)], -1)
     return is_op & ~((above >= 0) & (seq[np.maximum(above, 0)] == seq))
 
@@ -290,7 +331,7 @@ def _phase_codes(ranges: pd.DataFrame) -> np.ndarray:
     names = ranges["name"].astype("category")
     per_name = [PHASE_VALUES.index(n) if n in PHASES else -1 for n in names.cat.categories]
     codes = _take(np.asarray(per_name, dtype=np.int64), names.cat.codes.to_numpy())
-    return np.where((ranges["domain"].astype(object) == DOMAIN).to_numpy(), codes, -1)
+    return np.where((ranges["domain"] == DOMAIN).to_numpy(dtype=bool), codes, -1)
 
 
 def _match_backward(
@@ -353,15 +394,11 @@ def _label(
     phase[missing] = _span_phase(ops.iloc[missing], spans)
     phase[phase < 0] = PHASE_VALUES.index("other")
     out = ops.copy(deep=False)  # new columns only: the input is never touched
-    out["layer"] = _categorical(_take(labels.layer, at), labels.layers)
-    out["layer_type"] = _categorical(_take(labels.layer_type, at), labels.types)
+    out["layer"] = used_categorical(_take(labels.layer, at), labels.layers)
+    out["layer_type"] = used_categorical(_take(labels.layer_type, at), labels.types)
     out["direction"] = pd.Categorical.from_codes(_take(labels.direction, at), list(DIRECTIONS))
     out["phase"] = pd.Categorical.from_codes(phase, list(PHASE_VALUES))
     return out
-
-
-def _categorical(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
-    return pd.Categorical.from_codes(codes, categories=categories).remove_unused_categories()
 
 
 def _span_phase(ops: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:

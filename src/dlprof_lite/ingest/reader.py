@@ -254,9 +254,17 @@ def _nvtx(
     is_mark = event == S.EVENT_NVTX_MARK
     if not is_mark.any():
         return coerce(frame, "nvtx_events"), empty_frame("marks")
-    marks = frame.loc[is_mark, ["start_ns", "name", "domain", "pid", "tid"]]
-    ranges = frame.loc[~is_mark].reset_index(drop=True)
-    return coerce(ranges, "nvtx_events"), coerce(marks.reset_index(drop=True), "marks")
+    # Row selection by position, column by column: one copy, no index alignment.
+    marks, ranges = np.flatnonzero(is_mark), np.flatnonzero(~is_mark)
+    return (
+        coerce(_rows(frame, ranges), "nvtx_events"),
+        coerce(_rows(frame[["start_ns", "name", "domain", "pid", "tid"]], marks), "marks"),
+    )
+
+
+def _rows(frame: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
+    """The rows of ``frame`` at positions ``at``, renumbered from 0."""
+    return pd.DataFrame({c: frame[c].array.take(at) for c in frame.columns}, copy=False)
 
 
 def _nvtx_text(text: object, text_id: np.ndarray, strings: pd.Series) -> pd.Categorical:
