@@ -2,10 +2,12 @@
 
 glibc's malloc hands out every block above its mmap threshold (at most 32 MiB) as a fresh
 ``mmap`` and unmaps it again on ``free``. An analysis of 5M kernels makes many temporary
-columns of 40 MB and more, so each one pays its page faults anew; on the machines this was
-measured on, where a page fault is dear, that was a third of the run's time and made
-time grow faster than the input (DESIGN.md "Scale"). Serving large blocks from the heap
-and not trimming it lets a freed column's pages back the next one.
+columns of 40 MB and more, so each one pays its page faults anew, and time grew faster
+than the input. Measured with ``/usr/bin/time`` on the benchmark's 5M-kernel export with
+6.75M ranges: 39.6 s wall of which 19.1 s in the kernel, against 29.6 s and 10.5 s with
+this setting alone; its cost, peak RSS 4.25 → 5.03 GB there, was more than won back by
+copies removed elsewhere (the benchmark's table). Serving large blocks from the heap and
+not trimming it lets a freed column's pages back the next one.
 
 Only the command line and its own worker processes call this: a notebook that imports the
 package keeps its allocator as it was. ``MALLOC_*`` variables in the environment, a user's
