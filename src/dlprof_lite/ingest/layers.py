@@ -164,7 +164,7 @@ def _nearest(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
 
     Pointer jumping: each round looks twice as far up every unresolved chain, so a nesting
     depth d costs log2(d) vectorised rounds, never a loop per range. The general case;
-    :func:`_nearest_many` walks consistent nesting levels faster.
+    :func:`_nearest_many` walks consistent nesting levels for several masks in one pass.
     """
     near = np.where(own, np.arange(len(own)), -1)
     jump = parent.copy()
