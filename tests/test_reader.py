@@ -210,3 +210,22 @@ def test_reading_in_rowid_ranges_equals_one_scan(
     monkeypatch.setattr(reader, "READ_THREADS", 3)  # odd split, 3 ranges per table
     monkeypatch.setattr(fetch.SplitFetcher, "MIN_ROWS_TO_SPLIT", 0)
     _same_frames(read_export(path), whole)
+
+
+def test_split_read_joins_parts_whose_types_differ(tmp_path: Path) -> None:
+    """Each part's column types come from its own rows: ints in one, text in the other."""
+    pytest.importorskip("adbc_driver_sqlite")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dlprof_lite.ingest import fetch
+
+    db = tmp_path / "mixed.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (a, b INTEGER)")
+        rows = [(i if i < 50 else f"x{i}", i) for i in range(100)]
+        conn.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    split = fetch.SplitFetcher(db, ThreadPoolExecutor(2), parts=2)
+    split.MIN_ROWS_TO_SPLIT = 0
+    cols = split.columns("SELECT a, b FROM t")
+    assert list(cols["b"]) == list(range(100))
+    assert list(cols["a"]) == [r[0] for r in rows]
