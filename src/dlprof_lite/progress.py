@@ -35,7 +35,8 @@ def stage_progress(label: str, *, quiet: bool = False) -> Iterator[StageProgress
 
         def advance(stage: str) -> None:
             done = STAGES.index(stage) if stage in STAGES else 0
-            bar.update(task, completed=done, description=f"{label}: {stage}")
+            # Drawn at once: a stage shorter than the refresh interval is still shown.
+            bar.update(task, completed=done, description=f"{label}: {stage}", refresh=True)
 
         yield advance
         bar.update(task, completed=len(STAGES))
