@@ -159,18 +159,19 @@ def _advice(advice: pd.DataFrame, console: Console) -> None:
 
 
 def render_many(rows: Sequence[dict[str, object]], console: Console) -> None:
-    """One line per input when several were analysed."""
+    """One line per input when several were analysed: file and report folder by name (their
+    full paths are in the combined summary), so that the table stays readable."""
     table = RichTable(title="dlprof-lite", title_justify="left", show_edge=False)
     for heading in ("input", "kernels", "busy", "launch", "iteration", "advice", "report"):
         table.add_column(heading, overflow="fold")
     for r in rows:
         table.add_row(
-            str(r.get("source")),
+            Path(str(r.get("source"))).name,
             _t(r.get("kernel_ns")),
             _pct(r.get("gpu_utilization")),
             _pct(r.get("launch_overhead_pct"), 1),
             _t(r.get("iterations_mean_ns")),
             str(r.get("advice_count", "-")),
-            str(r.get("report_dir") or r.get("error") or "-"),
+            Path(str(r["report_dir"])).name if r.get("report_dir") else str(r.get("error") or "-"),
         )
     console.print(table)
