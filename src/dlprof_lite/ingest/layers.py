@@ -252,7 +252,8 @@ class _RangeLabels:
     implied_phase: np.ndarray
 
 
-def _range_labels(ranges: pd.DataFrame) -> _RangeLabels:
+def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
+    """``own_phase``: each range's own phase code (:func:`_phase_codes`)."""
     names = ranges["name"].astype("category")
     info = classify_range_names(list(names.cat.categories))
     codes = names.cat.codes.to_numpy()
@@ -269,7 +270,6 @@ def _range_labels(ranges: pd.DataFrame) -> _RangeLabels:
         ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
     )
     levels = _levels(parent, ranges["depth"].to_numpy(dtype=np.int64))
-    own_phase = _phase_codes(ranges)
     owns = {
         "mod": per_range["layer:module_layer"] >= 0,
         "bwd": per_range["kind"] == 1,
@@ -365,14 +365,14 @@ def assign_layers(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Copies of ``kernels`` and ``memops`` with ``layer``, ``layer_type``, ``direction`` and
     ``phase`` (see the module docstring for the rules)."""
-    labels = _range_labels(ranges)
+    phase = _phase_codes(ranges)  # one pass over the range names, used twice
+    labels = _range_labels(ranges, phase)
     ids = ranges["range_id"].to_numpy(dtype=np.int64)
-    spans = _phase_spans(ranges)
+    spans = _phase_spans(ranges, phase)
     return _label(kernels, ids, labels, spans), _label(memops, ids, labels, spans)
 
 
-def _phase_spans(ranges: pd.DataFrame) -> pd.DataFrame:
-    code = _phase_codes(ranges)
+def _phase_spans(ranges: pd.DataFrame, code: np.ndarray) -> pd.DataFrame:
     mine = code >= 0
     spans = pd.DataFrame(
         {
