@@ -63,6 +63,7 @@ class Backend:
         self._pop = _lib.pop_range
         self._start = _lib.start_range
         self._end = _lib.end_range
+        self._mark = _lib.mark
         self._attributes: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -92,6 +93,10 @@ class Backend:
 
     def end(self, range_id: Any) -> None:
         self._end(range_id)
+
+    def mark(self, message: str) -> None:
+        """An instantaneous NVTX mark (run facts, see :mod:`.facts`); not cached."""
+        self._mark(self._domain.get_event_attributes(message, "white"), self._handle)
 
 
 def _distribution_version() -> str:

@@ -20,7 +20,15 @@ How they are written (:mod:`dlprof_lite.annotate`):
   calling thread, ``bwd:`` on the thread autograd runs the module's backward on;
 - a ``:`` in a qualified name (a ``ModuleDict`` key) is written as ``_``; modules without a
   known qualified name get their parent's name plus their class; roots other than the model
-  (a loss module) are named by their class: ``fwd:CrossEntropyLoss:CrossEntropyLoss``.
+  (a loss module) are named by their class: ``fwd:CrossEntropyLoss:CrossEntropyLoss``;
+- ``rec:<qualified name>:<type>`` replaces ``fwd:`` for a module forward that runs again
+  inside a backward pass (activation-checkpoint recomputation): it is recompute time, not a
+  forward call;
+- ``compile`` is a phase: a start/end range around Dynamo/Inductor compilation. Inside an
+  iteration it tiles like the other phases (the phase it interrupted resumes after it, so
+  a phase may appear twice in one iteration); outside an iteration it stands alone;
+- run facts are NVTX *marks* in the domain whose text is ``fact:`` and a JSON object, e.g.
+  ``fact:{"dataloader": {"num_workers": 4, ...}}``; the keys are listed in :data:`FACT_KEYS`.
 """
 
 from __future__ import annotations
@@ -29,16 +37,27 @@ import re
 
 DOMAIN = "dlprof-lite"
 ITERATION = "iteration"
-PHASES = ("data", "forward", "backward", "optimizer")
+# Training order; ``compile`` last so that the first four keep their positions.
+PHASES = ("data", "forward", "backward", "optimizer", "compile")
+COMPILE = "compile"
 ROOT_MODULE = "model"
 FORWARD = "fwd"
 BACKWARD = "bwd"
+RECOMPUTE = "rec"
+FACT_PREFIX = "fact:"
+# What a fact mark may hold (one top-level key per mark, value a JSON object):
+# - dataloader: one per DataLoader that fed a data phase: num_workers, batch_size,
+#   pin_memory, persistent_workers, length (batches per epoch, null when unsized);
+# - annotation: at exit: module_calls (hooked forward calls), ns_per_call (measured cost of
+#   one annotated module call, forward plus backward), steps (optimizer steps seen);
+# - process: at start: rank, local_rank, world_size (null outside a distributed launcher).
+FACT_KEYS = ("dataloader", "annotation", "process")
 
-MODULE_RANGE_RE = re.compile(r"^(?P<dir>fwd|bwd):(?P<layer>[^:]+):(?P<type>[^:]+)$")
+MODULE_RANGE_RE = re.compile(r"^(?P<dir>fwd|bwd|rec):(?P<layer>[^:]+):(?P<type>[^:]+)$")
 
 
 def module_range(direction: str, qualname: str, type_name: str) -> str:
     """The range name of one module call in one direction (``fwd`` or ``bwd``)."""
-    if direction not in (FORWARD, BACKWARD):
-        raise ValueError(f"direction must be {FORWARD!r} or {BACKWARD!r}, not {direction!r}")
+    if direction not in (FORWARD, BACKWARD, RECOMPUTE):
+        raise ValueError(f"direction must be fwd, bwd or rec, not {direction!r}")
     return f"{direction}:{qualname or ROOT_MODULE}:{type_name}"
