@@ -13,6 +13,12 @@ NVTX_SPEC=${NVTX_SPEC:-nvtx<=0.2.11}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
 bash scripts/install_nsys.sh
+# torch.compile's default backend (Inductor) compiles C++ on the CPU: the compiled-model
+# tests and users' compiled scripts need a C++ compiler.
+if ! command -v g++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get install -y -qq --no-install-recommends g++ >/dev/null
+fi
 
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
