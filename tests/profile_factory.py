@@ -18,6 +18,7 @@ every number chosen so the expected report can be worked out by hand (see its do
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -118,7 +119,7 @@ def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
         range_path=inner["path"] if inner else pd.NA,
         layer=m["layer"] if m else pd.NA,
         layer_type=m["type"] if m else pd.NA,
-        direction=({"fwd": "forward", "bwd": "backward"}[m["dir"]] if m else pd.NA),
+        direction=_direction(m, ranges, out["tid"], t),
         phase=phase["name"] if phase else "other",
         iteration=_iteration_of(t, iterations),
         api_ns=out["api_end_ns"] - launch if has_api else pd.NA,
@@ -129,6 +130,17 @@ def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
     if not has_api:
         out.update(api_start_ns=pd.NA, api_end_ns=pd.NA, api_name=pd.NA)
     return {**derived, **out}
+
+
+def _direction(m: re.Match | None, ranges: pd.DataFrame, tid: int, t: int) -> object:
+    """forward/backward from the innermost module range; recompute for a ``rec:`` range, or
+    a ``fwd:`` one while a ``bwd:``/``rec:`` range on the same thread also holds ``t``."""
+    if m is None:
+        return pd.NA
+    if m["dir"] == "fwd":
+        outer = _innermost(ranges, tid, t, lambda r: r.name.startswith(("bwd:", "rec:")))
+        return "recompute" if outer is not None else "forward"
+    return {"bwd": "backward", "rec": "recompute"}[m["dir"]]
 
 
 def _iteration_of(t: int, iterations: pd.DataFrame) -> object:

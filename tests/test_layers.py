@@ -16,6 +16,7 @@ import pytest
 
 from dlprof_lite.ingest.columns import base_columns, check_frame, coerce, used_categorical
 from dlprof_lite.ingest.layers import (
+    DIRECTIONS,
     ModuleRange,
     _levels,
     _nearest,
@@ -24,6 +25,7 @@ from dlprof_lite.ingest.layers import (
     classify_range_names,
     is_tc_eligible,
     layer_from_funcstack,
+    module_direction_codes,
     parse_module_range,
     tc_eligible_family,
 )
@@ -123,8 +125,9 @@ def test_annotation_layers_directions_and_phases() -> None:
     for col in ("layer", "layer_type", "direction", "phase"):
         assert isinstance(k[col].dtype, pd.CategoricalDtype)
     assert k["phase"].cat.categories.tolist() == [
-        "data", "forward", "backward", "optimizer", "other",
+        "data", "forward", "backward", "optimizer", "compile", "other",
     ]  # fmt: skip
+    assert k["direction"].cat.categories.tolist() == ["forward", "backward", "recompute"]
     assert "layer" not in kernels.columns  # inputs untouched
 
 
@@ -133,7 +136,59 @@ def test_parse_module_range() -> None:
     assert parse_module_range("fwd:layer1.0.conv1:Conv2d") == conv
     assert tuple(parse_module_range("bwd:model:ResNet")) == ("backward", "model", "ResNet")
     assert parse_module_range("forward") is None
+    recompute = ("recompute", "student.fc", "Linear")
+    assert tuple(parse_module_range("rec:student.fc:Linear")) == recompute
     assert parse_module_range("fwd:a:b:c") is None
+
+
+def checkpointed() -> pd.DataFrame:
+    """Activation checkpointing of ``block``: its forward runs again inside the backward on
+    autograd's thread (tid 2), as ``rec:`` (new annotation) and as ``fwd:`` inside a ``bwd:``
+    range (profiles made before ``rec:`` existed); two roots, ``student`` and ``teacher``."""
+    auto = {**OURS, "tid": 2}
+    return ranges(
+        [
+            ("forward", 0, 500, -1, OURS),  # 0
+            ("fwd:student:Net", 10, 400, 0, OURS),  # 1
+            ("fwd:student.block:Block", 20, 300, 1, OURS),  # 2
+            ("fwd:student.block.fc:Linear", 30, 200, 2, OURS),  # 3
+            ("fwd:teacher.block.fc:Linear", 410, 490, 0, OURS),  # 4
+            ("backward", 500, 1500, -1, OURS),  # 5
+            ("bwd:student.block:Block", 700, 1400, -1, auto),  # 6
+            ("rec:student.block.fc:Linear", 710, 900, 6, auto),  # 7
+            ("bwd:student.block.fc:Linear", 900, 1000, 6, auto),  # 8
+            ("fwd:student.block.fc:Linear", 1010, 1200, 6, auto),  # 9: old-style recompute
+            ("fwd:student.block.act:ReLU", 1050, 1100, 9, auto),  # 10: nested, too
+        ]
+    )
+
+
+def test_recompute_ranges_are_neither_forward_nor_another_layers_backward() -> None:
+    rng = checkpointed()
+    kernels = gpu_ops("kernels", rng, [
+        {"range_id": 3, "api_start_ns": 50},  # the real forward
+        {"range_id": 4, "api_start_ns": 450},  # the teacher's forward: its own root
+        {"range_id": 7, "api_start_ns": 750, "tid": 2},  # rec: range
+        {"range_id": 8, "api_start_ns": 950, "tid": 2},  # fc's own backward
+        {"range_id": 9, "api_start_ns": 1020, "tid": 2},  # fwd: inside bwd: a recompute
+        {"range_id": 10, "api_start_ns": 1060, "tid": 2},  # nested two deep: a recompute
+        {"range_id": 6, "api_start_ns": 1300, "tid": 2},  # block's backward
+    ])  # fmt: skip
+    k, _ = assign_layers(kernels, no_ops(rng), rng)
+    assert labels(k) == [
+        ("student.block.fc", "Linear", "forward", "forward"),
+        ("teacher.block.fc", "Linear", "forward", "forward"),
+        ("student.block.fc", "Linear", "recompute", "backward"),
+        ("student.block.fc", "Linear", "backward", "backward"),
+        ("student.block.fc", "Linear", "recompute", "backward"),
+        ("student.block.act", "ReLU", "recompute", "backward"),
+        ("student.block", "Block", "backward", "backward"),
+    ]
+    codes = module_direction_codes(rng)
+    assert [DIRECTIONS[c] if c >= 0 else None for c in codes] == [
+        None, "forward", "forward", "forward", "forward", None,
+        "backward", "recompute", "backward", "recompute", "recompute",
+    ]  # fmt: skip
 
 
 # --- (b) torch.autograd.profiler.emit_nvtx -------------------------------------------------

@@ -159,6 +159,63 @@ def test_layer_known_only_from_kernels() -> None:
     assert (row["forward_wall_ns"], row["backward_wall_ns"], row["tc_eligible"]) == (0, 0, True)
 
 
+def checkpointed_two_roots():
+    """A student and a teacher model; the student's ``block`` is checkpointed, so its
+    forward runs again in the backward on autograd's thread (tid 2): once as ``rec:`` and
+    once, as profiles made before ``rec:`` show it, as ``fwd:`` inside ``bwd:``."""
+    auto = dict(tid=2)
+    ranges = [
+        R("forward", 0, 1000, [
+            R("fwd:student:Net", 100, 500, [R("fwd:student.block:Block", 150, 400)]),
+            R("fwd:teacher:Net", 600, 900, [R("fwd:teacher.block:Block", 650, 850)]),
+        ]),
+        R("bwd:student:Net", 1000, 3000, [
+            R("bwd:student.block:Block", 1100, 2900, [
+                R("rec:student.block:Block", 1200, 1500, **auto),
+                R("fwd:student.block:Block", 2000, 2400, **auto),
+            ], **auto),
+        ], **auto),
+    ]  # fmt: skip
+    kernels = [
+        dict(name="gemm_fwd", start_ns=200, dur_ns=100, api_start_ns=160, api_end_ns=170,
+             api_name="cudaLaunchKernel"),
+        dict(name="gemm_teacher", start_ns=700, dur_ns=60, api_start_ns=660, api_end_ns=670,
+             api_name="cudaLaunchKernel"),
+        dict(name="gemm_rec", start_ns=1300, dur_ns=100, api_start_ns=1210, api_end_ns=1220,
+             api_name="cudaLaunchKernel", tid=2),
+        dict(name="gemm_bwd", start_ns=1700, dur_ns=200, api_start_ns=1600, api_end_ns=1610,
+             api_name="cudaLaunchKernel", tid=2),
+        dict(name="gemm_rec", start_ns=2100, dur_ns=100, api_start_ns=2010, api_end_ns=2020,
+             api_name="cudaLaunchKernel", tid=2),
+    ]  # fmt: skip
+    return make_profile(ranges=ranges, kernels=kernels)
+
+
+def test_layers_table_recompute_and_two_roots() -> None:
+    p = checkpointed_two_roots()
+    assert p.kernels["direction"].astype(object).tolist() == [
+        "forward", "forward", "recompute", "backward", "recompute",
+    ]  # fmt: skip
+    by = rows(layers_table(p.kernels, p.ranges), "layer")
+    assert sorted(by) == ["student", "student.block", "teacher", "teacher.block"]
+    block = by["student.block"]
+    # One real forward call (250 ns wall, 100 ns GPU); two recomputes (300 + 400 ns wall,
+    # 2 x 100 ns GPU), counted apart; its backward: 1800 ns wall, 200 ns GPU.
+    assert (block["calls"], block["forward_wall_ns"], block["forward_gpu_ns"]) == (1, 250, 100)
+    assert (block["recompute_calls"], block["recompute_wall_ns"], block["recompute_gpu_ns"]) == (
+        2, 700, 200,
+    )  # fmt: skip
+    assert (block["backward_wall_ns"], block["backward_gpu_ns"], block["gpu_ns"]) == (
+        1800, 200, 500,
+    )  # fmt: skip
+    # The recompute kernels are not booked to the enclosing backward of the root.
+    root = by["student"]
+    assert (root["calls"], root["backward_wall_ns"], root["gpu_ns"]) == (1, 2000, 0)
+    assert root["recompute_calls"] == 0
+    teacher = by["teacher.block"]
+    assert (teacher["calls"], teacher["forward_gpu_ns"], teacher["recompute_calls"]) == (1, 60, 0)
+
+
 def test_iterations_table(profile) -> None:
     devices = device_count(profile.kernels, profile.memops, profile.gpus)
     assert devices == 1

@@ -7,8 +7,11 @@ launch call started in (``range_id``). It adds ``layer``, ``layer_type``, ``dire
 
 Layer names come from three kinds of NVTX range, in this order of priority:
 
-a. our annotation layer's module ranges ``fwd:<qualname>:<Type>`` / ``bwd:...``
+a. our annotation layer's module ranges ``fwd:<qualname>:<Type>`` / ``bwd:...`` / ``rec:...``
    (:data:`dlprof_lite.annotate.names.MODULE_RANGE_RE`): the innermost one enclosing the op.
+   A ``rec:`` range, and a ``fwd:`` range nested in a ``bwd:``/``rec:`` range on its thread
+   (what profiles made before ``rec:`` show for activation checkpointing), is a recompute:
+   its ops get direction ``recompute`` and phase ``backward``, the layer recomputed.
 b. ``torch.autograd.profiler.emit_nvtx``: a forward op is ``aten::addmm, seq = 8`` (then
    ``, op_id = ...``/``, sizes = [...]`` in newer PyTorch) and the backward node it creates
    ``AddmmBackward0, seq = 8`` (``getNvtxStr`` in ``torch/csrc/profiler``, PyTorch >= 1.5) or
@@ -44,11 +47,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import BACKWARD, DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.annotate.names import BACKWARD, DOMAIN, MODULE_RANGE_RE, PHASES, RECOMPUTE
 from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.nvtx import range_positions
 
-DIRECTIONS = ("forward", "backward")
+DIRECTIONS = ("forward", "backward", "recompute")
 PHASE_VALUES = (*PHASES, "other")
 
 # Module types (and emit_nvtx op names) whose math is a GEMM or a convolution, so that it
@@ -90,11 +93,15 @@ class ModuleRange(NamedTuple):
 
 
 def parse_module_range(name: str) -> ModuleRange | None:
-    """``fwd:layer1.0.conv1:Conv2d`` -> ``('forward', 'layer1.0.conv1', 'Conv2d')``, else None."""
+    """``fwd:layer1.0.conv1:Conv2d`` -> ``('forward', 'layer1.0.conv1', 'Conv2d')``, else None.
+
+    The direction is the name's own (``rec:`` -> ``recompute``); a ``fwd:`` range is also a
+    recompute when it nests in a backward (:func:`module_direction_codes`).
+    """
     m = MODULE_RANGE_RE.match(name)
     if m is None:
         return None
-    direction = "backward" if m["dir"] == BACKWARD else "forward"
+    direction = {BACKWARD: "backward", RECOMPUTE: "recompute"}.get(m["dir"], "forward")
     return ModuleRange(direction, m["layer"], m["type"])
 
 
@@ -261,8 +268,8 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
     types, tcode = _encode(info, ["module_type", "pyprof_type", "op_name"])
     per_range = {f"layer:{c}": _take(v, codes) for c, v in lcode.items()}
     per_range |= {f"type:{c}": _take(v, codes) for c, v in tcode.items()}
-    direction_of = info["module_direction"].map({"forward": 0, "backward": 1}).fillna(-1)
-    per_range["module_direction"] = _take(direction_of.to_numpy(dtype=np.int64), codes)
+    direction_of = info["module_direction"].map(_DIRECTION_CODE).fillna(-1)
+    own_direction = _take(direction_of.to_numpy(dtype=np.int64), codes)
     per_range["seq"] = _take(info["seq"].to_numpy(dtype=np.int64), codes)
     kind = info["seq_kind"].map({"op": 0, "backward": 1}).fillna(-1).to_numpy(dtype=np.int64)
     per_range["kind"] = _take(kind, codes)
@@ -271,6 +278,7 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
     )
     levels = _levels(parent, ranges["depth"].to_numpy(dtype=np.int64))
     owns = {
+        "in_bwd": own_direction >= 1,  # bwd: or rec: ranges: a fwd: below is a recompute
         "mod": per_range["layer:module_layer"] >= 0,
         "bwd": per_range["kind"] == 1,
         "pyprof": per_range["layer:pyprof_layer"] >= 0,
@@ -278,6 +286,7 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
         "phase": own_phase >= 0,
     }
     near = dict(zip(owns, _nearest_many(list(owns.values()), parent, levels)))
+    per_range["module_direction"] = _recompute(own_direction, near["in_bwd"])
     root = _op_roots(owns["op"], near["op"], per_range["seq"], parent)
     near["root"] = _nearest_many([root], parent, levels)[0]
     fwd_layer = _first(*(_take(per_range[f"layer:{c}"], near[k]) for c, _, k in _SOURCES))
@@ -313,9 +322,33 @@ _SOURCES = (
     ("pyprof_layer", "pyprof_type", "pyprof"),
     ("op_name", "op_name", "root"),
 )
-# Phase code of each direction code (forward -> "forward", backward -> "backward"); the
-# trailing entry serves direction -1 and is masked out.
-_DIRECTION_PHASE = np.array([PHASE_VALUES.index(d) for d in DIRECTIONS] + [-1])
+# Phase code of each direction code (forward -> "forward", backward and recompute ->
+# "backward": a recompute runs inside the backward pass); the trailing entry serves
+# direction -1 and is masked out.
+_DIRECTION_PHASE = np.array(
+    [PHASE_VALUES.index(d if d != "recompute" else "backward") for d in DIRECTIONS] + [-1]
+)
+_DIRECTION_CODE = {d: i for i, d in enumerate(DIRECTIONS)}
+
+
+def _recompute(own: np.ndarray, near_backward: np.ndarray) -> np.ndarray:
+    """Module direction codes with a ``fwd:`` range that has a ``bwd:``/``rec:`` range among
+    its ancestors (``near_backward`` >= 0; ancestors share its thread) made a recompute:
+    autograd only runs a module's forward inside a backward to recompute a checkpoint."""
+    return np.where((own == 0) & (near_backward >= 0), _DIRECTION_CODE["recompute"], own)
+
+
+def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
+    """Per range (row order): its module direction code into :data:`DIRECTIONS` (-1: not
+    a module range), recomputes included; the layers table's walls and calls use it."""
+    names = ranges["name"].astype("category")
+    info = classify_range_names(list(names.cat.categories.astype(str)))
+    of_name = info["module_direction"].map(_DIRECTION_CODE).fillna(-1).to_numpy(dtype=np.int64)
+    own = _take(of_name, names.cat.codes.to_numpy())
+    parent = range_positions(
+        ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
+    )
+    return _recompute(own, _nearest(own >= 1, parent))
 
 
 def _op_roots(

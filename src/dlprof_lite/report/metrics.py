@@ -67,13 +67,16 @@ RANGE_REPORT = _cols(
 )
 
 LAYER_REPORT = _cols(
-    ("layer", "", "module qualified name (model = root module)"),
+    ("layer", "", "module qualified name, from its root (model, student, teacher, model_2, ...)"),
     ("type", "", "module class name, empty when only known from kernel attribution"),
-    ("calls", "", "forward calls (fwd: ranges); empty when only known from kernels"),
+    ("calls", "", "forward calls (fwd: ranges), recomputes apart; empty when only from kernels"),
     ("forward_wall_ns", "ns", "sum of the module's forward range durations (inclusive)"),
     ("backward_wall_ns", "ns", "sum of the module's backward range durations (inclusive)"),
     ("forward_gpu_ns", "ns", "GPU time of forward kernels attributed to this module"),
     ("backward_gpu_ns", "ns", "GPU time of backward kernels attributed to this module"),
+    ("recompute_calls", "", "forward recomputations in a backward (activation checkpointing)"),
+    ("recompute_wall_ns", "ns", "sum of its recompute range durations (inside the backward)"),
+    ("recompute_gpu_ns", "ns", "GPU time of kernels its recomputations launched (backward phase)"),
     ("gpu_ns", "ns", "GPU time of all kernels attributed to this module (any direction)"),
     ("kernels", "", "kernel executions attributed to this module"),
     ("tc_gpu_ns", "ns", "GPU time of its Tensor Core kernels"),

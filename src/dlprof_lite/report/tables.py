@@ -10,7 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.layers import classify_range_names, is_tc_eligible
+from dlprof_lite.ingest.layers import (
+    DIRECTIONS,
+    classify_range_names,
+    is_tc_eligible,
+    module_direction_codes,
+)
 from dlprof_lite.ingest.overhead import overhead_summary
 from dlprof_lite.report.frames import empty_report, ordered, share
 
@@ -95,34 +100,39 @@ def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFra
 
 
 def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
-    """Forward/backward wall time and calls per module, from ``fwd:``/``bwd:`` range names."""
+    """Forward/backward/recompute wall time and calls per module, from module range names
+    and their nesting (a ``fwd:`` range inside a backward is a recompute, not a call)."""
     names = ranges["name"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
     # Parse each distinct name once, then broadcast to rows through the category codes.
     parsed = classify_range_names(list(names.cat.categories.astype(str)))
     codes = names.cat.codes.to_numpy()
-    direction = np.append(parsed["module_direction"].to_numpy(dtype=object), None)[codes]
-    rows = np.flatnonzero(pd.notna(direction))
+    direction = module_direction_codes(ranges)
+    rows = np.flatnonzero(direction >= 0)
     if len(rows) == 0:
         return pd.DataFrame(columns=["layer", "type", *_WALL_SUMS])
     dur = (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64")[rows]
-    fwd = direction[rows] == "forward"
+    fwd, rec = direction[rows] == 0, direction[rows] == DIRECTIONS.index("recompute")
     at = codes[rows]
     work = pd.DataFrame(
         {
             "layer": parsed["module_layer"].to_numpy(dtype=object)[at],
             "type": parsed["module_type"].to_numpy(dtype=object)[at],
             "forward_wall_ns": np.where(fwd, dur, 0),
-            "backward_wall_ns": np.where(fwd, 0, dur),
+            "backward_wall_ns": np.where(direction[rows] == 1, dur, 0),
+            "recompute_wall_ns": np.where(rec, dur, 0),
             "calls": fwd.astype("int64"),
+            "recompute_calls": rec.astype("int64"),
         }
     )
     return work.groupby(["layer", "type"], sort=False).sum().reset_index()
 
 
-_WALL_SUMS = ["forward_wall_ns", "backward_wall_ns", "calls"]
-_GPU_SUMS = ["forward_gpu_ns", "backward_gpu_ns", "gpu_ns", "kernels", "tc_gpu_ns", "host_gap_ns"]
+_WALL_SUMS = ["forward_wall_ns", "backward_wall_ns", "recompute_wall_ns", "calls",
+              "recompute_calls"]  # fmt: skip
+_GPU_SUMS = ["forward_gpu_ns", "backward_gpu_ns", "recompute_gpu_ns", "gpu_ns", "kernels",
+             "tc_gpu_ns", "host_gap_ns"]  # fmt: skip
 
 
 def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -144,9 +154,11 @@ def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
     direction = kernels["direction"]  # compared as categorical codes, not as objects
     forward = (direction == "forward").to_numpy(dtype=bool)[has]
     backward = (direction == "backward").to_numpy(dtype=bool)[has]
+    recompute = (direction == "recompute").to_numpy(dtype=bool)[has]
     sums = {
         "forward_gpu_ns": total(np.where(forward, dur, 0)),
         "backward_gpu_ns": total(np.where(backward, dur, 0)),
+        "recompute_gpu_ns": total(np.where(recompute, dur, 0)),
         "gpu_ns": total(dur),
         "kernels": total(None),
         "tc_gpu_ns": total(np.where(kernels["uses_tensor_cores"].to_numpy(bool)[has], dur, 0)),
@@ -171,9 +183,9 @@ def layers_table(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
         return empty_report("layers")
     out = walls.merge(gpu, on="layer", how="outer", sort=False)
     out["type"] = out["type"].astype(object).fillna(out.pop("kernel_type"))
-    sums = ["forward_wall_ns", "backward_wall_ns", *_GPU_SUMS]
+    sums = ["forward_wall_ns", "backward_wall_ns", "recompute_wall_ns", *_GPU_SUMS]
     out[sums] = out[sums].fillna(0).astype("int64")
-    out["calls"] = out["calls"].astype("Int64")
+    out[["calls", "recompute_calls"]] = out[["calls", "recompute_calls"]].astype("Int64")
     out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
     out["tc_eligible"] = _eligibility(out["type"])
     out = out.sort_values(
