@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.ingest.columns import base_columns, check_frame, coerce, used_categorical
+from dlprof_lite.ingest.gemm_rules import is_tc_eligible, tc_eligible_family
 from dlprof_lite.ingest.layers import (
     DIRECTIONS,
     ModuleRange,
@@ -23,11 +24,9 @@ from dlprof_lite.ingest.layers import (
     _nearest_many,
     assign_layers,
     classify_range_names,
-    is_tc_eligible,
     layer_from_funcstack,
     module_direction_codes,
     parse_module_range,
-    tc_eligible_family,
 )
 from range_rows import ranges
 

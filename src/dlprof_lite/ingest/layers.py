@@ -54,38 +54,6 @@ from dlprof_lite.ingest.nvtx import range_positions
 DIRECTIONS = ("forward", "backward", "recompute")
 PHASE_VALUES = (*PHASES, "other")
 
-# Module types (and emit_nvtx op names) whose math is a GEMM or a convolution, so that it
-# can run on Tensor Cores: NVIDIA Deep Learning Performance Guide, "Linear/Fully-Connected
-# Layers", "Convolutional Layers", "Recurrent Layers" and "Matrix Multiplication Background"
-# (batched GEMMs of attention) user's guides, docs.nvidia.com/deeplearning/performance.
-TC_ELIGIBLE_TYPES: dict[str, re.Pattern[str]] = {
-    # Conv1d/2d/3d, ConvTranspose2d, LazyConv2d, HF Conv1D, aten::conv2d, aten::_convolution
-    "conv": re.compile(r"conv(?!ert)", re.IGNORECASE),
-    # Linear, LazyLinear, NonDynamicallyQuantizableLinear, RowParallelLinear, aten::linear;
-    # not UpsamplingBilinear2d or aten::upsample_linear1d (interpolation, no GEMM)
-    "linear": re.compile(r"Linear|(?:^|::|\.)linear$"),
-    # aten::mm, bmm, addmm, baddbmm, addbmm, matmul, einsum
-    "matmul": re.compile(r"matmul|einsum|(?:^|::|\.|_)(?:add|badd)?b?mm$", re.IGNORECASE),
-    # MultiheadAttention, LlamaAttention, *Attn, aten::scaled_dot_product_attention
-    "attention": re.compile(r"attention|attn", re.IGNORECASE),
-    # RNN, LSTM, GRU and their cells, aten::lstm, aten::_cudnn_rnn
-    "rnn": re.compile(r"rnn|lstm|gru", re.IGNORECASE),
-}
-
-
-def tc_eligible_family(type_name: str) -> str | None:
-    """The :data:`TC_ELIGIBLE_TYPES` family a module type or op name belongs to, if any."""
-    for family, pattern in TC_ELIGIBLE_TYPES.items():
-        if pattern.search(type_name):
-            return family
-    return None
-
-
-def is_tc_eligible(type_name: str) -> bool:
-    """True for a conv, linear, matmul/bmm, attention or RNN module type (or op name)."""
-    return tc_eligible_family(type_name) is not None
-
-
 class ModuleRange(NamedTuple):
     direction: str
     qualname: str

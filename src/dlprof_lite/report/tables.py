@@ -10,12 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.layers import (
-    DIRECTIONS,
-    classify_range_names,
-    is_tc_eligible,
-    module_direction_codes,
-)
+from dlprof_lite.ingest.gemm_rules import is_tc_eligible
+from dlprof_lite.ingest.layers import DIRECTIONS, classify_range_names, module_direction_codes
 from dlprof_lite.ingest.overhead import overhead_summary
 from dlprof_lite.report.frames import empty_report, ordered, share
 
