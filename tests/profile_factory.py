@@ -215,12 +215,31 @@ def build_gpus(rows: Sequence[tuple[int, str, int, int, int]]) -> pd.DataFrame:
     return coerce(frame.astype({"device_id": "int64", "name": object}), "gpus")
 
 
+def fact_mark(key: str, value: dict, t: int, pid: int = PID) -> dict:
+    """A run-fact mark as the annotation layer writes it (its own ``fact_text``)."""
+    from dlprof_lite.annotate.facts import fact_text
+
+    return dict(start_ns=t, name=fact_text(key, value), domain=DOMAIN, pid=pid, tid=TID)
+
+
+def build_marks(specs: Sequence[dict]) -> pd.DataFrame:
+    """NVTX marks (start_ns, name, domain, pid, tid); e.g. :func:`fact_mark` rows."""
+    from dlprof_lite.ingest.columns import empty_frame
+
+    if not specs:
+        return empty_frame("marks")
+    frame = pd.DataFrame(list(specs), columns=["start_ns", "name", "domain", "pid", "tid"])
+    frame = frame.astype({"start_ns": "int64", "pid": "int64", "tid": "int64"})
+    return coerce(frame.astype({"name": "category", "domain": "category"}), "marks")
+
+
 def make_profile(
     *,
     ranges: Sequence[R] = (),
     kernels: Sequence[dict] = (),
     memops: Sequence[dict] = (),
     api: Sequence[dict] = (),
+    marks: Sequence[dict] = (),
     iterations: Sequence[tuple[int, int, bool, bool]] = (),
     gpus: Sequence[tuple[int, str, int, int, int]] = ((0, "NVIDIA H100 80GB HBM3", 132, 9, 0),),
     session: tuple[int, int] = (0, 10_000),
@@ -231,8 +250,6 @@ def make_profile(
     it = build_iterations(iterations)
     k = build_kernels(kernels, r, it)
     m = build_memops(memops, r, it)
-    from dlprof_lite.ingest.columns import empty_frame
-
     meta = Meta(
         source=source, nsys_version="2024.5.1", schema_version="3.13.2",
         session_start_ns=session[0], session_end_ns=session[1],
@@ -241,7 +258,7 @@ def make_profile(
     )  # fmt: skip
     return Profile(
         kernels=k, memops=m, api=build_api(k, m, api), ranges=r,
-        marks=empty_frame("marks"), gpus=build_gpus(gpus), iterations=it, meta=meta,
+        marks=build_marks(marks), gpus=build_gpus(gpus), iterations=it, meta=meta,
     )  # fmt: skip
 
 

@@ -85,10 +85,28 @@ def _make(
     return Advice(problem, severity, evidence, rec, metric, value, t.value, citation)
 
 
+def _has_tensor_cores(summary: Summary) -> bool:
+    """False when a GPU that ran work is older than Volta; True when none says so (unknown).
+
+    Devices that ran no kernel or memop, and a compute capability of 0.0 (exports that list
+    a placeholder device), do not count.
+    """
+    gpus = [g for g in listed(summary, "gpus") if g.get("compute_capability") not in (None, "0.0")]
+    busy = [g for g in gpus if g.get("busy_ns")]
+    cc = min_compute_capability(busy or gpus)
+    return cc is None or cc >= threshold("tc_min_compute_capability")
+
+
+_AMP = (
+    "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) (or float16 "
+    "with torch.amp.GradScaler); for float32 matmuls on Ampere or newer allow TF32 with "
+    "torch.set_float32_matmul_precision('high'); keep channel and GEMM sizes multiples of 8."
+)
+
+
 def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     share = _num(summary, "eligible_non_tc_share")
-    cc = min_compute_capability(listed(summary, "gpus"))
-    if share is None or (cc is not None and cc < threshold("tc_min_compute_capability")):
+    if share is None or not _has_tensor_cores(summary):
         return None
     grade = _graded(share, "tc_nontc_share_warn", "tc_nontc_share_high")
     if grade is None:
@@ -101,18 +119,32 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         f"{ms(_f(summary, 'eligible_non_tc_ns'))} ({share:.0%} of kernel time) in "
         f"Tensor-Core-eligible layers ran on kernels without Tensor Cores; largest: {names}"
     )
-    rec = (
-        "Train with mixed precision: torch.autocast('cuda', dtype=torch.bfloat16) (or float16 "
-        "with torch.amp.GradScaler); for float32 matmuls on Ampere or newer allow TF32 with "
-        "torch.set_float32_matmul_precision('high'); keep channel and GEMM sizes multiples of 8."
-    )
     return _make(
         "Tensor Cores unused by eligible layers",
         grade,
         evidence,
-        rec,
+        _AMP,
         "eligible_non_tc_share",
         share,
+    )
+
+
+def fp32_gemm(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """FP32 GEMM/conv time from kernel names alone: for profiles whose layers cannot tell
+    (no module ranges, or modules of no eligible type); silent when the layer rule spoke."""
+    share = _num(summary, "fp32_gemm_share")
+    if share is None or not _has_tensor_cores(summary):
+        return None
+    grade = _graded(share, "fp32_gemm_share_warn", "fp32_gemm_share_high")
+    if grade is None or tensor_cores(summary, layers) is not None:
+        return None
+    top = ", ".join(f"{k['name']} {ms(k['gpu_ns'])}" for k in listed(summary, "fp32_gemm_kernels"))
+    evidence = (
+        f"{ms(_f(summary, 'fp32_gemm_ns'))} ({share:.0%} of kernel time) in FP32 GEMM/"
+        f"convolution kernels on CUDA cores (from kernel names); largest: {top}"
+    )
+    return _make(
+        "FP32 matrix math without Tensor Cores", grade, evidence, _AMP, "fp32_gemm_share", share
     )
 
 
@@ -152,12 +184,50 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         f"{ms(_f(summary, 'step_data_wall_ns'))} per step in data loading, "
         f"{pct:.1f}% of the mean step"
     )
-    rec = (
-        "Load data in parallel with compute: DataLoader(num_workers>0, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor>=2); move decoding and augmentation out of "
-        "the training process or onto the GPU."
-    )
+    settings, workers = summary.get("dataloader_settings"), _num(summary, "dataloader_num_workers")
+    if settings:
+        evidence += f"; DataLoader: {settings}"
+    else:
+        evidence += "; the DataLoader's num_workers is unknown (no dataloader facts recorded)"
+    if workers is not None and workers > 0:
+        # Already parallel: more of the same, or less work per batch, not "num_workers>0".
+        rec = (
+            f"The DataLoader already uses num_workers={int(workers)}: raise it if CPU cores "
+            "are idle, set pin_memory=True and persistent_workers=True where they are False, "
+            "raise prefetch_factor (default 2); make each batch cheaper (decode and augment "
+            "once, or on the GPU)."
+        )
+    else:
+        now = "num_workers=0 now" if workers is not None else "num_workers unknown"
+        rec = (
+            f"Load data in parallel with compute ({now}): DataLoader(num_workers>0, "
+            "pin_memory=True, persistent_workers=True, prefetch_factor>=2); move decoding "
+            "and augmentation out of the training process or onto the GPU."
+        )
     return _make("Data loading stalls the step", grade, evidence, rec, "step_data_wall_pct", pct)
+
+
+def annotation_cost(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    pct = _num(summary, "annotation_cost_pct")
+    if pct is None or pct < threshold("annotation_cost_warn_pct"):
+        return None
+    evidence = (
+        f"the module annotation added an estimated {ms(_f(summary, 'annotation_cost_ns'))} "
+        f"of host time per step, {pct:.1f}% of the mean step (module calls x measured cost "
+        "per call / steps): host and per-layer wall times include it"
+    )
+    rec = (
+        "Profile with fewer module ranges: --depth N (annotate modules down to depth N) or "
+        "--annotate phases; compare step times with and without annotation."
+    )
+    return _make(
+        "Annotation overhead inflates host times",
+        ("warn", "annotation_cost_warn_pct"),
+        evidence,
+        rec,
+        "annotation_cost_pct",
+        pct,
+    )
 
 
 def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
@@ -313,8 +383,10 @@ def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 Rule = Callable[[Summary, pd.DataFrame], Advice | None]
 RULES: tuple[Rule, ...] = (
     tensor_cores,
+    fp32_gemm,
     launch_bound,
     data_stall,
+    annotation_cost,
     low_utilization,
     iteration_variance,
     sync_memcpy,

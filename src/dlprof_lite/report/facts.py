@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.ingest.gemm_rules import is_fp32_gemm
 from dlprof_lite.ingest.overhead import is_short_kernel
 from dlprof_lite.report.frames import cat_mask
 from dlprof_lite.report.intervals import in_windows
@@ -75,4 +76,20 @@ def tc_miss_facts(layers: pd.DataFrame, kernel_ns: int) -> dict[str, object]:
     return {
         "eligible_non_tc_ns": miss,
         "eligible_non_tc_share": miss / kernel_ns if kernel_ns else None,
+    }
+
+
+def fp32_gemm_facts(kernels: pd.DataFrame, kernel_ns: int) -> dict[str, object]:
+    """GPU time of FP32 GEMM/conv kernels on CUDA cores, by kernel name (one rule lookup per
+    distinct name), and the three largest such kernels for the advice's evidence."""
+    fp32 = cat_mask(kernels["name"], lambda s: s.map(is_fp32_gemm)) & ~kernels[
+        "uses_tensor_cores"
+    ].to_numpy(dtype=bool)
+    dur = kernels["dur_ns"][fp32]
+    total = int(dur.sum())
+    top = dur.groupby(kernels["short_name"][fp32], observed=True).sum().nlargest(3)
+    return {
+        "fp32_gemm_ns": total,
+        "fp32_gemm_share": total / kernel_ns if kernel_ns else None,
+        "fp32_gemm_kernels": [{"name": str(n), "gpu_ns": int(v)} for n, v in top.items()],
     }

@@ -185,6 +185,13 @@ SUMMARY_REPORT = _cols(
     ("short_launches", "", "kernel executions shorter on the GPU than their launch call (HTA)"),
     ("eligible_non_tc_ns", "ns", "GPU time of TC-eligible layers in kernels without Tensor Cores"),
     ("eligible_non_tc_share", "", "eligible_non_tc_ns / kernel_ns"),
+    ("fp32_gemm_ns", "ns", "GPU time of FP32 GEMM/conv kernels on CUDA cores (by kernel name)"),
+    ("fp32_gemm_share", "", "fp32_gemm_ns / kernel_ns"),
+    ("dataloader_count", "", "DataLoaders that fed a data phase (run facts); empty: not recorded"),
+    ("dataloader_num_workers", "", "their num_workers (the smallest); empty: not recorded"),
+    ("dataloader_settings", "", "num_workers, batch_size, pin_memory, ... per DataLoader, '; '"),
+    ("annotation_cost_ns", "ns", "estimated annotation host time per step: calls x cost / steps"),
+    ("annotation_cost_pct", "%", "annotation_cost_ns / iterations_mean_ns x 100"),
     ("sync_memcpy_count", "", "synchronous cudaMemcpy* (nsys cuda-sync-memcpy selection)"),
     ("sync_memcpy_ns", "ns", "GPU time of those copies"),
     ("pageable_async_count", "", "cudaMemcpy*Async from or to pageable host memory"),
@@ -327,6 +334,18 @@ THRESHOLDS: dict[str, Threshold] = {
         f"{_CHOICE}; HTA kernel launch stats flag 'short kernels' (GPU time < launch call)",
     ),
     "tiny_kernel_min_count": Threshold(100, "kernels", "fewest kernels to judge", _CHOICE),
+    "fp32_gemm_share_warn": Threshold(
+        0.05,
+        "share of kernel time",
+        "GPU time of FP32 GEMM/conv kernels (by name) when no layer tells eligibility",
+        "NVIDIA Deep Learning Performance Guide (Tensor Cores take FP16/BF16/TF32 inputs, "
+        f"FP32 math runs on CUDA cores); {_TB} advises AMP when GEMM/conv kernels miss "
+        f"Tensor Cores; 5% as tc_nontc_share_warn, a {_CHOICE}",
+    ),
+    "fp32_gemm_share_high": Threshold(0.25, "share of kernel time", "same, high", _CHOICE),
+    "annotation_cost_warn_pct": Threshold(
+        3.0, "% of step", "estimated host time the module annotation adds per step", _CHOICE
+    ),
 }
 
 

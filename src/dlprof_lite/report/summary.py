@@ -1,8 +1,10 @@
 """The run summary: system, totals, utilization, launch overhead, iterations, step breakdown.
 
 ``summarize`` returns one flat dict whose scalar keys are exactly the ``summary`` columns of
-:mod:`dlprof_lite.report.metrics`, plus the lists ``gpus`` and ``warnings`` (the advice list
-is added by :mod:`dlprof_lite.report.build`).
+:mod:`dlprof_lite.report.metrics`, plus the lists ``gpus``, ``warnings`` and
+``fp32_gemm_kernels`` (the advice's evidence; the advice list is added by
+:mod:`dlprof_lite.report.build`). Run facts (data loaders, annotation cost) come from the
+profile's NVTX marks (:mod:`dlprof_lite.report.run_facts`).
 
 GPU utilization is defined per device as the union of its busy intervals (kernels, memcpy,
 memset; overlapping streams counted once) divided by the session wall time; the summary's
@@ -15,10 +17,17 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
-from dlprof_lite.report.facts import kernel_facts, memcpy_facts, sync_api_facts, tc_miss_facts
+from dlprof_lite.report.facts import (
+    fp32_gemm_facts,
+    kernel_facts,
+    memcpy_facts,
+    sync_api_facts,
+    tc_miss_facts,
+)
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import busy_per_device, total
 from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.run_facts import annotation_summary, dataloader_summary, read_run_facts
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.writers import Table
 
@@ -52,11 +61,19 @@ def summarize(
     out.update(sync_api_facts(profile.api, iterations, wall))
     out.update(kernel_facts(profile.kernels))
     out.update(tc_miss_facts(layers, totals["kernel_ns"]))
+    out.update(fp32_gemm_facts(profile.kernels, totals["kernel_ns"]))
+    facts = read_run_facts(profile.marks)
+    out.update(dataloader_summary(facts))
+    out.update(annotation_summary(facts, _number(out.get("iterations_mean_ns"))))
     out["key_range"] = meta.key_range
     out["key_range_source"] = meta.key_range_source
     out["gpus"] = gpus
     out["warnings"] = [*meta.warnings, *_report_warnings(profile, iterations)]
     return out
+
+
+def _number(value: object) -> float | None:
+    return None if value is None else float(str(value))
 
 
 def _totals(profile: Profile) -> dict[str, int]:

@@ -1,0 +1,95 @@
+"""Run facts: what the profiled process recorded about itself, read from the ``marks`` frame.
+
+Place in the pipeline: report. The annotation layer writes each fact as an NVTX mark in the
+``dlprof-lite`` domain (:mod:`dlprof_lite.annotate.facts`); ingest keeps marks as they are,
+and this module turns them into the summary's data-loader settings and annotation cost, so
+the advice can name the ``num_workers`` a script really used instead of guessing.
+
+A profile of several processes (one per rank) holds one set of facts per process: equal
+DataLoader facts are listed once, and the annotation cost is judged per process (the
+costliest one is reported: a step waits for its slowest rank).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from dlprof_lite.annotate.facts import parse_fact
+from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX
+from dlprof_lite.report.frames import cat_mask
+
+# The settings a summary names for each DataLoader, in this order.
+LOADER_SETTINGS = ("num_workers", "batch_size", "pin_memory", "persistent_workers")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Facts of one profile: ``dataloaders`` (distinct, in mark order) and ``annotation``
+    (one per process, keyed by pid)."""
+
+    dataloaders: tuple[dict[str, Any], ...] = ()
+    annotation: tuple[tuple[int, dict[str, Any]], ...] = ()
+
+
+def read_run_facts(marks: pd.DataFrame) -> RunFacts:
+    """The fact marks of ``marks`` (others and malformed ones are ignored)."""
+    if marks.empty:
+        return RunFacts()
+    ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
+        marks["domain"].astype(object) == DOMAIN
+    ).to_numpy(dtype=bool)
+    found = marks[ours].sort_values("start_ns", kind="stable")
+    loaders: dict[str, dict[str, Any]] = {}
+    annotation: dict[int, dict[str, Any]] = {}
+    for text, pid in zip(found["name"].astype(str), found["pid"].to_numpy(), strict=True):
+        fact = parse_fact(text)
+        if fact is None:
+            continue
+        key, value = fact
+        if key == "dataloader":
+            loaders.setdefault(json.dumps(value, sort_keys=True), value)
+        elif key == "annotation":
+            annotation[int(pid)] = value  # the last one of a process is its exit total
+    return RunFacts(tuple(loaders.values()), tuple(annotation.items()))
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def loader_settings(loader: dict[str, Any]) -> str:
+    """``num_workers=4, batch_size=64, pin_memory=True, persistent_workers=False``."""
+    return ", ".join(f"{k}={loader.get(k)}" for k in LOADER_SETTINGS if k in loader)
+
+
+def dataloader_summary(facts: RunFacts) -> dict[str, object]:
+    """Summary columns for the DataLoaders that fed a data phase (None without facts)."""
+    workers = [_number(d.get("num_workers")) for d in facts.dataloaders]
+    known = [int(w) for w in workers if w is not None]
+    return {
+        "dataloader_count": len(facts.dataloaders) if facts.dataloaders else None,
+        "dataloader_num_workers": min(known) if known else None,
+        "dataloader_settings": "; ".join(loader_settings(d) for d in facts.dataloaders) or None,
+    }
+
+
+def annotation_summary(facts: RunFacts, step_ns: float | None) -> dict[str, object]:
+    """Estimated host time the module annotation added per step: module_calls x
+    ns_per_call / steps, the costliest process; and its share of the mean step."""
+    costs = []
+    for _, value in facts.annotation:
+        calls, per_call = _number(value.get("module_calls")), _number(value.get("ns_per_call"))
+        steps = _number(value.get("steps"))
+        if calls is not None and per_call is not None and steps:
+            costs.append(calls * per_call / steps)
+    cost = max(costs) if costs else None
+    return {
+        "annotation_cost_ns": cost,
+        "annotation_cost_pct": cost / step_ns * 100.0 if cost is not None and step_ns else None,
+    }

@@ -1,0 +1,157 @@
+"""Run facts (DataLoader settings, annotation cost) and the advice that reads them; FP32
+GEMM/conv advice from kernel names alone, on hand-built profiles and the corpus.
+
+The training profile (:func:`profile_factory.training_profile`) has a 200 ns data phase
+in steps of 2000 and 3000 ns: 8 % of the 2500 ns mean step, so the data-stall rule warns.
+Fact marks are written with the annotation layer's own ``fact_text``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+import dlprof_lite
+from dlprof_lite.report.build import build_report
+from dlprof_lite.report.run_facts import read_run_facts
+from profile_factory import build_gpus, build_marks, fact_mark, make_profile, training_profile
+
+LOADER = dict(num_workers=4, batch_size=64, pin_memory=False, persistent_workers=False,
+              length=100)  # fmt: skip
+
+
+def advice_of(report, metric: str) -> dict | None:
+    rows = [a for a in report.summary["advice"] if a["metric"] == metric]
+    return rows[0] if rows else None
+
+
+def test_read_run_facts_dedupes_loaders_and_keeps_each_process() -> None:
+    marks = build_marks([
+        fact_mark("process", dict(rank=0, local_rank=0, world_size=2), 10),
+        fact_mark("dataloader", LOADER, 100),
+        fact_mark("dataloader", LOADER, 110, pid=2),  # rank 1: the same loader settings
+        fact_mark("dataloader", {**LOADER, "num_workers": 0, "batch_size": 1}, 120),
+        dict(start_ns=130, name='fact:{"dataloader": 3}', domain="dlprof-lite", pid=1, tid=1),
+        dict(start_ns=140, name='fact:{"dataloader": {}}', domain="other", pid=1, tid=1),
+        fact_mark("annotation", dict(module_calls=10, ns_per_call=100, steps=2), 900),
+        fact_mark("annotation", dict(module_calls=30, ns_per_call=100, steps=2), 910, pid=2),
+    ])  # fmt: skip
+    facts = read_run_facts(marks)
+    assert [d["num_workers"] for d in facts.dataloaders] == [4, 0]
+    assert dict(facts.annotation) == {
+        1: dict(module_calls=10, ns_per_call=100, steps=2),
+        2: dict(module_calls=30, ns_per_call=100, steps=2),
+    }
+    assert read_run_facts(build_marks([])) == type(facts)()
+
+
+def test_summary_names_the_loaders_and_the_costliest_process() -> None:
+    marks = [
+        fact_mark("dataloader", LOADER, 100),
+        fact_mark("dataloader", {**LOADER, "num_workers": 2, "batch_size": 256}, 200),
+        # 10 calls x 100 ns / 2 steps = 500 ns; the other process 30 x 100 / 2 = 1500 ns.
+        fact_mark("annotation", dict(module_calls=10, ns_per_call=100, steps=2), 9000),
+        fact_mark("annotation", dict(module_calls=30, ns_per_call=100, steps=2), 9000, pid=2),
+    ]
+    s = build_report(training_profile(marks=marks)).summary
+    assert (s["dataloader_count"], s["dataloader_num_workers"]) == (2, 2)
+    assert s["dataloader_settings"] == (
+        "num_workers=4, batch_size=64, pin_memory=False, persistent_workers=False; "
+        "num_workers=2, batch_size=256, pin_memory=False, persistent_workers=False"
+    )
+    assert s["annotation_cost_ns"] == 1500
+    assert s["annotation_cost_pct"] == pytest.approx(1500 / 2500 * 100)  # mean step 2500
+
+
+def test_data_stall_advice_reads_the_workers_the_script_used() -> None:
+    busy = build_report(training_profile(marks=[fact_mark("dataloader", LOADER, 100)]))
+    found = advice_of(busy, "step_data_wall_pct")
+    assert found is not None and found["severity"] == "warn"
+    assert "num_workers=4, batch_size=64" in found["evidence"]
+    assert "already uses num_workers=4" in found["recommendation"]
+    assert "num_workers>0" not in found["recommendation"]
+    assert "pin_memory=True" in found["recommendation"]
+
+    serial = {**LOADER, "num_workers": 0}
+    single = build_report(training_profile(marks=[fact_mark("dataloader", serial, 100)]))
+    found = advice_of(single, "step_data_wall_pct")
+    assert "num_workers>0" in found["recommendation"]
+    assert "num_workers=0 now" in found["recommendation"]
+
+    unknown = advice_of(build_report(training_profile()), "step_data_wall_pct")
+    assert "num_workers is unknown" in unknown["evidence"]
+    assert "num_workers unknown" in unknown["recommendation"]
+
+
+def test_annotation_cost_advice_above_three_percent_of_the_step() -> None:
+    def cost(ns_per_call: int) -> list[dict]:
+        # 30 calls over 3 steps: 10 x ns_per_call per step, of a 2500 ns mean step.
+        return [fact_mark("annotation", dict(module_calls=30, ns_per_call=ns_per_call,
+                                             steps=3), 9000)]  # fmt: skip
+
+    costly = build_report(training_profile(marks=cost(10)))  # 100 ns: 4 %
+    found = advice_of(costly, "annotation_cost_pct")
+    assert found is not None and found["value"] == pytest.approx(4.0)
+    assert "--depth" in found["recommendation"]
+    cheap = build_report(training_profile(marks=cost(5)))  # 50 ns: 2 %
+    assert cheap.summary["annotation_cost_pct"] == pytest.approx(2.0)
+    assert advice_of(cheap, "annotation_cost_pct") is None
+    bad = [fact_mark("annotation", dict(module_calls=30, ns_per_call=10, steps=0), 9000)]
+    assert build_report(training_profile(marks=bad)).summary["annotation_cost_ns"] is None
+
+
+def foreign_fp32_profile(gpu: tuple[int, str, int, int, int]):
+    """No NVTX ranges: 730 ns of cuBLAS SIMT sgemm, 270 ns elementwise: 73 % FP32 GEMM."""
+    kernels = [
+        dict(name="volta_sgemm_128x64_nn", start_ns=100, dur_ns=500),
+        dict(name="void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16>",
+             short_name="gemv2T_kernel_val", start_ns=700, dur_ns=230),
+        dict(name="void at::native::vectorized_elementwise_kernel<4, float>",
+             short_name="vectorized_elementwise_kernel", start_ns=1000, dur_ns=270),
+    ]  # fmt: skip
+    return make_profile(kernels=kernels, gpus=(gpu,))
+
+
+def test_fp32_gemm_advice_from_kernel_names_without_layers() -> None:
+    report = build_report(foreign_fp32_profile((0, "NVIDIA A100-SXM4-80GB", 108, 8, 0)))
+    s = report.summary
+    assert (s["fp32_gemm_ns"], s["fp32_gemm_share"]) == (730, pytest.approx(0.73))
+    found = advice_of(report, "fp32_gemm_share")
+    assert found is not None and found["severity"] == "high"
+    assert "volta_sgemm_128x64_nn 500 ns" in found["evidence"]
+    assert "gemv2T_kernel_val 230 ns" in found["evidence"]
+    assert "autocast" in found["recommendation"]
+    # A GPU without Tensor Cores: nothing to advise.
+    pascal = build_report(foreign_fp32_profile((0, "NVIDIA GeForce GTX 1070", 15, 6, 1)))
+    assert pascal.summary["fp32_gemm_share"] == pytest.approx(0.73)
+    assert advice_of(pascal, "fp32_gemm_share") is None
+
+
+def test_fp32_gemm_advice_defers_to_the_layer_rule() -> None:
+    # fc1 (Linear) ran its backward on sgemm: the layer rule names the layer; no second row.
+    report = build_report(training_profile())
+    assert report.summary["fp32_gemm_ns"] == 600
+    assert advice_of(report, "eligible_non_tc_share") is not None
+    assert advice_of(report, "fp32_gemm_share") is None
+
+
+TRT = "NVIDIA__trt-samples-for-hackathon-cn__cookbook_09-Advance_MultiStream_calculation-bound"
+
+
+def test_fp32_gemm_advice_on_a_real_export_without_layer_ranges(corpus_dir: Path) -> None:
+    # TensorRT FP32 inference on a GTX 1070: cuDNN scudnn/winograd and convolve_sgemm
+    # kernels, TensorRT's own NVTX ranges (no layer ranges of ours).
+    profile = dlprof_lite.load(corpus_dir / f"{TRT}.qdrep.sqlite")
+    report = build_report(profile)
+    s = report.summary
+    assert report.layers.empty
+    assert s["fp32_gemm_share"] > 0.9
+    assert s["fp32_gemm_kernels"][0]["name"].startswith("trt_maxwell_scudnn_winograd")
+    assert advice_of(report, "fp32_gemm_share") is None  # Pascal: no Tensor Cores
+    # The same kernels on a Tensor Core GPU get the advice.
+    volta = dataclasses.replace(profile, gpus=build_gpus([(0, "Tesla V100", 80, 7, 0)]))
+    found = advice_of(build_report(volta), "fp32_gemm_share")
+    assert found is not None and found["severity"] == "high"
+    assert "trt_maxwell_scudnn_winograd" in found["evidence"]
