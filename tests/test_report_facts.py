@@ -9,6 +9,8 @@ Fact marks are written with the annotation layer's own ``fact_text``.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,31 @@ def test_fp32_gemm_advice_on_a_real_export_without_layer_ranges(corpus_dir: Path
     found = advice_of(build_report(volta), "fp32_gemm_share")
     assert found is not None and found["severity"] == "high"
     assert "trt_maxwell_scudnn_winograd" in found["evidence"]
+
+
+FACT_SCRIPT = """
+from dlprof_lite.annotate import facts
+facts.record("process", {"rank": None, "local_rank": None, "world_size": None})
+facts.record("dataloader", {"num_workers": 3, "batch_size": 32, "pin_memory": True,
+                            "persistent_workers": False, "length": 10})
+facts.record("annotation", {"module_calls": 200, "ns_per_call": 1500, "steps": 4})
+"""
+
+
+@pytest.mark.nsys
+def test_fact_marks_survive_a_real_nsys_run(nsys: str, tmp_path: Path) -> None:
+    # The annotation layer's own writer, the real nsys, the real reader: the same facts.
+    pytest.importorskip("nvtx")
+    script = tmp_path / "facts_script.py"
+    script.write_text(FACT_SCRIPT, encoding="utf-8")
+    out = tmp_path / "facts"
+    cmd = [nsys, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none", "-o", str(out),
+           "--force-overwrite=true", "--export=sqlite", sys.executable, str(script)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = read_run_facts(dlprof_lite.load(out.with_suffix(".sqlite")).marks)
+    assert facts.dataloaders == (
+        dict(num_workers=3, batch_size=32, pin_memory=True, persistent_workers=False, length=10),
+    )
+    (pid, annotation), = facts.annotation
+    assert annotation == dict(module_calls=200, ns_per_call=1500, steps=4) and pid > 0
