@@ -52,6 +52,13 @@ EXAMPLES = [
      "float_template", DLPROF_FILE),
     ("void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)4, (int)4",
      "float_template", DLPROF_FILE),
+    # mangled: exports without a demangled name
+    ("_Z16gemmSN_NN_kernelIfLi128ELi2ELi4ELi8ELi3ELi4E30cublasGemvTensorStridedBatched",
+     "float_template", DLPROF_FILE),
+    ("_Z17gemv2T_kernel_valIii6float2S0_S0_Li128ELi16ELi2ELi2ELb0E16cublasGemvParams",
+     "float_template", "MohanadOdema__DLProf__nsys_profile.sqlite"),
+    ("_ZN5cudnn6detail23implicit_convolve_sgemmIffLi1024ELi5ELi5ELi3ELi3ELi3ELi1ELb1ELb0ELb1EEE",
+     "blas_sgemm", DLPROF_FILE),
 ]
 
 # Names no rule may call FP32 GEMM: half/TF32 Tensor Core GEMMs, double and half SIMT
@@ -63,6 +70,8 @@ NOT_FP32 = [
     "sm80_xmma_gemm_f16f16_f16f32_f32_nt_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16",
     "void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>",
     "gemmSN_NN_kernel",
+    "void gemv2T_kernel_val<int, int, double, double, double, double, 128, 16, 4, 4>",
+    "_Z17gemv2T_kernel_valIiiddddLi128ELi16ELi4ELi4ELb0ELb0E16cublasGemvParams",
     "ncclKernel_AllReduce_RING_LL_Sum_float",
 ]
 

@@ -64,8 +64,10 @@ class Fp32Rule:
 
 
 # Template arguments of cuBLAS/cuDNN kernels: the first data type follows the name and "<",
-# after cuBLAS gemv's two index types (gemv2T_kernel_val<int, int, float, ...>).
-_FLOAT_FIRST = r"<(?:int, int, |\(int\)\d+, )?float\b"
+# after cuBLAS gemv's two index types (gemv2T_kernel_val<int, int, float, ...>); float2 is
+# single-precision complex. Mangled names (no demangled name in the export) spell the same
+# as "I" + "f" / "ii" + "f" / "6float2" (Itanium C++ ABI: f = float, i = int).
+_FLOAT_FIRST = r"(?:<(?:int, int, )?float2?\b|I(?:ii)?(?:f|6float2))"
 
 FP32_GEMM_RULES: tuple[Fp32Rule, ...] = (
     Fp32Rule(
@@ -117,7 +119,8 @@ FP32_GEMM_RULES: tuple[Fp32Rule, ...] = (
         r"|winograd\w*|fft2d_[rc]2[rc]\w*)" + _FLOAT_FIRST,
         True,
         "cuBLAS gemv/gemmSN/gemmk1 and cuDNN legacy conv engines (wgrad_alg0_engine, "
-        "winogradForward*, fft2d_r2c) instantiated for float (the first data type)",
+        "winogradForward*, fft2d_r2c) instantiated for float or float2 (the first data "
+        "type), demangled or mangled",
     ),
 )
 
