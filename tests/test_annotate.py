@@ -58,6 +58,7 @@ class Recorder:
     def __init__(self) -> None:
         self.clock = 0
         self.ranges: list[Range] = []
+        self.marks: list[tuple[int, str]] = []
         self.stacks: dict[int, list[Range]] = {}
         self.lock = threading.Lock()
 
@@ -87,6 +88,10 @@ class Recorder:
     def end(self, item: Range) -> None:
         with self.lock:
             item.end = self._tick()
+
+    def mark(self, message: str) -> None:
+        with self.lock:
+            self.marks.append((self._tick(), message))
 
 
 def load_export(path: Path) -> list[Range]:

@@ -21,6 +21,7 @@ Use one or the other: both at once write every module range twice.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -106,25 +107,110 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         nn_module.register_module_forward_hook(
             ranges.forward_post, with_kwargs=True, always_call=True
         ),
-        optim.register_optimizer_step_pre_hook(lambda *_: tracker.on_optimizer_start()),
-        optim.register_optimizer_step_post_hook(lambda *_: tracker.on_optimizer_end()),
+        *_optimizer_hooks(torch, optim, tracker),
     ]
     undo: list[Callable[[], Any]] = [handle.remove for handle in handles]
     undo.append(_wrap_dataloader_next(torch, tracker))
+    undo.append(_watch_compilation(tracker))
     _installed = Annotation(undo, tracker)
     _installed.on_exit.append(ranges.close)
     return _installed
+
+
+def _optimizer_hooks(torch: Any, optim: Any, tracker: PhaseTracker) -> list[Any]:
+    """Global step pre/post hooks: the optimizer phase, and the end of a training step.
+
+    The pre-hook also wraps a closure passed to ``step`` (LBFGS, Lightning): the closure runs
+    forward and backward inside the step, and only its return hands the phase back to the
+    optimizer. That wraps the script's own function, for this one call; torch is untouched.
+    Under ``torch.compile`` of a step the hooks do nothing (no lock in traced code).
+    """
+    compiling = torch.compiler.is_compiling
+    tracker.optimizer_base = optim.Optimizer
+
+    def pre(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if compiling():
+            return None
+        tracker.on_optimizer_start(optimizer)
+        if kwargs.get("closure") is not None:
+            return args, {**kwargs, "closure": _handing_back(kwargs["closure"], tracker)}
+        if args and callable(args[0]):
+            return (_handing_back(args[0], tracker), *args[1:]), kwargs
+        return None
+
+    def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not compiling():
+            tracker.on_optimizer_end(optimizer)
+
+    return [optim.register_optimizer_step_pre_hook(pre),
+            optim.register_optimizer_step_post_hook(post)]  # fmt: skip
+
+
+def _handing_back(closure: Callable[..., Any], tracker: PhaseTracker) -> Callable[..., Any]:
+    @functools.wraps(closure)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return closure(*args, **kwargs)
+        finally:
+            tracker.on_closure_end()
+
+    return call
+
+
+def _watch_compilation(tracker: PhaseTracker) -> Callable[[], None]:
+    """The compile phase from Dynamo's compile start/end callbacks; returns their removal.
+
+    Dynamo is slow to import, so it is never imported here: the callbacks are registered
+    now if it is already imported, else by the tracker's probe (one ``sys.modules`` lookup
+    per batch, root forward or step) once ``torch.compile`` has imported it, which is before
+    the compiled model's first call. The callbacks run outside traced code: no graph break.
+    """
+    registered: list[Any] = []
+
+    def start(_: Any) -> None:
+        tracker.on_compile_start()
+
+    def end(_: Any) -> None:
+        tracker.on_compile_end()
+
+    def probe() -> bool:
+        module = sys.modules.get("torch._dynamo.callback")
+        if module is None:
+            return False
+        handler = module.callback_handler
+        handler.register_start_callback(start)
+        handler.register_end_callback(end)
+        registered.append(handler)
+        return True
+
+    if not probe():
+        tracker.compile_probe = probe
+
+    def remove() -> None:
+        if tracker.compile_probe is probe:
+            tracker.compile_probe = None
+        for handler in registered:
+            for callbacks, callback in ((handler.start_callbacks, start),
+                                        (handler.end_callbacks, end)):  # fmt: skip
+                if callback in callbacks:
+                    callbacks.remove(callback)
+        registered.clear()
+
+    return remove
 
 
 def _wrap_dataloader_next(torch: Any, tracker: PhaseTracker) -> Callable[[], None]:
     """Report each batch fetch to ``tracker``; returns the function that restores torch's."""
     cls = torch.utils.data.dataloader._BaseDataLoaderIter
     original = cls.__dict__["__next__"]
+    compiling = torch.compiler.is_compiling
 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
-        if _will_yield(self):
-            tracker.on_data(id(getattr(self, "_dataset", self)))
+        if _will_yield(self) and not compiling():
+            tracker.on_data(
+                id(getattr(self, "_dataset", self)), functools.partial(_loader_fact, self)
+            )
         return original(self)
 
     cls.__next__ = __next__
@@ -134,6 +220,24 @@ def _wrap_dataloader_next(torch: Any, tracker: PhaseTracker) -> Callable[[], Non
             cls.__next__ = original
 
     return restore
+
+
+def _loader_fact(iterator: Any) -> dict[str, Any]:
+    """The ``dataloader`` fact of the loader an iterator belongs to (read from the iterator)."""
+    sampler = getattr(iterator, "_index_sampler", None)
+    batch_size = getattr(sampler, "batch_size", None) if getattr(
+        iterator, "_auto_collation", False) else None  # fmt: skip
+    try:
+        length: int | None = len(iterator)
+    except TypeError:
+        length = None
+    return {
+        "num_workers": getattr(iterator, "_num_workers", None),
+        "batch_size": batch_size,
+        "pin_memory": getattr(iterator, "_pin_memory", None),
+        "persistent_workers": getattr(iterator, "_persistent_workers", False),
+        "length": length,
+    }
 
 
 def _will_yield(iterator: Any) -> bool:

@@ -1,43 +1,70 @@
-"""Iteration and phase ranges: one ``iteration`` per optimizer step, tiled by its phases.
+"""Iteration and phase ranges: one ``iteration`` per training step, tiled by its phases.
 
 The tracker is a small state machine fed by hooks (DataLoader, root-module forward, autograd,
-optimizer step) and by the manual :func:`~dlprof_lite.annotate.phase` and
-:func:`~dlprof_lite.annotate.iteration` context managers. Its ranges are NVTX *start/end*
-ranges: the backward phase starts on whichever thread autograd runs (a CUDA device thread),
-and a start/end range may be ended from any thread; the analysis attributes kernels launched
-from any thread of the process to them.
+optimizer step, Dynamo compilation) and by the manual :func:`~dlprof_lite.annotate.phase`
+and :func:`~dlprof_lite.annotate.iteration` context managers. Its ranges are NVTX
+*start/end* ranges: the backward phase starts on whichever thread autograd runs, and a
+start/end range may be ended from any thread.
 
-Tiling: a phase ends exactly where the next one starts, so inside each iteration
+Tiling: a phase ends exactly where the next one starts, so inside a training iteration
 
     iteration = data | forward | backward | optimizer      (data absent in the first one)
 
-and the phases add up to the iteration. Rules:
+A phase may come back in one iteration: a GAN books forward | backward | optimizer twice
+(one round per optimizer), a closure step (LBFGS, Lightning) books optimizer | forward |
+backward | optimizer ..., and ``compile`` interrupts whatever phase was open.
 
-- an iteration opens when a phase starts and none is open, and closes at the optimizer
-  step's post-hook (not while a manual :func:`iteration` is open);
-- ``data`` starts at ``next()`` of a DataLoader whose batches fed an earlier optimizer step
-  (an evaluation loader never opens an iteration), or of any loader inside an open iteration
-  (gradient accumulation); it lasts until the forward starts, so it covers copying the batch
-  to the device and ``zero_grad``;
-- ``forward`` starts at the forward of a root module with grad enabled (not under
-  ``torch.no_grad()``, not an activation-checkpoint recomputation);
-- ``backward`` starts when autograd reaches the output of a root module: with the loss as an
-  ``nn.Module`` that is the start of ``loss.backward()``; a functional loss's backward counts
-  as forward (torch has no hook on ``Tensor.backward`` itself, and replacing that function
-  is the monkey-patching this layer does not do);
-- ``optimizer`` spans the optimizer step, pre-hook to post-hook.
+Training steps (an iteration may hold several optimizer steps, never part of one):
 
-An iteration still open when the program ends (a batch was fetched, then the loop was left)
-is closed at exit and holds no ``optimizer`` phase: it is incomplete.
+- a *step* is the outermost ``optimizer.step()`` (a step that calls another optimizer's
+  step, as SAM does, is one); ``GradScaler.step`` is one when it steps; a step it skips
+  (inf gradients) leaves its forward and backward to the next iteration;
+- after a step, the iteration closes at once (exact tiling) when every optimizer alive at
+  the first step (found once, by a scan of the garbage collector's objects) has stepped in
+  it, and, in a DataLoader loop, when it holds as many steps as the last batch did (so one
+  optimizer stepping twice per batch is one iteration from the second batch on);
+- otherwise it stays open, with no phase, for the next step's forward (the generator
+  step of a GAN); the next batch fetch, an evaluation forward (grad off) or the exit
+  closes it, and an optimizer stepping twice in it without a batch in between means the
+  alive set was too large: that set becomes the optimizers that did step;
+- ``data`` starts at ``next()`` of a DataLoader whose batches fed an earlier step (an
+  evaluation loader never opens an iteration), or of any loader inside an open iteration
+  that has not stepped (gradient accumulation); it lasts until the forward starts;
+- ``forward`` starts at a root module's forward with grad on (outside backward), or with
+  grad off inside an open iteration that has not stepped (a frozen teacher);
+- ``backward`` starts when autograd reaches the output of a root module (a functional
+  loss's backward counts as forward: torch has no hook on ``Tensor.backward``);
+- ``optimizer`` spans the step; a closure passed to ``step`` is wrapped so that its
+  forward and backward are booked as such and the rest of the step as ``optimizer``.
+
+Inference (no optimizer step and no backward yet in the process): each call of the model
+(the first root module with parameters) with grad off, or in ``eval()`` mode, is one
+iteration: ``forward`` from the call's start to its end, preceded by ``data`` when the
+batch came from a DataLoader that fed an earlier inference call. The iteration ends with
+the model's forward. Once the process has stepped or run a backward, a forward with grad
+off outside an open iteration (evaluation between epochs) opens and extends nothing.
+
+``compile`` spans a Dynamo compilation (callbacks of ``torch._dynamo.callback``); inside an
+iteration the phase it interrupted resumes after it; outside one it stands alone.
+
+An iteration still open at exit is closed; one with no ``optimizer`` phase inside is
+incomplete (training) or an inference iteration: the analysis tells them apart by whether
+the profile holds any optimizer phase.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
+from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.backend import Backend, get_backend
-from dlprof_lite.annotate.names import ITERATION, PHASES
+from dlprof_lite.annotate.names import COMPILE, ITERATION, PHASES
+
+TRAIN, INFER = "train", "infer"
 
 
 class PhaseTracker:
@@ -47,13 +74,31 @@ class PhaseTracker:
         self.backend = backend
         self._lock = threading.Lock()
         self._iteration: Any = None
+        self._kind: str | None = None
         self._phase: str | None = None
         self._phase_id: Any = None
+        self._resume: str | None = None  # the phase a compilation interrupted
         self._manual = 0
         self.iterations = 0
         self.steps = 0
+        self._depth = 0  # nesting of optimizer steps
+        self._stepped: list[int] = []  # optimizers that stepped in the open iteration
+        self._alive: weakref.WeakSet[Any] | None = None
+        self._per_batch: int | None = None  # steps the last training batch held
+        self._since_fetch = 0
+        self._backward_seen = False
+        self._model: int | None = None  # id of the model inference iterations follow
+        self._params: dict[int, bool] = {}
+        self._infer_root: int | None = None
         self._training_sources: set[int] = set()
+        self._fed: set[int] = set()  # sources fetched since the last step
+        self._inference_sources: set[int] = set()
+        self._described: set[int] = set()
         self._last_source: int | None = None
+        # Set by install: the torch optimizer base class (for the alive scan) and a probe
+        # that registers the compile callbacks once Dynamo is imported (True when done).
+        self.optimizer_base: type | None = None
+        self.compile_probe: Callable[[], bool] | None = None
 
     @property
     def phase(self) -> str | None:
@@ -65,15 +110,22 @@ class PhaseTracker:
         with self._lock:
             self._enter(phase)
 
-    def _enter(self, phase: str) -> None:
+    def _enter(self, phase: str, kind: str = TRAIN) -> None:
+        if self._phase == COMPILE:
+            self._resume = phase  # takes effect when the compilation ends
+            return
         if self._phase == phase:
             return
         if self._iteration is None:
-            self._iteration = self.backend.start(ITERATION, self.iterations)
-            self.iterations += 1
+            self._open(kind)
         self._end_phase()
         self._phase = phase
         self._phase_id = self.backend.start(phase)
+
+    def _open(self, kind: str) -> None:
+        self._iteration = self.backend.start(ITERATION, self.iterations)
+        self._kind = kind
+        self.iterations += 1
 
     def _end_phase(self) -> None:
         if self._phase_id is not None:
@@ -82,10 +134,14 @@ class PhaseTracker:
         self._phase_id = None
 
     def _end_iteration(self) -> None:
-        self._end_phase()
+        if self._phase != COMPILE:
+            self._end_phase()
         if self._iteration is not None:
             self.backend.end(self._iteration)
             self._iteration = None
+        self._kind = None
+        self._stepped.clear()
+        self._infer_root = None
 
     def leave(self, phase: str) -> None:
         """End ``phase`` if it is still the open one (the end of a manual :func:`phase`)."""
@@ -93,38 +149,200 @@ class PhaseTracker:
             if self._phase == phase:
                 self._end_phase()
 
-    # --- hook events -------------------------------------------------------------------
+    def _probe(self) -> None:
+        # Cheap until Dynamo is imported (a dict lookup), then never called again.
+        probe = self.compile_probe
+        if probe is not None and probe():
+            self.compile_probe = None
 
-    def on_data(self, source: int) -> None:
+    # --- data --------------------------------------------------------------------------
+
+    def on_data(self, source: int, describe: Callable[[], dict[str, Any]] | None = None) -> None:
         """A DataLoader iterator is about to fetch a batch from dataset ``id`` ``source``."""
+        self._probe()
         with self._lock:
             self._last_source = source
-            if self._iteration is not None or source in self._training_sources:
+            self._fed.add(source)
+            if self._since_fetch and source in self._training_sources:
+                self._per_batch = self._since_fetch  # steps the last batch held
+            self._since_fetch = 0
+            if not self._manual and (self._stepped or self._kind == INFER):
+                self._end_iteration()  # a new batch: the step (or inference call) is over
+            if self._iteration is not None:
                 self._enter("data")
+            elif source in self._training_sources:
+                self._enter("data", TRAIN)
+            elif source in self._inference_sources and self.steps == 0:
+                self._enter("data", INFER)
+            else:
+                return
+            if describe is not None and source not in self._described:
+                self._described.add(source)
+                facts.record("dataloader", describe())
+
+    # --- root forwards and backward ----------------------------------------------------
 
     def on_forward(self) -> None:
         """A root module's forward starts with grad enabled, outside backward."""
-        if self._phase != "forward":
-            self.enter("forward")
+        self._probe()
+        with self._lock:
+            self._training_forward()
+
+    def on_root_forward(self, module: Any, grad: bool, training: bool = True) -> None:
+        """A root module's forward starts outside backward (``grad``: grad mode is on)."""
+        self._probe()
+        with self._lock:
+            if (not grad or not training) and self._inference_call(module):
+                self._inference_forward(module)
+            elif grad:
+                self._training_forward()
+            elif self._manual:
+                if self._iteration is not None:
+                    self._enter("forward")
+            elif self._kind == TRAIN and not self._stepped and self._phase in ("data", "forward"):
+                self._enter("forward")  # a frozen model inside the step (a teacher)
+            else:
+                # Evaluation: it closes a finished step, and its batches feed no training.
+                if self._kind == TRAIN and self._stepped:
+                    self._end_iteration()
+                self._fed.clear()
+
+    def on_root_forward_end(self, module: Any) -> None:
+        """A root module's forward returned (or raised): ends an inference iteration."""
+        if self._infer_root is None:
+            return
+        with self._lock:
+            if self._kind == INFER and self._infer_root == id(module) and not self._manual:
+                if self._last_source is not None:
+                    self._inference_sources.add(self._last_source)
+                self._end_iteration()
+
+    def _training_forward(self) -> None:
+        if self._kind == INFER and not self._manual:
+            self._end_iteration()
+        # With steps taken and the iteration still open: the next optimizer's round (GAN).
+        self._enter("forward")
+
+    def _inference_call(self, module: Any) -> bool:
+        """Whether this root forward is a call of the model in an inference-only process."""
+        if self.steps or self._backward_seen or (self._kind == TRAIN and not self._manual):
+            return False
+        if self._model is None:
+            key = id(module)
+            has = self._params.get(key)
+            if has is None:
+                params = getattr(module, "parameters", None)
+                has = callable(params) and next(iter(params()), None) is not None
+                self._params[key] = has
+            if has:
+                self._model = key
+        return self._model == id(module)
+
+    def _inference_forward(self, module: Any) -> None:
+        if self._manual:
+            if self._iteration is not None:
+                self._enter("forward")
+            return
+        if self._kind == INFER and (self._infer_root is not None or self._phase != "data"):
+            self._end_iteration()  # a new call while the last one is still open
+        self._enter("forward", INFER)
+        self._infer_root = id(module)
 
     def on_backward(self) -> None:
         """Autograd reached the output of a root module."""
-        if self._phase != "backward":
-            self.enter("backward")
-
-    def on_optimizer_start(self) -> None:
-        self.enter("optimizer")
-
-    def on_optimizer_end(self) -> None:
-        """The optimizer step is over: close the iteration unless a manual one is open."""
         with self._lock:
+            self._backward_seen = True
+            if self._kind == INFER and not self._manual:
+                self._end_iteration()
+            self._enter("backward")
+
+    # --- optimizer steps ---------------------------------------------------------------
+
+    def on_optimizer_start(self, optimizer: Any = None) -> None:
+        """An optimizer step begins (steps nested in a step are part of it)."""
+        self._probe()
+        with self._lock:
+            self._depth += 1
+            if self._depth > 1:
+                return
+            if self._alive is None:
+                self._alive = self._find_alive(optimizer)
+            more = self._per_batch is not None and len(self._stepped) < self._per_batch
+            if id(optimizer) in self._stepped and not self._manual and not more:
+                # Stepping again without a batch in between: some alive optimizer never
+                # steps. Keep the ones that do, and start a new step here.
+                self._alive = weakref.WeakSet(o for o in self._alive if id(o) in self._stepped)
+                self._end_iteration()
+            if self._kind == INFER and not self._manual:
+                self._end_iteration()
+            self._enter("optimizer")
+
+    def on_closure_end(self) -> None:
+        """A closure passed to ``step`` returned: the rest of the step is the optimizer's."""
+        with self._lock:
+            if self._depth > 0:
+                self._enter("optimizer")
+
+    def on_optimizer_end(self, optimizer: Any = None) -> None:
+        """The step is over: close the iteration when the training step is complete."""
+        with self._lock:
+            self._depth = max(0, self._depth - 1)
+            if self._depth:
+                return
             self.steps += 1
-            if self._last_source is not None:
-                self._training_sources.add(self._last_source)
+            self._since_fetch += 1
+            self._stepped.append(id(optimizer))
+            self._training_sources.update(self._fed)
+            self._fed.clear()
             if self._manual:
                 self._end_phase()
+            elif self._expects_more():
+                self._end_phase()  # the iteration waits for the other optimizers
             else:
                 self._end_iteration()
+
+    def _expects_more(self) -> bool:
+        """Whether the open iteration's training step has optimizer steps still to come."""
+        if self._per_batch is not None and len(self._stepped) < self._per_batch:
+            return True
+        alive = self._alive or ()
+        return any(id(optimizer) not in self._stepped for optimizer in alive)
+
+    def _find_alive(self, optimizer: Any) -> weakref.WeakSet[Any]:
+        """The optimizers alive now (once, at the first step: ~10 ms per 100k objects)."""
+        alive: weakref.WeakSet[Any] = weakref.WeakSet()
+        base = self.optimizer_base
+        if base is not None:
+            for obj in gc.get_objects():
+                # type(), not isinstance: that reads ``__class__``, which some lazy
+                # module attributes answer with a deprecation warning.
+                if issubclass(type(obj), base):
+                    alive.add(obj)
+        if optimizer is not None:
+            alive.add(optimizer)
+        return alive
+
+    # --- compilation -------------------------------------------------------------------
+
+    def on_compile_start(self) -> None:
+        """Dynamo starts compiling: a ``compile`` phase interrupts the open phase."""
+        with self._lock:
+            if self._phase == COMPILE:
+                return
+            self._resume = self._phase
+            self._end_phase()
+            self._phase = COMPILE
+            self._phase_id = self.backend.start(COMPILE)
+
+    def on_compile_end(self) -> None:
+        """Compilation is over: the interrupted phase resumes (inside an open iteration)."""
+        with self._lock:
+            if self._phase != COMPILE:
+                return
+            self._end_phase()
+            resume, self._resume = self._resume, None
+            if resume is not None and self._iteration is not None:
+                self._enter(resume)
 
     # --- manual ranges -----------------------------------------------------------------
 
@@ -136,6 +354,7 @@ class PhaseTracker:
                 self._iteration = self.backend.start(
                     ITERATION, self.iterations if index is None else index
                 )
+                self._kind = TRAIN
                 self.iterations += 1
             self._manual += 1
 
@@ -150,6 +369,8 @@ class PhaseTracker:
         with self._lock:
             self._manual = 0
             self._end_iteration()
+            self._end_phase()  # a compile phase outside any iteration
+            self._depth = 0
 
 
 def check_phase(name: str) -> str:
