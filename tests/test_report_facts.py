@@ -74,7 +74,12 @@ def test_data_stall_advice_reads_the_workers_the_script_used() -> None:
     assert "num_workers=4, batch_size=64" in found["evidence"]
     assert "already uses num_workers=4" in found["recommendation"]
     assert "num_workers>0" not in found["recommendation"]
-    assert "pin_memory=True" in found["recommendation"]
+    assert "set pin_memory=True (now False)" in found["recommendation"]
+    assert "set persistent_workers=True (now False)" in found["recommendation"]
+    pinned = {**LOADER, "pin_memory": True, "persistent_workers": True}
+    tuned = build_report(training_profile(marks=[fact_mark("dataloader", pinned, 100)]))
+    rec = advice_of(tuned, "step_data_wall_pct")["recommendation"]
+    assert "already uses num_workers=4" in rec and "now False" not in rec
 
     serial = {**LOADER, "num_workers": 0}
     single = build_report(training_profile(marks=[fact_mark("dataloader", serial, 100)]))

@@ -192,10 +192,10 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if workers is not None and workers > 0:
         # Already parallel: more of the same, or less work per batch, not "num_workers>0".
         rec = (
-            f"The DataLoader already uses num_workers={int(workers)}: raise it if CPU cores "
-            "are idle, set pin_memory=True and persistent_workers=True where they are False, "
-            "raise prefetch_factor (default 2); make each batch cheaper (decode and augment "
-            "once, or on the GPU)."
+            f"The DataLoader already uses num_workers={int(workers)}: raise it while CPU "
+            f"cores are idle{_loader_flags(listed(summary, 'dataloaders'))}, raise "
+            "prefetch_factor (default 2); make each batch cheaper (decode and augment once, "
+            "or on the GPU)."
         )
     else:
         now = "num_workers=0 now" if workers is not None else "num_workers unknown"
@@ -205,6 +205,16 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
             "and augmentation out of the training process or onto the GPU."
         )
     return _make("Data loading stalls the step", grade, evidence, rec, "step_data_wall_pct", pct)
+
+
+def _loader_flags(loaders: list[dict]) -> str:
+    """``, set pin_memory=True (now False)``... for the switches some DataLoader has off."""
+    flags = [
+        f", set {flag}=True (now False)"
+        for flag in ("pin_memory", "persistent_workers")
+        if any(d.get(flag) is False for d in loaders)
+    ]
+    return "".join(flags)
 
 
 def annotation_cost(summary: Summary, layers: pd.DataFrame) -> Advice | None:

@@ -1,8 +1,8 @@
 """The run summary: system, totals, utilization, launch overhead, iterations, step breakdown.
 
 ``summarize`` returns one flat dict whose scalar keys are exactly the ``summary`` columns of
-:mod:`dlprof_lite.report.metrics`, plus the lists ``gpus``, ``warnings`` and
-``fp32_gemm_kernels`` (the advice's evidence; the advice list is added by
+:mod:`dlprof_lite.report.metrics`, plus the lists ``gpus``, ``warnings``, ``dataloaders``
+and ``fp32_gemm_kernels`` (the advice's evidence; the advice list is added by
 :mod:`dlprof_lite.report.build`). Run facts (data loaders, annotation cost) come from the
 profile's NVTX marks (:mod:`dlprof_lite.report.run_facts`).
 
