@@ -64,10 +64,10 @@ class Fp32Rule:
 
 
 # Template arguments of cuBLAS/cuDNN kernels: the first data type follows the name and "<",
-# after cuBLAS gemv's two index types (gemv2T_kernel_val<int, int, float, ...>); float2 is
+# after cuBLAS's index types (gemv2T_kernel_val<int, int, float, ...>); float2 is
 # single-precision complex. Mangled names (no demangled name in the export) spell the same
-# as "I" + "f" / "ii" + "f" / "6float2" (Itanium C++ ABI: f = float, i = int).
-_FLOAT_FIRST = r"(?:<(?:int, int, )?float2?\b|I(?:ii)?(?:f|6float2))"
+# as "I", index types "i", then "f" or "6float2" (Itanium C++ ABI: f = float, i = int).
+_FLOAT_FIRST = r"(?:<(?:int, )*float2?\b|Ii*(?:f|6float2))"
 
 FP32_GEMM_RULES: tuple[Fp32Rule, ...] = (
     Fp32Rule(
@@ -108,10 +108,10 @@ FP32_GEMM_RULES: tuple[Fp32Rule, ...] = (
     ),
     Fp32Rule(
         "xmma_f32_ffma",
-        r"xmma_\w*?f32f32_f32f32_",
+        r"xmma_\w*?f32f32_(?:f32f32_|\w*?_ffma(?![a-z]))",
         True,
-        "xmma names spell <A><B>_<math><acc>: f32f32_f32f32 with ffma math is an FP32 GEMM "
-        "or conv on CUDA cores (sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_*_ffma_*)",
+        "xmma names spell <A><B>_<math><acc>: f32f32_f32f32, or f32 inputs with ffma math, "
+        "is an FP32 GEMM or conv on CUDA cores (sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_*_ffma_*)",
     ),
     Fp32Rule(
         "float_template",
