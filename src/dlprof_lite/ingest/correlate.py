@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.columns import used_categorical
+from dlprof_lite.ingest.levels import accumulate_up, by_level, consistent_depth
 from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, range_positions, value_offsets
 from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
 
@@ -150,43 +151,77 @@ def range_gpu_totals(
     ``gpu_start_ns``/``gpu_end_ns`` are <NA> and ``projected_ns`` is 0 for a range with
     no GPU work. ``self_gpu_ns`` counts kernels whose innermost range is this one;
     ``tc_gpu_ns`` the kernels flagged ``uses_tensor_cores`` (0 where the flag is absent).
+
+    Inclusive totals are :func:`range_membership` summed, without listing its pairs: each
+    op is added to its innermost push/pop range, sums are passed up the nesting one level
+    at a time, then the start/end pairs are added. Ops x depth pairs would not fit in
+    memory for a trace nested thousands deep.
     """
     table = _RangeTable.of(ranges)
     n = table.size
     kq, mq = _Launches.of(kernels), _Launches.of(memops)
     k_pp, k_se = _innermost_positions(kernels, kq, table)
-    k_op, k_pos = _membership(kq, k_pp, table)
-    m_op, m_pos = _membership(mq, _innermost_positions(memops, mq, table)[0], table)
+    m_pp = _innermost_positions(memops, mq, table)[0]
     k_dur, m_dur = (f["dur_ns"].to_numpy(dtype=np.int64) for f in (kernels, memops))
-    inner = _innermost(k_pp, k_se)
-    own = inner >= 0
-    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    for ops, op, pos in ((kernels, k_op, k_pos), (memops, m_op, m_pos)):
-        np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype=np.int64)[op])
-        np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype=np.int64)[op])
-    busy = last >= first  # any GPU work at all
     tc = (
         kernels["uses_tensor_cores"].to_numpy(dtype=bool, na_value=False)
         if "uses_tensor_cores" in kernels.columns
         else np.zeros(len(kernels), dtype=bool)
     )
-    tc_op = tc[k_op]
+    k_0, m_0 = np.zeros_like(k_dur), np.zeros_like(m_dur)
+    # columns of _INCLUSIVE: gpu_ns, kernels, memops, memop_ns, tc_gpu_ns
+    k_val = np.column_stack([k_dur, k_0 + 1, k_0, k_0, np.where(tc, k_dur, 0)])
+    m_val = np.column_stack([m_0, m_0, m_0 + 1, m_dur, m_0])
+    sums = np.zeros((n, len(_INCLUSIVE)), dtype=np.int64)
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    ops = ((kernels, k_val, k_pp, kq), (memops, m_val, m_pp, mq))
+    for frame, val, pp, _ in ops:
+        op = np.flatnonzero(pp >= 0)
+        _add_ops(sums, first, last, pp[op], val[op], frame, op)
+    depth = consistent_depth(table.parent, ranges["depth"].to_numpy(dtype=np.int64))
+    accumulate_up(table.parent, by_level(depth), sums, first, last)
+    for frame, val, _, q in ops:  # start/end ranges parent nothing: added after the pass
+        op, pos = _start_end_pairs(q, table)
+        _add_ops(sums, first, last, pos, val[op], frame, op)
+    inner = _innermost(k_pp, k_se)
+    own = inner >= 0
+    busy = last >= first  # any GPU work at all
+    total = dict(zip(_INCLUSIVE, np.ascontiguousarray(sums.T), strict=True))
     return pd.DataFrame(
         {
             "range_id": table.ids,
-            "gpu_ns": _sum_by(k_pos, k_dur[k_op], n),
+            "gpu_ns": total["gpu_ns"],
             "self_gpu_ns": _sum_by(inner[own], k_dur[own], n),
-            "kernels": np.bincount(k_pos, minlength=n).astype(np.int64),
-            "memops": np.bincount(m_pos, minlength=n).astype(np.int64),
-            "memop_ns": _sum_by(m_pos, m_dur[m_op], n),
+            "kernels": total["kernels"],
+            "memops": total["memops"],
+            "memop_ns": total["memop_ns"],
             "gpu_start_ns": pd.arrays.IntegerArray(np.where(busy, first, 0), ~busy),
             "gpu_end_ns": pd.arrays.IntegerArray(np.where(busy, last, 0), ~busy),
             "projected_ns": np.where(busy, last - first, 0),
-            "tc_gpu_ns": _sum_by(k_pos[tc_op], k_dur[k_op][tc_op], n),
+            "tc_gpu_ns": total["tc_gpu_ns"],
         },
         copy=False,
     )
+
+
+_INCLUSIVE = ("gpu_ns", "kernels", "memops", "memop_ns", "tc_gpu_ns")
+
+
+def _add_ops(
+    sums: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    pos: np.ndarray,
+    values: np.ndarray,
+    ops: pd.DataFrame,
+    op: np.ndarray,
+) -> None:
+    """Add ops (rows ``op`` of ``ops``, ``values`` per op) to the ranges at ``pos``."""
+    for j in range(sums.shape[1]):  # 1-D exact int64 sums: the fast path of ufunc.at
+        sums[:, j] += _sum_by(pos, values[:, j], len(sums))
+    np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype=np.int64)[op])
+    np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype=np.int64)[op])
 
 
 # --- ranges as arrays -------------------------------------------------------------------

@@ -25,12 +25,16 @@ Start/end ranges (``nvtxRangeStart``/``End``) are process-wide and may end on an
 thread; they are not part of any thread's stack, so they get depth 0, ``parent_id`` -1 and
 ``path`` = their own name, and they never parent a push/pop range.
 
-Paths join names with ``'/'`` without escaping: a name that itself contains ``'/'`` (e.g.
-``"a/b"``) reads like two levels in ``path``. ``depth`` and ``parent_id`` are the structure;
-``path`` is a label. A missing name counts as ``''`` in paths.
+``path`` is a bounded label (:mod:`dlprof_lite.ingest.paths`): the names from the top-level
+range down joined by ``'/'``, with the middle of a very deep chain elided. Names are not
+escaped: a name that itself contains ``'/'`` (e.g. ``"a/b"``) reads like two levels.
+``depth`` and ``parent_id`` are the structure, and the full chain; ``path`` is a label. A
+missing name counts as ``''`` in paths.
 
-Everything is vectorised: one sort, then a loop over nesting *levels* (bounded by the
-deepest nesting), never over events.
+Everything is vectorised and linear-ish in the number of ranges whatever the depth: nesting
+is counted with sorted searches (O(n log n)); only a thread whose ranges overlap without
+nesting falls back to peeling one nesting level per pass (O(n x depth) on that thread);
+paths take one pass per level over that level's ranges only. Nothing recurses.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce, empty_frame
+from dlprof_lite.ingest.levels import range_positions
+from dlprof_lite.ingest.paths import PATH_SEP, path_labels
 
 PUSH_POP = "push_pop"
 START_END = "start_end"
-PATH_SEP = "/"
+__all__ = ["PATH_SEP", "PUSH_POP", "START_END", "build_ranges", "pair_key", "range_positions"]
 
 
 def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
@@ -62,7 +68,7 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
     tid = nvtx["tid"].to_numpy(dtype=np.int64)[order]
     push_pop = (nvtx["style"] == PUSH_POP).to_numpy(dtype=bool)[order]
     name = nvtx["name"].array.take(order)
-    depth, parent = _nest(_thread_codes(pid, tid, push_pop), end, push_pop)
+    depth, parent = _nest(_thread_codes(pid, tid, push_pop), start, end, push_pop)
     return pd.DataFrame(
         {
             "range_id": np.arange(n, dtype=np.int64),
@@ -77,7 +83,7 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
             "closed": closed_raw[order],
             "depth": depth,
             "parent_id": parent,
-            "path": _paths(name, depth, parent),
+            "path": path_labels(name, parent, depth),
         },
         copy=False,
     )
@@ -106,14 +112,88 @@ def pair_key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return code_a.astype(np.int64) * max(len(uniq_b), 1) + code_b
 
 
-def _nest(thread: np.ndarray, end: np.ndarray, push_pop: np.ndarray) -> tuple[np.ndarray, ...]:
+def _nest(
+    thread: np.ndarray, start: np.ndarray, end: np.ndarray, push_pop: np.ndarray
+) -> tuple[np.ndarray, ...]:
     """``depth`` and ``parent_id`` of every range (rows in range order).
 
-    Peels one nesting level per pass. Within a thread, in range order, a range is at the
-    current level when no earlier range still in play ends at or after it (a running
-    maximum of ends); those found are removed and the next pass finds the next level. A
-    range's parent is the nearest earlier range of the previous level, which (being a
-    maximal range of that level before it) encloses it and lies on the same thread.
+    Counted for every thread at once (:func:`_nest_counted`); a thread whose ranges overlap
+    without nesting is peeled level by level instead (:func:`_nest_peeled`), which also
+    defines the answer for such broken traces.
+    """
+    n = end.size
+    depth = np.zeros(n, dtype=np.int64)
+    parent = np.full(n, -1, dtype=np.int64)
+    rows = np.flatnonzero(push_pop)
+    if rows.size == 0:
+        return depth, parent
+    rows = rows[np.argsort(thread[rows], kind="stable")]  # by thread, range order inside
+    d, up, bad = _nest_counted(thread[rows], start[rows], end[rows])
+    depth[rows] = d
+    parent[rows] = np.where(up >= 0, rows[np.maximum(up, 0)], -1)
+    if bad.size:
+        broken = push_pop & np.isin(thread, bad)
+        d_broken, p_broken = _nest_peeled(thread, end, broken)
+        depth[broken], parent[broken] = d_broken[broken], p_broken[broken]
+    return depth, parent
+
+
+def _nest_counted(
+    th: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Depth and parent (positions in these rows) of ranges sorted by thread, then range
+    order; and the threads whose ranges do not nest properly (their answers are unused).
+
+    In a properly nested thread the ranges enclosing ``i`` are exactly the earlier ranges
+    that have not ended before it: ``depth = (earlier ranges) - (earlier ranges ending at
+    or before its start)``. For a range of positive length those are the ranges with
+    ``end <= start_i`` less the zero-length ranges at ``start_i`` (they come after ``i``);
+    for a zero-length range, the ranges with ``end < start_i``. The parent is the last
+    earlier range one level up. A thread passes when every range's parent ends no earlier
+    than the range itself: then its ``depth`` ancestors are distinct enclosing ranges and
+    make up all of the earlier ranges still open at its start, so no two ranges overlap
+    without nesting and the answer is the level peeling's.
+    """
+    m = th.size
+    first = np.searchsorted(th, th)  # first row of each row's thread (codes are sorted)
+    (end_key, start_key), _ = _thread_keys(th, end, start)
+    ends = np.sort(end_key)
+    dot = np.sort(start_key[start == end])  # zero-length ranges by (thread, start)
+    at_or_before = np.searchsorted(ends, start_key, side="right") - first
+    before = np.searchsorted(ends, start_key, side="left") - first
+    dots_here = np.searchsorted(dot, start_key, "right") - np.searchsorted(dot, start_key, "left")
+    closed = np.where(end > start, at_or_before - dots_here, before)
+    depth = np.arange(m) - first - closed
+    # parent: the last earlier row of the same thread at depth - 1
+    level_key = th * (m + 1) + depth  # fits int64: th, depth < m
+    levels, level_code = np.unique(level_key, return_inverse=True)
+    by_level = np.sort(level_code * m + np.arange(m))
+    want = np.minimum(np.searchsorted(levels, level_key - 1), levels.size - 1)
+    has_level = (depth > 0) & (levels[want] == level_key - 1)
+    at = np.searchsorted(by_level, want * m + np.arange(m)) - 1
+    hit = has_level & (at >= 0) & (by_level[np.maximum(at, 0)] // m == want)
+    parent = np.where(hit, by_level[np.maximum(at, 0)] % m, -1)
+    ok = (depth == 0) | (hit & (end[np.maximum(parent, 0)] >= end))
+    return depth, parent, np.unique(th[~ok])
+
+
+def _thread_keys(th: np.ndarray, *values: np.ndarray) -> tuple[list[np.ndarray], int]:
+    """``thread * scale + offset(value)`` for several value arrays on one scale."""
+    offset, scale = value_offsets(np.concatenate(values), int(th.max()) + 1)
+    parts = np.split(offset, len(values))
+    return [th * scale + part for part in parts], scale
+
+
+def _nest_peeled(
+    thread: np.ndarray, end: np.ndarray, push_pop: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """``depth`` and ``parent_id`` by peeling one nesting level per pass.
+
+    Within a thread, in range order, a range is at the current level when no earlier range
+    still in play ends at or after it (a running maximum of ends); those found are removed
+    and the next pass finds the next level. A range's parent is the nearest earlier range
+    of the previous level, which (being a maximal range of that level before it) encloses
+    it and lies on the same thread.
     """
     n = end.size
     depth = np.zeros(n, dtype=np.int64)
@@ -159,57 +239,3 @@ def value_offsets(values: np.ndarray, blocks: int) -> tuple[np.ndarray, int]:
         return values - low, span
     uniq, rank = np.unique(values, return_inverse=True)
     return rank.astype(np.int64), len(uniq)
-
-
-def _paths(name: pd.Categorical, depth: np.ndarray, parent: np.ndarray) -> pd.Categorical:
-    """Names from the top-level range down, joined by :data:`PATH_SEP`, as a categorical.
-
-    Built level by level from the parent's path; only distinct (parent path, name) pairs
-    are joined as Python strings, so a million ranges with a few thousand distinct paths
-    cost a few thousand concatenations.
-    """
-    labels = [str(c) for c in name.categories] + [""]  # last slot: missing name
-    name_code = np.asarray(name.codes, dtype=np.int64)
-    name_code = np.where(name_code < 0, len(labels) - 1, name_code)
-    strings: list[str] = list(labels)
-    code = name_code.copy()  # depth 0 and start/end: the path is the name
-    by_depth = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
-    for level in range(1, bounds.size - 1):
-        rows = by_depth[bounds[level] : bounds[level + 1]]
-        pair = code[parent[rows]] * len(labels) + name_code[rows]
-        inverse, uniq = pd.factorize(pair)
-        base = len(strings)
-        strings.extend(
-            strings[p] + PATH_SEP + labels[c]
-            for p, c in zip(uniq // len(labels), uniq % len(labels), strict=True)
-        )
-        code[rows] = base + inverse
-    used = np.flatnonzero(np.bincount(code, minlength=len(strings)))
-    spelled = np.asarray(strings, dtype=object)[used]
-    compact = np.full(len(strings), -1, dtype=np.int64)
-    compact[used] = np.arange(used.size)
-    # Two (parent path, name) pairs spell one path only through a '/' inside a name (or
-    # a literal '' name beside a missing one): merge those spellings into one category.
-    if any(PATH_SEP in s for s in labels) or len(set(labels)) < len(labels):
-        merged, spelled = pd.factorize(spelled)
-        compact[used] = merged
-    return pd.Categorical.from_codes(compact[code], categories=pd.Index(spelled))
-
-
-def range_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Row position of each ``wanted`` range id in ``ids``; -1 where absent or negative.
-
-    :func:`build_ranges` numbers ranges 0..n-1 in row order, where an id is its position:
-    that common case needs no sort or hash table over millions of ids.
-    """
-    wanted = np.asarray(wanted, dtype=np.int64)
-    if np.array_equal(ids, np.arange(len(ids))):
-        return np.where((wanted >= 0) & (wanted < len(ids)), wanted, -1)
-    if len(ids) == 0:
-        return np.full(len(wanted), -1, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
-    at = np.minimum(np.searchsorted(ids[order], wanted), len(ids) - 1)
-    found = (wanted >= 0) & (ids[order][at] == wanted)
-    return np.where(found, order[at], -1)
-
