@@ -50,11 +50,19 @@ KERNEL_REPORT = _cols(
 )
 
 RANGE_REPORT = _cols(
-    ("path", "", "NVTX range names from the top-level range down, joined by '/'"),
+    (
+        "path",
+        "",
+        "NVTX range names from the top-level range down, joined by '/'; past 13 names only the "
+        "first 4 and last 8 remain, around '…'; past 1000 characters, the first and last 500",
+    ),
+    ("path_id", "", "id of this row's chain of range names and domains (parents have lower ids)"),
+    ("parent_path_id", "", "path_id of the enclosing path's row (-1: top level); rebuilds a path"),
+    ("depth", "", "nesting depth of the path: 0 at top level, depth + 1 names in all"),
     ("name", "", "range name (last path element)"),
     ("domain", "", "NVTX domain ('' for the default domain)"),
     ("style", "", "push_pop or start_end"),
-    ("instances", "", "number of ranges with this path and domain"),
+    ("instances", "", "number of ranges with this path_id"),
     ("wall_ns", "ns", "sum of range durations (end - start)"),
     ("gpu_ns", "ns", "GPU time of kernels launched inside the range (inclusive, nvtxkernsum)"),
     ("self_gpu_ns", "ns", "GPU time of kernels whose innermost enclosing range is this one"),

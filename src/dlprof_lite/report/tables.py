@@ -63,35 +63,45 @@ _RANGE_SUMS = ("gpu_ns", "self_gpu_ns", "projected_ns", "kernels", "memops", "me
 
 
 def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
-    """One row per NVTX range path and domain: wall time, GPU time, Tensor Core share.
+    """One row per NVTX range path (chain of names and domains): wall time, GPU time,
+    Tensor Core share, and ``path_id``/``parent_path_id`` to rebuild any elided path.
 
     GPU attribution is nsys's ``nvtx_kern_sum`` rule, computed per range instance by
     :func:`dlprof_lite.ingest.correlate.range_gpu_totals`; this function sums instances.
+    Rows group by chain id, not by the ``path`` label: a deep label is elided
+    (:mod:`dlprof_lite.ingest.paths`), so two chains may share one.
     """
     if ranges.empty:
         return empty_report("ranges")
     from dlprof_lite.ingest.correlate import range_gpu_totals
+    from dlprof_lite.ingest.paths import path_groups
 
     totals = range_gpu_totals(kernels, memops, ranges)  # rows in the order of ``ranges``
+    path_id, parent_path_id, depth = path_groups(ranges)
     sums = [*_RANGE_SUMS, "tc_gpu_ns"]
     per = pd.DataFrame(
         {
-            "path": ranges["path"].array,
-            "name": ranges["name"].array,
-            "domain": ranges["domain"].array,
-            "style": ranges["style"].array,
+            "path_id": path_id,
             "wall_ns": (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64"),
             **{c: totals[c].to_numpy(dtype="int64") for c in sums},
         },
         copy=False,
     )
-    g = per.groupby(["path", "domain"], observed=True, sort=False, dropna=False)
+    g = per.groupby("path_id", sort=True)
     out = g[["wall_ns", *sums]].sum()
     out["instances"] = g.size()
-    out[["name", "style"]] = g[["name", "style"]].first()
-    out = out.reset_index().astype({c: object for c in ("path", "domain", "name", "style")})
+    out = out.reset_index()
+    # Instances of a chain share path, name, domain, parent chain and depth; style is the
+    # first instance's (a start/end and a push/pop range of one name share a top level row).
+    first = np.unique(path_id, return_index=True)[1]  # in path_id order, as ``out``
+    for c in ("path", "name", "domain", "style"):
+        out[c] = ranges[c].iloc[first].to_numpy(dtype=object)
+    out["parent_path_id"] = parent_path_id[first]
+    out["depth"] = depth[first]
     out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
-    out = out.sort_values(["gpu_ns", "wall_ns", "path"], ascending=[False, False, True])
+    out = out.sort_values(
+        ["gpu_ns", "wall_ns", "path", "path_id"], ascending=[False, False, True, True]
+    )
     return ordered(out, "ranges")
 
 
