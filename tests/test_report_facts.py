@@ -9,6 +9,7 @@ Fact marks are written with the annotation layer's own ``fact_text``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,11 @@ from pathlib import Path
 import pytest
 
 import dlprof_lite
+from dlprof_lite.ingest.gemm_rules import is_fp32_gemm
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.run_facts import read_run_facts
+from nsys_db import NsysDb
+from nsys_oracle import nsys_report
 from profile_factory import build_gpus, build_marks, fact_mark, make_profile, training_profile
 
 LOADER = dict(num_workers=4, batch_size=64, pin_memory=False, persistent_workers=False,
@@ -190,3 +194,44 @@ def test_fact_marks_survive_a_real_nsys_run(nsys: str, tmp_path: Path) -> None:
     )
     (pid, annotation), = facts.annotation
     assert annotation == dict(module_calls=200, ns_per_call=1500, steps=4) and pid > 0
+
+
+# A foreign export (no NVTX ranges) on an A100: FP32 GEMM kernels of cuBLAS, cuBLASLt,
+# CUTLASS and cuDNN 730 ns of 1000; the rest elementwise. (start, end, demangled name)
+FOREIGN_KERNELS = [
+    (1000, 1200, "volta_sgemm_128x64_nn"),
+    (1300, 1450, "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_"
+                 "warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"),
+    (1500, 1600, "void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>"
+                 "(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)"),
+    (1700, 1800, "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, "
+                 "false, true>(int, int, int, float const*, int, float*, float const*)"),
+    (1900, 2080, "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, "
+                 "false, false>(float, float)"),
+    (2100, 2370, "void at::native::vectorized_elementwise_kernel<4, float>(int, float)"),
+]  # fmt: skip
+
+
+@pytest.mark.nsys
+def test_fp32_advice_end_to_end_on_a_foreign_export(nsys: str, tmp_path: Path) -> None:
+    export = tmp_path / "foreign.sqlite"
+    with NsysDb(export) as db:
+        db.process(1)
+        db.gpu(0, name="NVIDIA A100-SXM4-80GB", sm_count=108, compute=(8, 0), chip="GA100")
+        for i, (start, end, name) in enumerate(FOREIGN_KERNELS):
+            db.runtime(start - 100, start - 90, "cudaLaunchKernel_v7000", pid=1, tid=1,
+                       correlation_id=i + 1)  # fmt: skip
+            db.kernel(start, end, name, pid=1, correlation_id=i + 1)
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "dlprof_lite", "analyze", str(export), "-o", str(out),
+           "--quiet"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    # Oracle: nsys's own per-name kernel totals, classified by name.
+    sums = nsys_report(nsys, export, "gpukernsum")
+    fp32 = sums[[is_fp32_gemm(n) for n in sums["Name"]]]["Total Time (ns)"].sum()
+    assert fp32 == 730 and summary["fp32_gemm_ns"] == fp32
+    assert summary["fp32_gemm_share"] == pytest.approx(fp32 / sums["Total Time (ns)"].sum())
+    (row,) = [a for a in summary["advice"] if a["metric"] == "fp32_gemm_share"]
+    assert row["severity"] == "high" and "volta_sgemm_128x64_nn 200 ns" in row["evidence"]
