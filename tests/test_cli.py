@@ -84,7 +84,7 @@ def test_analyze_writes_a_new_folder_beside_the_input(fake_load, src: Path, caps
     assert main(["analyze", str(src), "--quiet"]) == 0
     first = src.parent / "run.dlprof"
     assert sorted(p.name for p in first.iterdir()) == ALL_FILES
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == f"report: {first}\n"  # --quiet: the folder, one line
     stamp = (first / "summary.json").stat().st_mtime_ns
     assert main(["analyze", str(src), "--quiet"]) == 0  # never overwrites: a new name
     assert sorted(p.name for p in (src.parent / "run.dlprof-2").iterdir()) == ALL_FILES

@@ -33,9 +33,16 @@ from dlprof_lite.memory import keep_freed_memory
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dlprof_lite.ingest.profile import Profile
     from dlprof_lite.report.build import Report
 
 PROG = "dlprof-lite"
+# The README's options table says the same (a test holds them together).
+NSYS_ARGS_HELP = (
+    "more 'nsys profile' arguments, added to the defaults (--trace=cuda,nvtx,osrt,cublas,cudnn "
+    "--sample=none --cpuctxsw=none); a switch you give replaces the default of the same name, "
+    "e.g. --nsys-args='--trace=cuda,nvtx --cuda-graph-trace=node'"
+)
 FORMATS = ("csv", "json")
 MULTI_DIR = "dlprof-lite-reports"
 Progress = Callable[[str], None]
@@ -91,8 +98,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     out("--formats", type=_formats, default=FORMATS, metavar="LIST",
         help="report formats, comma-separated: csv,json (default: both)")
     out("--force", action="store_true", help="replace an existing report folder given with -o")
-    out("--quiet", action="store_true", help="print no summary")
-    out("--debug", action="store_true", help="show tracebacks of errors")
+    out("--quiet", action="store_true",
+        help="print no summary, only the report folder (and warnings, errors)")
+    out("--debug", action="store_true",
+        help="show tracebacks of errors and nsys's own messages as they come")
     it = parser.add_argument_group("iterations").add_argument
     it("--key-range", type=_regex, metavar="REGEX",
        help="NVTX range whose instances are iterations (default: annotation's)")
@@ -109,8 +118,7 @@ def _profiling(parser: argparse.ArgumentParser) -> None:
         help="NVTX ranges: none, phases, or modules and phases (auto: modules)")
     run("--depth", type=_count, metavar="N", help="annotate modules to this depth")
     run("--nsys", metavar="PATH", help="nsys executable (default: from PATH)")
-    run("--nsys-args", metavar="ARGS",
-        help="extra 'nsys profile' arguments, e.g. --nsys-args='--cuda-graph-trace=node'")
+    run("--nsys-args", metavar="ARGS", help=NSYS_ARGS_HELP)
     run("--delay", type=float, metavar="SEC", help="start collecting after SEC seconds")
     run("--duration", type=float, metavar="SEC", help="collect for SEC seconds")
 # fmt: on
@@ -240,6 +248,7 @@ def analyze_profile(
     """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
     from dlprof_lite.ingest.load import load
     from dlprof_lite.report.build import build_report
+    from dlprof_lite.report.summary import listed
 
     kwargs = {"progress": progress} if progress is not None else {}
     profile = load(
@@ -252,7 +261,32 @@ def analyze_profile(
     if progress is not None:
         progress("writing reports")
     report = build_report(profile)
+    warning = _merged_ranks(profile, report)
+    if warning is not None and isinstance(report.summary, dict):
+        report.summary["warnings"] = [*listed(report.summary, "warnings"), warning]
     return report
+
+
+def _merged_ranks(profile: Profile, report: Report) -> str | None:
+    """A warning when iterations of several processes (ranks) were counted as one run."""
+    from dlprof_lite.annotate.facts import parse_fact
+    from dlprof_lite.annotate.names import DOMAIN, ITERATION
+
+    ranges = profile.ranges
+    keep = (ranges["domain"].astype(str) == DOMAIN) & (ranges["name"].astype(str) == ITERATION)
+    ours = ranges[keep]
+    pids = sorted(int(pid) for pid in ours["pid"].unique())
+    if len(pids) < 2 or "rank" in report.iterations.columns:
+        return None
+    ranks = {}
+    for pid, text in zip(profile.marks["pid"], profile.marks["name"].astype(str)):
+        fact = parse_fact(text)
+        if fact is not None and fact[0] == "process" and fact[1].get("rank") is not None:
+            ranks[int(pid)] = fact[1]["rank"]
+    who = ", ".join(f"rank {ranks[p]} (pid {p})" if p in ranks else f"pid {p}" for p in pids)
+    return (f"{len(pids)} processes ran annotated iterations ({who}) and are analysed as one "
+            "run: iteration counts, step times and per-step figures mix the ranks (per-rank "
+            "reports are not supported yet)")  # fmt: skip
 
 
 def analyze_one(
@@ -290,12 +324,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     files.check_target(target.absolute(), force=options.force)  # fail before any work
     with _progress(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
-    console = _console(args)
-    if console is not None:
-        from dlprof_lite.report.console import render
-
-        render(result["report"], result["report_dir"], console)
+    _show(args, result["report"], result["report_dir"])
     return 0
+
+
+def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
+    """The console summary; with --quiet only the report folder, one line."""
+    console = _console(args)
+    if console is None:
+        print(f"report: {folder}", flush=True)
+        return
+    from dlprof_lite.report.console import render
+
+    render(report, folder, console)
 
 
 def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
@@ -334,7 +375,7 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
         from dlprof_lite.report.console import render_many
 
         render_many(rows, console)
-        console.print(f"reports: {parent}")
+    print(f"reports: {parent}", flush=True)
     return failed[0] if failed else 0
 
 
@@ -379,6 +420,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = profile_program(
             cmd, out_dir=stage, annotate=args.annotate, depth=args.depth, nsys=args.nsys,
             nsys_args=args.nsys_args, delay=args.delay, duration=args.duration,
+            show_nsys=args.debug,
         )  # fmt: skip
         for warning in run.warnings:
             _warn(warning)
@@ -395,11 +437,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failure is not None:
         _error(f"{failure} (the profile is kept in {target})", args.debug)
         return run.exit_code or failure.exit_code
-    console = _console(args)
-    if console is not None:
-        from dlprof_lite.report.console import render
-
-        render(report, target, console)
+    _show(args, report, target)
     if run.exit_code:
         _warn(f"the program exited with code {run.exit_code}")
     return run.exit_code

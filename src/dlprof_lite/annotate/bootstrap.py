@@ -14,6 +14,13 @@ it, so a script that sets environment variables before importing torch keeps wor
 The status file (JSON, written atomically) tells the launcher what happened: the program's
 pid at start; at the end its exit code, whether torch was imported and hooks installed, how
 many iterations and optimizer steps were seen, and the ``nvtx`` version in use.
+
+Under a distributed launcher every rank runs this bootstrap: ``{rank}`` in the status file's
+name is replaced by the process's ``RANK``, so each rank writes its own, and the ``process``
+run fact (rank, local rank, world size from the launcher's environment; nulls outside one) is
+recorded right after the hooks are installed. ``torch.distributed.launch`` passes
+``--local-rank=N`` before the program's arguments; it is handed on to the program, where the
+launcher would have put it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.hooks import LEVELS, Annotation, install
 
 USAGE = (
@@ -45,6 +53,7 @@ class Options:
     kind: str = "script"  # script, module or code
     target: str = ""
     args: list[str] = field(default_factory=list)
+    local_rank_arg: str | None = None  # --local-rank=N from torch.distributed.launch
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -70,15 +79,43 @@ def parse_args(argv: list[str]) -> Options:
             else:
                 opts.kind = "module" if arg == "-m" else "code"
                 opts.target, opts.args = value, rest
-                return opts
+                return _with_local_rank(opts)
         elif arg == "--":
             continue
+        elif arg.startswith(("--local-rank=", "--local_rank=")):
+            opts.local_rank_arg = arg
         elif arg.startswith("-"):
             raise ValueError(f"unknown option {arg}\n{USAGE}")
         else:
             opts.target, opts.args = arg, rest
-            return opts
+            return _with_local_rank(opts)
     raise ValueError(f"no program to run\n{USAGE}")
+
+
+def _with_local_rank(opts: Options) -> Options:
+    if opts.local_rank_arg is not None:
+        opts.args = [opts.local_rank_arg, *opts.args]
+    return opts
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip().isdigit() else None
+
+
+def process_fact() -> dict[str, int | None]:
+    """The launcher's view of this process: torchrun, torch.distributed.launch and
+    accelerate set ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``; nulls outside a launcher."""
+    return {"rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"),
+            "world_size": _env_int("WORLD_SIZE")}  # fmt: skip
+
+
+def status_path(pattern: str | None) -> str | None:
+    """The status file of this process: ``{rank}`` replaced by its rank (0 outside a launcher)."""
+    if not pattern:
+        return None
+    rank = _env_int("RANK")
+    return pattern.replace("{rank}", str(rank if rank is not None else 0))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -135,12 +172,15 @@ class Session:
         except ImportError as exc:  # nvtx missing: run the program anyway
             self.error = f"annotation off: {exc}"
             print(f"dlprof-lite: warning: {self.error}", file=sys.stderr)
+            return
+        if self.annotation.active:
+            facts.record("process", process_fact())
 
     def status(self, exit_code: int) -> dict[str, Any]:
         tracker = self.annotation.tracker
         backend = tracker.backend if tracker is not None else None
         return {
-            "pid": os.getpid(),
+            **_identity(),
             "exit_code": exit_code,
             "annotate": self.opts.annotate,
             "torch_imported": self.torch_imported,
@@ -150,6 +190,11 @@ class Session:
             "nvtx_version": backend.nvtx_version if backend else None,
             "error": self.error,
         }
+
+
+def _identity() -> dict[str, Any]:
+    return {"pid": os.getpid(), **process_fact(),
+            "local_world_size": _env_int("LOCAL_WORLD_SIZE")}  # fmt: skip
 
 
 def write_status(path: str | None, status: dict[str, Any]) -> None:
@@ -199,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"dlprof-lite bootstrap: error: {exc}", file=sys.stderr)
         return 2
+    opts.status_file = status_path(opts.status_file)
     session = Session(opts)
-    write_status(opts.status_file, {"pid": os.getpid(), "exit_code": None})
+    write_status(opts.status_file, {**_identity(), "exit_code": None})
     session.arm()
     failure: BaseException | None = None
     try:

@@ -4,33 +4,40 @@
 
     nsys profile --trace=cuda,nvtx,osrt,cublas,cudnn --sample=none --cpuctxsw=none
         --output=<out_dir>/profile --force-overwrite=true [--delay/--duration] [--nsys-args]
-        <python> -m dlprof_lite.annotate.bootstrap --annotate modules
-        --status-file <tmp>/status.json train.py args
+        [<python> -I -S -c REDIRECT <fd> <fd>] <python> -m dlprof_lite.annotate.bootstrap
+        --annotate modules --status-file <tmp>/status-{rank}.json train.py args
 
-The bootstrap's status file carries the program's exit code (passed back whatever nsys
-returns) and tells when the program has ended: from then on nsys gets ``finalize_timeout``
-seconds to write its report before it is stopped (a hung nsys agent, see NSYS.md), and a
-``.qdstrm`` it left behind is imported. A program that fails still gets its report.
+(the optional wrapper gives the program our stdout and stderr, see :mod:`.supervise`).
+``torchrun [opts] train.py`` keeps torchrun and its options and starts each worker through
+the bootstrap (:mod:`.launchers`); each rank writes its own status file.
+
+The bootstrap's status files carry the program's exit code and tell when the program has
+ended: from then on nsys gets ``finalize_timeout`` seconds to write its report before it is
+stopped (a hung nsys agent, see NSYS.md), and a ``.qdstrm`` it left behind is imported. A
+program that fails still gets its report. Under a launcher the exit code is the launcher's,
+which nsys passes back (torchrun's is 1 when any worker failed; the rank's own code is a
+warning).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 from dlprof_lite.annotate.hooks import check_depth, check_level
 from dlprof_lite.errors import InputError, NsysError
+from dlprof_lite.launch.launchers import (
+    BOOTSTRAP,
+    check_unsupported,
+    split_torchrun,
+    torchrun_command,
+)
 from dlprof_lite.launch.nsys import (
     REPORT_SUFFIXES,
     Nsys,
@@ -41,13 +48,19 @@ from dlprof_lite.launch.nsys import (
     profile_args,
     split_nsys_args,
 )
+from dlprof_lite.launch.supervise import (
+    Outcome,
+    nsys_notices,
+    program_streams,
+    redirected,
+    supervise,
+)
 
 FINALIZE_TIMEOUT_S = 600.0
-BOOTSTRAP = "dlprof_lite.annotate.bootstrap"
+STATUS_PATTERN = "status-{rank}.json"
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _FLAGS_WITH_VALUE = ("-X", "-W")
 _GENERATING = re.compile(r"Generating '([^']+\.qdstrm)'")
-_TAIL_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -63,27 +76,37 @@ class ProfileRun:
     # Why no annotation range may have arrived, for the caller to show when the analysed
     # profile holds none of ours (launch itself does not read the export).
     no_ranges_hint: str | None = None
+    # One status per annotated process (rank), in rank order: what the bootstrap saw.
+    statuses: tuple[dict[str, Any], ...] = ()
+    launcher: bool = False
 
 
 def program_command(
-    cmd: list[str], *, annotate: str, depth: int | None, status_file: Path
+    cmd: list[str], *, annotate: str, depth: int | None, status_file: Path | str
 ) -> tuple[list[str], list[str]]:
     """The argument list nsys runs for ``cmd``, and warnings about it.
 
     ``script.py args``, ``python [flags] script.py|-m module|-c code args`` run under the
     bootstrap (a bare ``python``/``python3`` means this interpreter, ``sys.executable``; a
-    path to another one must have dlprof-lite installed); anything else runs as is.
+    path to another one must have dlprof-lite installed); ``torchrun`` and ``python -m
+    torch.distributed.run|launch`` start each worker under it; launchers that cannot are
+    refused (:func:`~.launchers.check_unsupported`); anything else runs as is.
+    ``status_file`` may hold ``{rank}``, which each process replaces with its ``RANK``.
     """
     if not cmd:
         raise InputError("no program to profile")
     first = cmd[0]
-    boot = ["-m", BOOTSTRAP, "--annotate", annotate, "--status-file", str(status_file)]
+    boot = ["--annotate", annotate, "--status-file", str(status_file)]
     if depth is not None:
-        boot[4:4] = ["--depth", str(depth)]
+        boot[2:2] = ["--depth", str(depth)]
+    check_unsupported(cmd)
+    torchrun = split_torchrun(cmd)
+    if torchrun is not None:
+        return torchrun_command(torchrun, boot)
     if first.endswith(".py") or first.endswith(".pyz"):
         if not Path(first).exists():
             raise InputError(f"{first}: no such file")
-        return [sys.executable, *boot, *cmd], []
+        return [sys.executable, "-m", BOOTSTRAP, *boot, *cmd], []
     if _PYTHON.match(Path(first).name):
         interpreter = first if os.sep in first else sys.executable
         flags, rest = _interpreter_flags(cmd[1:])
@@ -91,7 +114,7 @@ def program_command(
             raise InputError(f"{' '.join(cmd)}: name a script, -m module or -c code to run")
         if not rest[0].startswith("-") and not Path(rest[0]).exists():
             raise InputError(f"{rest[0]}: no such file")
-        return [interpreter, *flags, *boot, *rest], []
+        return [interpreter, *flags, "-m", BOOTSTRAP, *boot, *rest], []
     warning = f"{first} is not a Python program: it runs without annotation ranges"
     return list(cmd), [warning] if annotate != "none" else []
 
@@ -123,13 +146,15 @@ def profile_program(
     finalize_timeout: float = FINALIZE_TIMEOUT_S,
     name: str = "profile",
     echo: bool = True,
+    show_nsys: bool = False,
 ) -> ProfileRun:
     """Run ``cmd`` under ``nsys profile``; write ``<out_dir>/<name>.nsys-rep`` and ``.sqlite``.
 
     ``timeout`` bounds the whole run (None: the program may run as long as it needs);
     ``finalize_timeout`` bounds nsys after the program ended. ``annotate`` is one of
-    ``annotate.LEVELS`` (``auto`` means the default, ``modules``). ``echo`` forwards the program's
-    and nsys's output to this process's stdout/stderr (it is captured either way).
+    ``annotate.LEVELS`` (``auto`` means the default, ``modules``). ``echo``: the program's
+    output reaches this process's stdout/stderr (else it is dropped); ``show_nsys``: nsys's
+    own messages are copied to stderr as they come (else only its warnings are kept).
     Raises :class:`NsysError` when nsys is missing or produced no report.
     """
     tool = find_nsys(nsys)
@@ -140,138 +165,80 @@ def profile_program(
     out.mkdir(parents=True, exist_ok=True)
     base = out / name
     with tempfile.TemporaryDirectory(prefix="dlprof-lite-") as tmp:
-        status_file = Path(tmp) / "status.json"
+        status_dir = Path(tmp)
         program, warnings = program_command(
-            cmd, annotate=annotate, depth=depth, status_file=status_file
+            cmd, annotate=annotate, depth=depth, status_file=status_dir / STATUS_PATTERN
         )
-        args = profile_args(tool, base, program, delay=delay, duration=duration, extra=extra)
-        outcome = _supervise(args, status_file, timeout, finalize_timeout, echo)
-        status = _read_status(status_file)
+        launcher = split_torchrun(cmd) is not None
+        with program_streams(echo) as fds:
+            args = profile_args(tool, base, redirected(program, fds), delay=delay,
+                                duration=duration, extra=extra)  # fmt: skip
+            sinks = (sys.stdout if echo else None, sys.stderr if echo else None,
+                     sys.stderr if show_nsys else None, fds is None)  # fmt: skip
+            outcome = supervise(
+                args, ended=lambda: _ended(status_dir, launcher),
+                pids=lambda: _pids(status_dir), timeout=timeout, finalize=finalize_timeout,
+                tees=sinks, pass_fds=fds or (),
+            )  # fmt: skip
+        statuses = read_statuses(status_dir)
     warnings += outcome.warnings
     report = _find_report(base, outcome, tool)
     sqlite_path = export_sqlite(report, base.with_suffix(".sqlite"), nsys=tool)
-    exit_code = status.get("exit_code")
-    if not isinstance(exit_code, int) and duration is not None and not outcome.warnings:
-        # nsys's --kill default ended the program when the window closed: that is success.
-        warnings.append(f"the program was stopped when --duration {duration:g} s ended "
-                        "(--nsys-args='--kill=none' lets it run to its end)")  # fmt: skip
-        exit_code = 0
-    elif not isinstance(exit_code, int):
-        exit_code = outcome.returncode
-        if BOOTSTRAP in program:
-            warnings.append("the program ended without its status (killed by a signal, or "
-                            "dlprof-lite is not importable by its interpreter)")  # fmt: skip
-    else:
-        warnings += _status_warnings(status, annotate, program, extra, tool)
+    warnings += nsys_notices(outcome.nsys_output)
+    exit_code, more = _exit_code(statuses, outcome, launcher, duration, BOOTSTRAP in program)
+    warnings += more
+    lead = statuses[0] if statuses else {}
+    if isinstance(lead.get("exit_code"), int):
+        warnings += _status_warnings(lead, annotate, program, extra, tool)
     hint = None
-    if BOOTSTRAP in program and annotate != "none" and status.get("installed"):
-        hint = _no_ranges_cause(status, extra, tool)
-    return ProfileRun(sqlite_path, report, exit_code, tuple(warnings), tuple(args), tool, hint)
+    if BOOTSTRAP in program and annotate != "none" and lead.get("installed"):
+        hint = _no_ranges_cause(lead, extra, tool)
+    return ProfileRun(sqlite_path, report, exit_code, tuple(dict.fromkeys(warnings)), tuple(args),
+                      tool, hint, tuple(statuses), launcher)  # fmt: skip
 
 
-@dataclass
-class _Outcome:
-    returncode: int
-    output_tail: str
-    warnings: list[str]
+def _exit_code(
+    statuses: list[dict[str, Any]], outcome: Outcome, launcher: bool, duration: float | None,
+    annotated: bool,
+) -> tuple[int, list[str]]:
+    """The exit code to pass back, and warnings about how it was found."""
+    codes = [s.get("exit_code") for s in statuses]
+    reported = bool(codes) and all(isinstance(code, int) for code in codes)
+    warnings = [f"rank {s.get('rank')} exited with code {s['exit_code']}" for s in statuses
+                if launcher and s.get("exit_code")]  # fmt: skip
+    if launcher and not outcome.warnings:
+        return outcome.returncode, warnings  # nsys passes the launcher's own exit code back
+    if reported:
+        return next((int(c) for c in codes if c), 0), warnings
+    if duration is not None and not outcome.warnings:
+        # nsys's --kill default ended the program when the window closed: that is success.
+        return 0, [*warnings, f"the program was stopped when --duration {duration:g} s ended "
+                              "(--nsys-args='--kill=none' lets it run to its end)"]  # fmt: skip
+    if annotated:
+        warnings.append("the program ended without its status (killed by a signal, or "
+                        "dlprof-lite is not importable by its interpreter)")  # fmt: skip
+    return outcome.returncode, warnings
 
 
-class _Tee(threading.Thread):
-    """Copies a child's stream to ours (when echoing) and keeps its last bytes."""
-
-    def __init__(self, source: IO[bytes], sink: IO[Any] | None) -> None:
-        super().__init__(daemon=True)
-        self.source = source
-        self.sink = getattr(sink, "buffer", None) if sink is not None else None
-        self.text_sink = sink if sink is not None and self.sink is None else None
-        self.tail = bytearray()
-
-    def run(self) -> None:
-        fd = self.source.fileno()
-        while chunk := os.read(fd, 65536):
-            self.tail += chunk
-            del self.tail[:-_TAIL_BYTES]
-            try:
-                if self.sink is not None:
-                    self.sink.write(chunk)
-                    self.sink.flush()
-                elif self.text_sink is not None:
-                    self.text_sink.write(chunk.decode(errors="replace"))
-            except (OSError, ValueError):
-                self.sink = self.text_sink = None  # our stdout went away; keep draining
+def read_statuses(status_dir: Path) -> list[dict[str, Any]]:
+    """Every process's status in ``status_dir``, rank 0 first."""
+    found = [_read_status(path) for path in status_dir.glob(STATUS_PATTERN.format(rank="*"))]
+    found = [status for status in found if status]
+    return sorted(found, key=lambda s: (not isinstance(s.get("rank"), int), s.get("rank") or 0))
 
 
-def _supervise(
-    args: list[str], status_file: Path, timeout: float | None, finalize: float, echo: bool
-) -> _Outcome:
-    """Run nsys; stop it when it outlives the program by ``finalize`` s or runs past ``timeout``."""
-    try:
-        proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )  # fmt: skip
-    except OSError as exc:
-        raise NsysError(f"nsys could not start: {exc}") from None
-    tees = [_Tee(cast(IO[bytes], proc.stdout), sys.stdout if echo else None),
-            _Tee(cast(IO[bytes], proc.stderr), sys.stderr if echo else None)]  # fmt: skip
-    for tee in tees:
-        tee.start()
-    warnings: list[str] = []
-    started = time.monotonic()
-    ended_at: float | None = None
-    interrupted = False
-    while True:
-        try:
-            proc.wait(timeout=0.25)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        except KeyboardInterrupt:
-            if interrupted:
-                _stop(proc, status_file)
-                raise
-            interrupted = True  # let nsys stop collecting and write what it has
-            _signal_group(proc.pid, signal.SIGINT)
-        now = time.monotonic()
-        if ended_at is None and _read_status(status_file).get("exit_code") is not None:
-            ended_at = now
-        if ended_at is not None and now - ended_at > finalize:
-            warnings.append(f"nsys was still running {finalize:g} s after the program ended; "
-                            "it was stopped and its report recovered if possible")  # fmt: skip
-            _stop(proc, status_file)
-            break
-        if timeout is not None and now - started > timeout:
-            warnings.append(f"the run was stopped after --timeout {timeout:g} s")
-            _stop(proc, status_file)
-            break
-    for tee in tees:
-        tee.join(timeout=10)
-    tail = b"".join(bytes(tee.tail) for tee in tees).decode(errors="replace")
-    return _Outcome(proc.returncode if proc.returncode is not None else -9, tail, warnings)
+def _ended(status_dir: Path, launcher: bool) -> bool:
+    """Whether the program (every local worker, under a launcher) has ended."""
+    statuses = read_statuses(status_dir)
+    done = [s for s in statuses if s.get("exit_code") is not None]
+    if not done:
+        return False
+    expected = done[0].get("local_world_size") if launcher else 1
+    return len(done) >= (expected if isinstance(expected, int) and expected > 0 else 1)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    if pgid == os.getpgrp():
-        return  # never signal our own group
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _stop(proc: subprocess.Popen[bytes], status_file: Path) -> None:
-    """SIGTERM nsys's process group and the program's, then SIGKILL after a grace period."""
-    groups = {proc.pid}
-    pid = _read_status(status_file).get("pid")
-    if isinstance(pid, int):
-        with contextlib.suppress(ProcessLookupError):
-            groups.add(os.getpgid(pid))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for group in groups:
-            _signal_group(group, sig)
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _pids(status_dir: Path) -> list[int]:
+    return [s["pid"] for s in read_statuses(status_dir) if isinstance(s.get("pid"), int)]
 
 
 def _read_status(path: Path) -> dict[str, Any]:
@@ -282,20 +249,20 @@ def _read_status(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _find_report(base: Path, outcome: _Outcome, tool: Nsys) -> Path:
+def _find_report(base: Path, outcome: Outcome, tool: Nsys) -> Path:
     """The report nsys wrote, importing a ``.qdstrm`` it could not import itself."""
     for suffix in REPORT_SUFFIXES:
         report = base.with_name(base.name + suffix)
         if report.is_file():
             return report
     streams = [base.with_name(base.name + ".qdstrm")]
-    streams += [Path(found) for found in _GENERATING.findall(outcome.output_tail)]
+    streams += [Path(found) for found in _GENERATING.findall(outcome.nsys_output)]
     for stream in streams:
         if stream.is_file():
             return import_qdstrm(stream, tool, output=base.with_name(base.name + ".nsys-rep"))
     raise NsysError(
         f"nsys profile wrote no report (exit code {outcome.returncode}): "
-        f"{last_line(outcome.output_tail)}"
+        f"{last_line(outcome.nsys_output)}"
     )
 
 
