@@ -8,6 +8,10 @@ prints wall time (the fastest of ``--repeats`` runs), peak RSS and the ratio of 
 
     python scripts/bench.py                       # 100k, 1M, 5M kernels, with/without ranges
     python scripts/bench.py --sizes 1000000 --no-nsys
+    python scripts/bench.py --sizes "" --deep     # only the deep-nesting cases
+
+``--deep`` adds NVTX nesting thousands of levels deep (``make_deep_profile.py``): 2,000 ranges
+1,400 deep (a recursive module), and 20,000 ranges 10,000 deep whose chain is never popped.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from make_deep_profile import make_deep_profile
 from make_profile import GroundTruth, make_profile
 
 NSYS_REPORTS = "nvtxkernsum,kernexecsum,gpukernsum"
+# (ranges, depth, never popped): issue 11's targets are <= 3 s and <= 500 MB for the first
+DEEP_CASES = ((2_000, 1_400, False), (20_000, 10_000, True))
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,26 @@ def export_for(case: Case, work: Path) -> tuple[Path, GroundTruth]:
     return path, truth
 
 
+def deep_export(ranges: int, depth: int, unbalanced: bool, work: Path) -> Path:
+    path = work / f"deep_{ranges}_{depth}_{int(unbalanced)}.sqlite"
+    if not (path.exists() and Path(f"{path}.truth.json").exists()):
+        make_deep_profile(path, ranges=ranges, depth=depth, unbalanced=unbalanced)  # 1 kernel each
+    return path
+
+
+def run_deep(work: Path, timeout: float, repeats: int) -> None:
+    """``analyze`` on the deep-nesting exports: fastest wall time and its peak RSS."""
+    for ranges, depth, unbalanced in DEEP_CASES:
+        path = deep_export(ranges, depth, unbalanced, work)
+        runs = [measure(analyze_cmd(path, work / f"out_{path.stem}"), timeout)
+                for _ in range(repeats)]  # fmt: skip
+        ours = min(runs, key=lambda r: r.wall_s)
+        label = f"deep {depth}" + (" unpop" if unbalanced else "")
+        flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
+        print(f"{label:>16} {ranges:>9} {ranges:>9} {ours.wall_s:10.2f} {ours.peak_rss_mb:8.0f} "
+              f"{'-':>13} {'-':>10}{flag}", flush=True)  # fmt: skip
+
+
 def analyze_cmd(path: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "dlprof_lite", "analyze", str(path), "-o", str(out),
             "--force", "--quiet"]  # fmt: skip
@@ -114,12 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run nsys stats only up to this size (it is slow on large files)",
     )
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--deep", action="store_true", help="add the deep-nesting cases")
     ap.add_argument("--repeats", type=int, default=2,
                     help="analyze runs per case; the fastest is shown (nsys stats runs once)")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     nsys = None if args.no_nsys else shutil.which("nsys")
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     cases = [Case(n, r) for r in (False, True) for n in sizes]
 
     header = (f"{'case':>16} {'kernels':>9} {'ranges':>9} {'analyze s':>10} {'peak MB':>8} "
@@ -144,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{case.label:>16} {t['kernels']:>9} {t['ranges']:>9} {ours.wall_s:10.2f} "
               f"{ours.peak_rss_mb:8.0f} {nsys_s} {ratio}{flag}", flush=True)  # fmt: skip
     _print_scaling(results, sizes)
+    if args.deep:
+        run_deep(args.work, args.timeout, args.repeats)
     return 0
 
 
