@@ -193,7 +193,7 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         # Already parallel: more of the same, or less work per batch, not "num_workers>0".
         rec = (
             f"The DataLoader already uses num_workers={int(workers)}: raise it while CPU "
-            f"cores are idle{_loader_flags(listed(summary, 'dataloaders'))}, raise "
+            f"cores are idle{_loader_flags(summary)}, raise "
             "prefetch_factor (default 2); make each batch cheaper (decode and augment once, "
             "or on the GPU)."
         )
@@ -207,11 +207,16 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     return _make("Data loading stalls the step", grade, evidence, rec, "step_data_wall_pct", pct)
 
 
-def _loader_flags(loaders: list[dict]) -> str:
-    """``, set pin_memory=True (now False)``... for the switches some DataLoader has off."""
+def _loader_flags(summary: Summary) -> str:
+    """``, set pin_memory=True (now False)``... for the switches some DataLoader has off;
+    pinning only where the profile has GPU work (it speeds host-to-device copies)."""
+    loaders = listed(summary, "dataloaders")
+    switches = ("pin_memory", "persistent_workers") if _i(summary, "devices") else (
+        "persistent_workers",
+    )
     flags = [
         f", set {flag}=True (now False)"
-        for flag in ("pin_memory", "persistent_workers")
+        for flag in switches
         if any(d.get(flag) is False for d in loaders)
     ]
     return "".join(flags)
