@@ -316,7 +316,8 @@ def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
     parent = range_positions(
         ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
     )
-    return _recompute(own, _nearest(own >= 1, parent))
+    levels = _levels(parent, ranges["depth"].to_numpy(dtype=np.int64))
+    return _recompute(own, _nearest_many([own >= 1], parent, levels)[0])
 
 
 def _op_roots(
