@@ -73,10 +73,14 @@ def test_program_command_forms(tmp_path: Path) -> None:
     argv, _ = program_command(["/opt/py/bin/python3.12", str(script)], annotate="none",
                               depth=None, status_file=status)  # fmt: skip
     assert argv[0] == "/opt/py/bin/python3.12" and argv[-1] == str(script)
-    argv, warnings = program_command(["./a.out", "x"], annotate="modules", depth=None,
+    binary = tmp_path / "a.out"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    argv, warnings = program_command([str(binary), "x"], annotate="modules", depth=None,
                                      status_file=status)  # fmt: skip
-    assert argv == ["./a.out", "x"] and "not a Python program" in warnings[0]
-    for bad in ([], [str(tmp_path / "missing.py")], ["python"], ["python", "-"]):
+    assert argv == [str(binary), "x"] and "not a Python program" in warnings[0]
+    for bad in ([], [str(tmp_path / "missing.py")], ["python"], ["python", "-"],
+                ["no-such-command-here"]):  # fmt: skip
         with pytest.raises(InputError):
             program_command(bad, annotate="modules", depth=None, status_file=status)
 

@@ -390,7 +390,13 @@ def _has_annotation(report: Report) -> bool:
 
 
 def _program_name(cmd: Sequence[str]) -> str:
-    """A report name for a command: the script's stem, the module of ``-m``, or the program."""
+    """A report name for a command: the script's stem, the module of ``-m``, or the program
+    (for torchrun, its training script's)."""
+    from dlprof_lite.launch.launchers import split_torchrun
+
+    torchrun = split_torchrun(list(cmd))
+    if torchrun is not None:
+        cmd = ["python", "-m", *torchrun.program] if torchrun.module else torchrun.program
     if "-m" in cmd[:-1] and Path(cmd[0]).name.startswith("python"):
         return cmd[cmd.index("-m") + 1].rsplit(".", 1)[-1]
     for word in cmd:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -115,6 +116,8 @@ def program_command(
         if not rest[0].startswith("-") and not Path(rest[0]).exists():
             raise InputError(f"{rest[0]}: no such file")
         return [interpreter, *flags, "-m", BOOTSTRAP, *boot, *rest], []
+    if shutil.which(first) is None:
+        raise InputError(f"{first}: command not found")
     warning = f"{first} is not a Python program: it runs without annotation ranges"
     return list(cmd), [warning] if annotate != "none" else []
 
