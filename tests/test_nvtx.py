@@ -275,3 +275,80 @@ def test_random_valid_trace_matches_the_stack(seed: int) -> None:
         assert path == "/".join(name_of[i] for i in reversed(chain))
         assert depth == len(chain) - 1
     assert (~r["closed"]).sum() == sum(1 for row in rows if row[2] is None)
+
+
+def random_timed_trace(rng: np.random.Generator, valid: bool) -> list[tuple]:
+    """Up to 40 ranges on 3 threads with a coarse clock: equal times, zero-length ranges,
+    touching ranges; ``valid``: from a real stack per thread, else random intervals."""
+    n, rows = int(rng.integers(1, 40)), []
+    for tid in range(3):
+        if not valid:
+            for _ in range(n // 3 + 1):
+                s = int(rng.integers(0, 10))
+                rows.append((f"{tid}.{len(rows)}", s, s + int(rng.integers(0, 5)), PP, 1, tid))
+            continue
+        clock, stack, opened = 0, [], []
+        for _ in range(n // 3 + 1):
+            while stack and rng.random() < 0.4:
+                opened[stack.pop()][2] = clock
+                clock += int(rng.integers(0, 2))
+            opened.append([f"{tid}.{len(opened)}", clock, None])
+            stack.append(len(opened) - 1)
+            clock += int(rng.integers(0, 2))
+        rows += [(name, s, e, PP, 1, tid) for name, s, e in opened]  # unpopped: session end
+    return rows
+
+
+@pytest.mark.parametrize("valid", [True, False])
+def test_counted_nesting_equals_level_peeling_with_equal_times(valid: bool) -> None:
+    # The counting pass must give the peeling's answer on every properly nested thread and
+    # hand every other thread to the peeling; ties and zero-length ranges are the hard part.
+    from dlprof_lite.ingest import nvtx
+
+    rng = np.random.default_rng(11 if valid else 12)
+    for _ in range(150):
+        r = build(random_timed_trace(rng, valid))
+        thread = r["tid"].to_numpy(dtype=np.int64)
+        end, push_pop = r["end_ns"].to_numpy(), np.ones(len(r), dtype=bool)
+        depth, parent = nvtx._nest_peeled(thread, end, push_pop)
+        assert (r["depth"].to_numpy() == depth).all()
+        assert (r["parent_id"].to_numpy() == parent).all()
+
+
+def test_a_chain_longer_than_the_path_cap_is_elided_in_the_middle() -> None:
+    from dlprof_lite.ingest.paths import ELISION, PATH_HEAD, PATH_TAIL
+
+    cap = PATH_HEAD + PATH_TAIL + 1
+    rows = [(f"L{i}", i, 1000 - i, PP, 1, 1) for i in range(cap + 1)]
+    r = build(rows)
+    paths = r["path"].astype(str).tolist()
+    assert paths[cap - 1] == "/".join(f"L{i}" for i in range(cap))  # cap names: in full
+    head = [f"L{i}" for i in range(PATH_HEAD)]
+    tail = [f"L{i}" for i in range(cap + 1 - PATH_TAIL, cap + 1)]
+    assert paths[cap] == "/".join([*head, ELISION, *tail])  # one more: two names elided
+    assert r["depth"].tolist() == list(range(cap + 1))  # the structure is all there
+
+
+def test_a_path_of_very_long_names_keeps_its_ends() -> None:
+    from dlprof_lite.ingest.paths import ELISION, PATH_MAX_CHARS
+
+    long = ["a" * 600, "b" * 600]
+    r = build([(long[0], 0, 100, PP, 1, 1), (long[1], 10, 20, PP, 1, 1)])
+    path = r["path"].astype(str).iloc[1]
+    assert len(path) == PATH_MAX_CHARS and ELISION in path
+    assert path.startswith("a" * 400) and path.endswith("b" * 400)
+
+
+def test_properly_nested_ties_need_no_level_peeling() -> None:
+    # [0,10] > [5,8] > [5,5] (zero length at its parent's start) and [8,8] (at its end);
+    # [10,10] touches the outer range's end and nests in it (closed intervals).
+    from dlprof_lite.ingest import nvtx
+
+    start = np.array([0, 5, 5, 8, 10])
+    end = np.array([10, 8, 5, 8, 10])
+    depth, parent, bad = nvtx._nest_counted(np.zeros(5, dtype=np.int64), start, end)
+    assert bad.size == 0  # the counted pass answered for the whole thread
+    assert depth.tolist() == [0, 1, 2, 2, 1]
+    assert parent.tolist() == [-1, 0, 1, 1, 0]
+    peeled = nvtx._nest_peeled(np.zeros(5, dtype=np.int64), end, np.ones(5, dtype=bool))
+    assert (peeled[0].tolist(), peeled[1].tolist()) == (depth.tolist(), parent.tolist())
