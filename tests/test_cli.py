@@ -187,6 +187,7 @@ def fake_run(monkeypatch) -> FakeRun:
     fake = FakeRun(exit_code=3)
     stub = types.ModuleType("dlprof_lite.launch.run")
     stub.profile_program = fake  # type: ignore[attr-defined]
+    stub.ProfileRun = types.SimpleNamespace  # type: ignore[attr-defined]  # launch/__init__
     monkeypatch.setitem(sys.modules, "dlprof_lite.launch.run", stub)
     return fake
 
@@ -204,7 +205,9 @@ def test_run_form(fake_load, fake_run, tmp_path: Path, monkeypatch, capsys) -> N
         "phases", 2, "--cuda-graph-trace=node",
     )  # fmt: skip
     assert sorted(p.name for p in out.iterdir()) == sorted([*ALL_FILES, "profile.sqlite"])
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.out == f"report: {out}\n"  # --quiet: the report folder, one line
+    err = captured.err
     assert "warning: no NVTX ranges arrived" in err and "exited with code 3" in err
     monkeypatch.chdir(tmp_path)
     fake_run.exit_code = 0
@@ -392,3 +395,28 @@ def test_run_form_under_the_real_nsys(nsys: str, tmp_path: Path, capsys) -> None
     assert summary["key_range"] == "iteration" and summary["iterations_count"] == 4
     assert any("no CUDA kernels" in w for w in summary["warnings"])
     assert "exited with code 5" in capsys.readouterr().err
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_nsys_args_extend_the_defaults_as_help_and_readme_say(capsys) -> None:
+    from dlprof_lite.launch.nsys import PROFILE_DEFAULTS, Nsys, profile_args
+
+    readme = _words((Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8"))
+    row = next(line for line in readme.split("| `") if line.startswith("--nsys-args"))
+    assert main(["--help"]) == 0
+    help_text = _words(capsys.readouterr().out)
+    defaults = " ".join(PROFILE_DEFAULTS)
+    for text in (row, help_text):
+        assert "added to the defaults" in text and "replaces the default of the same name" in text
+    assert defaults in readme and defaults in help_text
+    # What the code does: a switch given replaces its default, the others stay.
+    nsys = Nsys("/opt/nsys", (2022, 4), "2022.4")
+    added = profile_args(nsys, Path("/o/p"), ["prog"], extra=["--cuda-graph-trace=node"])
+    assert [*PROFILE_DEFAULTS, "--cuda-graph-trace=node"] == [
+        a for a in added if a in PROFILE_DEFAULTS or a.startswith("--cuda-graph")
+    ]
+    replaced = profile_args(nsys, Path("/o/p"), ["prog"], extra=["-t", "cuda,nvtx"])
+    assert PROFILE_DEFAULTS[0] not in replaced and set(PROFILE_DEFAULTS[1:]) <= set(replaced)
