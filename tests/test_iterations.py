@@ -300,3 +300,51 @@ def test_stats_respect_the_window_and_empty_input() -> None:
     assert empty["count"] == 0 and empty["mean_ns"] is None and empty["high_variance"] is False
     one = iteration_stats(per_iter([100]))
     assert one["std_ns"] == 0.0 and one["cv"] == 0.0
+
+
+def compiled_steps(compile_at: list[tuple[int, int]], steps: int = 5) -> pd.DataFrame:
+    """Our start/end iterations [100i, 100i + 100] with an optimizer phase each, and
+    ``compile`` phase ranges where given (inside steps, or before the first one)."""
+    se = {"domain": OURS, "style": "start_end"}
+    rows: list[tuple] = []
+    for i in range(steps):
+        rows.append(("iteration", 100 * i, 100 * i + 100, -1, se))
+        rows.append(("optimizer", 100 * i + 80, 100 * i + 100, -1, se))
+    rows += [("compile", a, b, -1, se) for a, b in compile_at]
+    return ranges(sorted(rows, key=lambda r: r[1]))
+
+
+@pytest.mark.parametrize(
+    ("compile_at", "warmup"),
+    [
+        ([], [True, False, False, False, False]),  # the default: iteration 0
+        ([(10, 60)], [True, False, False, False, False]),
+        # Compiling forward in step 0 and backward in step 1: both warm-up.
+        ([(10, 60), (120, 150)], [True, True, False, False, False]),
+        # Step 0 is warm-up anyway; steps 1 and 2 compile: the stretch goes on to 2.
+        ([(110, 130), (250, 260)], [True, True, True, False, False]),
+        # A recompile later on (step 3) is not warm-up: it is in the step statistics.
+        ([(10, 60), (320, 330)], [True, False, False, False, False]),
+        # Compiling before the first step (outside iterations) changes nothing.
+        ([(-50, -10)], [True, False, False, False, False]),
+        # A compile range that spans steps 0 to 2 makes them all warm-up.
+        ([(50, 250)], [True, True, True, False, False]),
+        # Every step compiles: no step would be left, so only the default warm-up.
+        ([(100 * i + 10, 100 * i + 20) for i in range(5)], [True, False, False, False, False]),
+    ],
+)
+def test_compiling_steps_at_the_start_are_warm_up(
+    compile_at: list[tuple[int, int]], warmup: list[bool]
+) -> None:
+    table, _, _ = find_iterations(compiled_steps(compile_at))
+    assert table["warmup"].tolist() == warmup
+
+
+def test_compile_warm_up_with_few_steps_and_explicit_windows() -> None:
+    # Two steps: no default warm-up, but a compiling step 0 is warm-up.
+    two = compiled_steps([(10, 60)], steps=2)
+    assert find_iterations(two)[0]["warmup"].tolist() == [True, False]
+    assert find_iterations(compiled_steps([], steps=2))[0]["warmup"].tolist() == [False, False]
+    # An explicit window is the user's choice: compile time does not move it.
+    table, _, _ = find_iterations(compiled_steps([(10, 60), (120, 150)]), iter_start=1)
+    assert table["warmup"].tolist() == [True, False, False, False, False]

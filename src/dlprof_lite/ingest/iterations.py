@@ -11,12 +11,26 @@ previous instance and spans ``[start, end]`` of the first key instance, so the t
 the first key range (imports, model build, data loader start-up) belongs to no iteration.
 Time between two key instances belongs to the later iteration (its data loading, say).
 
-The key range is, in this order: ``--key-range REGEX`` (``re.search`` on range names); our
-annotation layer's ``iteration`` range (domain ``dlprof-lite``); the top-level push/pop range
-name that repeats most (at least twice; a tie goes to the name that starts first; names in
-the default NVTX domain are preferred, because libraries such as cuBLAS or NCCL push their
-own repeated ranges in their own domains; op markers such as PyProf payloads and emit_nvtx
-op ranges never count, and repeats are counted per thread); else none.
+The key range is, in this order (:data:`SOURCES`; the rules are in
+:mod:`dlprof_lite.ingest.key_ranges`):
+
+1. ``--key-range REGEX`` (``re.search`` on range names): "key-range";
+2. the script's own numbered step ranges (``step 12``, ``Step#12``, ``train_step_3``, ...),
+   which hold the whole step the user means, logging included: "numbered-ranges";
+3. our annotation layer's ``iteration`` range (domain ``dlprof-lite``), dropping iterations
+   that never reached the optimizer: "annotation";
+4. for scripts without optimizer steps (inference): our ``forward`` phase ranges, else the
+   repeated calls of a root model (``fwd:model:Net`` with no module range around it):
+   "root-model-calls";
+5. the top-level push/pop range name that repeats most on one thread: "most-repeated";
+6. none.
+
+Rules 2, 4 and 5 are guesses (:data:`GUESSED`): the report says which one was used.
+
+Warm-up: iteration 0 (CUDA context, cuDNN autotuning, allocator growth) with at least
+:data:`DEFAULT_WARMUP_MIN_ITERATIONS` iterations, and every iteration of the run's opening
+stretch that compiles (holds ``compile`` phase time: ``torch.compile`` compiles in the first
+steps), as long as one iteration is left after it. ``--iter-start`` replaces both rules.
 """
 
 from __future__ import annotations
@@ -26,9 +40,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
+from dlprof_lite.annotate.names import COMPILE, DOMAIN, ITERATION, PHASES
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import empty_frame
+from dlprof_lite.ingest.key_ranges import most_repeated, numbered_steps, root_model_calls
 
 # Variance is "high" when the standard deviation of iteration wall times is at least 10 % of
 # their mean — the threshold at which pyperf (psf/pyperf, pyperf/_cli.py ``format_checks``)
@@ -42,14 +57,15 @@ STEADY_MIN_ITERATIONS = 2
 # (CUDA context, cuDNN autotuning, allocator growth) is reported separately as warm-up.
 DEFAULT_WARMUP_MIN_ITERATIONS = 3
 
-SOURCES = ("annotation", "key-range", "most-repeated", "none")
+SOURCES = (
+    "key-range", "numbered-ranges", "annotation", "root-model-calls", "most-repeated", "none"
+)  # fmt: skip
+# Key rules that guess which range is the step: the summary warns and names --key-range.
+GUESSED = ("numbered-ranges", "root-model-calls", "most-repeated")
 OPTIMIZER = PHASES[3]  # the phase that closes a training step
-
-# Names that mark one op call, never a training step, so never a most-repeated key: PyProf/
-# DLProf payloads ("{'mod': ...}"), emit_nvtx op and backward-node ranges ("aten::addmm,
-# seq = 8", "autograd::engine::..."), our module ranges ("fwd:conv1:Conv2d").
-_OP_MARKER_RE = re.compile(
-    r"^\{|^(?:aten|autograd|torch|c10d)::|, (?:stashed )?seq ?=|, op_id ?=|^(?:fwd|bwd):"
+_GUESSES = (
+    ("root-model-calls", root_model_calls),
+    ("most-repeated", most_repeated),
 )
 
 
@@ -74,6 +90,8 @@ def find_iterations(
         return empty_frame("iterations"), None, "none"
     instances = _outermost(_busiest_thread(instances))
     table = _iteration_table(instances, iter_start, iter_stop)
+    if iter_start is None and iter_stop is None:
+        table["warmup"] = _compiling_start(table, ranges)
     return table, name, source
 
 
@@ -91,22 +109,25 @@ def _key_instances(
 ) -> tuple[pd.DataFrame, str | None, str]:
     closed = ranges[ranges["closed"].to_numpy(dtype=bool)]
     # A key range never closed (the program died in it) has no end, so no boundary.
-    names = closed["name"].astype("category")
     if key_range is not None:
         matched = _regex_names(ranges, key_range)
-        picked = closed[names.isin(matched).to_numpy()]
+        picked = closed[closed["name"].isin(matched).to_numpy()]
         shown = matched[0] if len(matched) == 1 else key_range
         return picked, shown, "key-range"
+    numbered, name = numbered_steps(ranges)
+    if name is not None:
+        return numbered, name, "numbered-ranges"
     in_domain = (closed["domain"] == DOMAIN).to_numpy()
+    names = closed["name"]
     ours = (names == ITERATION).to_numpy() & in_domain
     if ours.any():
         optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
         return _complete(closed[ours], optimizer), ITERATION, "annotation"
-    name = _most_repeated(closed)
-    if name is None:
-        return closed.iloc[:0], None, "none"
-    top = (closed["depth"] == 0).to_numpy() & (names == name).to_numpy()
-    return closed[top & (closed["style"] == "push_pop").to_numpy()], name, "most-repeated"
+    for source, rule in _GUESSES:
+        instances, name = rule(ranges)
+        if name is not None:
+            return instances, name, source
+    return closed.iloc[:0], None, "none"
 
 
 def _complete(steps: pd.DataFrame, optimizer: pd.DataFrame) -> pd.DataFrame:
@@ -150,25 +171,6 @@ def _regex_names(ranges: pd.DataFrame, key_range: str) -> list[str]:
 
 def _short(name: str, limit: int = 60) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
-
-
-def _most_repeated(closed: pd.DataFrame) -> str | None:
-    top = closed[(closed["depth"] == 0).to_numpy() & (closed["style"] == "push_pop").to_numpy()]
-    names = top["name"].astype("category")
-    # Each distinct name is tested once; op markers are dropped before counting.
-    marker = names.cat.categories.astype(str).str.contains(_OP_MARKER_RE)
-    keep = ~np.append(np.asarray(marker, dtype=bool), True)[names.cat.codes.to_numpy()]
-    top = top[keep].assign(name=names[keep].astype("object"))
-    default = top[(top["domain"].astype("object") == "").to_numpy()]
-    for candidates in (default, top):
-        # Repeats are counted per thread: one range on each of eight threads is no loop.
-        stats = candidates.groupby(["name", "pid", "tid"])["start_ns"].agg(["size", "min"])
-        stats = stats[stats["size"] >= 2]
-        if not stats.empty:
-            # Most instances first; among equals the name whose first instance starts first.
-            best = stats.sort_values(["size", "min"], ascending=[False, True], kind="stable")
-            return str(best.index[0][0])
-    return None
 
 
 def _busiest_thread(instances: pd.DataFrame) -> pd.DataFrame:
@@ -226,6 +228,36 @@ def _iteration_table(
             "in_window": in_window,
         }
     )
+
+
+def compiling(table: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
+    """Whether each iteration window ``(start, end]`` overlaps a ``compile`` phase range."""
+    mine = (ranges["name"] == COMPILE).to_numpy() & (ranges["domain"] == DOMAIN).to_numpy()
+    c0 = ranges.loc[mine, "start_ns"].to_numpy(dtype=np.int64)
+    c1 = ranges.loc[mine, "end_ns"].to_numpy(dtype=np.int64)
+    t0 = table["start_ns"].to_numpy(dtype=np.int64)
+    t1 = table["end_ns"].to_numpy(dtype=np.int64)
+    if not len(c0):
+        return np.zeros(len(t0), dtype=bool)
+    order = np.argsort(c0, kind="stable")
+    c0, c1 = c0[order], np.maximum.accumulate(c1[order])
+    # The compile range starting last before a window's end overlaps it when it ends after
+    # the window's start; with ends made cumulative, that one range answers for all earlier.
+    last = np.searchsorted(c0, t1, side="left") - 1
+    hit = last >= 0
+    hit[hit] = c1[last[hit]] > t0[hit]
+    return hit
+
+
+def _compiling_start(table: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
+    """Warm-up: the run's opening stretch of iterations that compile (torch.compile compiles
+    in the first steps) or are warm-up already, unless that is every iteration (then no
+    step would be left: compiling in every step is recompilation, reported as such)."""
+    warm = table["warmup"].to_numpy(dtype=bool)
+    stretch = compiling(table, ranges) | warm
+    if stretch.all():
+        return warm
+    return np.arange(len(stretch)) < int(np.argmin(stretch))
 
 
 def assign_iterations(

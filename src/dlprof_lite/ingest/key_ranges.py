@@ -1,0 +1,188 @@
+"""Which NVTX range marks one training step: the key-range rules after ``--key-range``.
+
+Place in the pipeline: used by :mod:`dlprof_lite.ingest.iterations`, which owns the order of
+the rules and turns the chosen instances into iterations. Each rule here takes the
+``ranges`` table and returns the closed instances of its key and the key's name (no rows
+and ``None`` when the rule does not apply; a range never closed has no end, so no boundary):
+
+- :func:`numbered_steps`: a script's own ranges named with a step word and a number
+  (``step 12``, ``iteration 3``, ``Step#12``, ``train_step_3``, ``batch 7``, ``Iter: 5``,
+  ``epoch 1 step 30``, torch.profiler's ``ProfilerStep#4``). Names that differ only by
+  their numbers are one key, shown with ``#`` for each number (``step #``). They count
+  only where the user put them around steps: top level on their thread, or directly under
+  a top-level range that is not itself numbered (``epoch 1`` > ``step 30``); and only when
+  at least :data:`MIN_REPEATS` distinct names repeat on one thread. An epoch range alone
+  (``epoch 3``) has no step word and is no step.
+- :func:`root_model_calls`: for scripts without optimizer steps (inference): our
+  ``forward`` phase ranges, else the calls of a root model, the ``fwd:`` module ranges with
+  no module range around them (``fwd:model:Net``), repeated on one thread.
+- :func:`most_repeated`: the top-level push/pop name that repeats most on one thread.
+
+Op markers (PyProf payloads, emit_nvtx op ranges, our module ranges) are never a step.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE, PHASES
+
+# A key must repeat on one thread at least this often: one instance is no loop.
+MIN_REPEATS = 2
+# Words that name a training step in a range name (compared lower-case, whole words;
+# camelCase and snake_case are split, so ``ProfilerStep`` and ``train_step`` count).
+STEP_WORDS = frozenset({"iter", "iteration", "step", "batch"})
+NUMBER = "#"  # what each number of a numbered name becomes in its key
+
+_WORD_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_DIGITS_RE = re.compile(r"\d+")
+# Names that mark one op call, never a training step: PyProf/DLProf payloads ("{'mod': ...}"),
+# emit_nvtx op and backward-node ranges ("aten::addmm, seq = 8", "autograd::engine::..."),
+# our module ranges ("fwd:conv1:Conv2d", "rec:...").
+OP_MARKER_RE = re.compile(
+    r"^\{|^(?:aten|autograd|torch|c10d)::|, (?:stashed )?seq ?=|, op_id ?=|^(?:fwd|bwd|rec):"
+)
+_FORWARD = PHASES[1]
+
+
+def step_key(name: str) -> str | None:
+    """``name`` with each number written ``#`` when it names a numbered step, else None."""
+    if not _DIGITS_RE.search(name) or OP_MARKER_RE.search(name):
+        return None
+    words = {w.lower() for w in _WORD_RE.findall(name)}
+    return _DIGITS_RE.sub(NUMBER, name) if words & STEP_WORDS else None
+
+
+def key_regex(names: pd.Series, key: str) -> str:
+    """A ``--key-range`` regex matching the names of numbered key ``key`` (from an example:
+    a ``#`` in the key may be a literal one, as in ``Step#12`` -> ``Step##``)."""
+    for name in pd.unique(names.astype("object")):
+        if isinstance(name, str) and step_key(name) == key:
+            parts = _DIGITS_RE.split(name)
+            return "^" + r"\d+".join(re.escape(p) for p in parts) + "$"
+    return "^" + re.escape(key) + "$"
+
+
+def _codes_where(names: pd.Series, test) -> tuple[np.ndarray, list[object]]:
+    """Per row, ``test`` of its name, computed once per distinct name (categories)."""
+    cats = names.astype("category")
+    values = [test(str(c)) for c in cats.cat.categories]
+    codes = cats.cat.codes.to_numpy()
+    lookup = np.array([*values, None], dtype=object)
+    return lookup[codes], values
+
+
+def _closed(ranges: pd.DataFrame) -> np.ndarray:
+    return ranges["closed"].to_numpy(dtype=bool)
+
+
+def numbered_steps(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Instances of the numbered step key with the most distinct names on one thread."""
+    keys, _ = _codes_where(ranges["name"], step_key)
+    numbered = pd.notna(keys) & (ranges["domain"] != DOMAIN).to_numpy()
+    if not numbered.any():
+        return ranges.iloc[:0], None
+    depth = ranges["depth"].to_numpy()
+    parent = pd.Index(ranges["range_id"]).get_indexer(ranges["parent_id"])
+    parent_ok = np.zeros(len(ranges), dtype=bool)
+    has = parent >= 0
+    # Directly under a top-level range that is not numbered itself (``epoch 1`` > ``step 3``).
+    parent_ok[has] = (depth[parent[has]] == 0) & ~numbered[parent[has]]
+    eligible = numbered & ((depth == 0) | ((depth == 1) & parent_ok)) & _closed(ranges)
+    rows = ranges[eligible].assign(_key=keys[eligible])
+    stats = rows.groupby(["_key", "pid", "tid"], sort=False).agg(
+        names=("name", "nunique"), first=("start_ns", "min")
+    )
+    stats = stats[stats["names"] >= MIN_REPEATS]
+    if stats.empty:
+        return ranges.iloc[:0], None
+    best = stats.sort_values(["names", "first"], ascending=[False, True], kind="stable")
+    key = str(best.index[0][0])
+    return rows[(rows["_key"] == key).to_numpy()].drop(columns="_key"), key
+
+
+def root_model_calls(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Our ``forward`` phase ranges, else the repeated calls of a root model (inference).
+
+    Only reached when the profile has no ``iteration`` ranges of ours, so every forward
+    phase is outside an iteration. A root call is a ``fwd:`` range of ours with no module
+    range (``fwd:``/``bwd:``/``rec:``) around it on its thread.
+    """
+    ours = (ranges["domain"] == DOMAIN).to_numpy() & _closed(ranges)
+    forward = ranges[ours & (ranges["name"] == _FORWARD).to_numpy()]
+    if _repeats(forward):
+        return forward, _FORWARD
+    direction, _ = _codes_where(ranges["name"], _direction)
+    module = (ranges["domain"] == DOMAIN).to_numpy() & pd.notna(direction)
+    roots = ours & module & (direction == "fwd") & ~_under(ranges, module)
+    calls = ranges[roots & (ranges["style"] == "push_pop").to_numpy()]
+    name = _best_name(calls)
+    if name is None:
+        return ranges.iloc[:0], None
+    return calls[(calls["name"] == name).to_numpy()], name
+
+
+def _direction(name: str) -> str | None:
+    m = MODULE_RANGE_RE.match(name)
+    return None if m is None else m.group("dir")
+
+
+def _under(ranges: pd.DataFrame, flag: np.ndarray) -> np.ndarray:
+    """Whether some ancestor of each range is flagged: one pass per nesting level."""
+    depth = ranges["depth"].to_numpy(dtype=np.int64)
+    under = np.zeros(len(ranges), dtype=bool)
+    if not len(ranges) or depth.max() == 0:
+        return under
+    parent = pd.Index(ranges["range_id"]).get_indexer(ranges["parent_id"])
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(depth.max() + 2))
+    for d in range(1, depth.max() + 1):
+        rows = order[bounds[d] : bounds[d + 1]]
+        rows = rows[parent[rows] >= 0]
+        up = parent[rows]
+        under[rows] = flag[up] | under[up]
+    return under
+
+
+def _repeats(instances: pd.DataFrame) -> bool:
+    if instances.empty:
+        return False
+    return bool(instances.groupby(["pid", "tid"]).size().max() >= MIN_REPEATS)
+
+
+def _best_name(candidates: pd.DataFrame) -> str | None:
+    """The name with most instances on one thread (at least :data:`MIN_REPEATS`); among
+    equals the one whose first instance starts first."""
+    if candidates.empty:
+        return None
+    frame = candidates.assign(name=candidates["name"].astype("object"))
+    stats = frame.groupby(["name", "pid", "tid"])["start_ns"].agg(["size", "min"])
+    stats = stats[stats["size"] >= MIN_REPEATS]
+    if stats.empty:
+        return None
+    best = stats.sort_values(["size", "min"], ascending=[False, True], kind="stable")
+    return str(best.index[0][0])
+
+
+def most_repeated(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Top-level push/pop instances of the name that repeats most on one thread.
+
+    Names in the default NVTX domain are preferred: libraries such as cuBLAS or NCCL push
+    their own repeated ranges in their own domains. Op markers never count.
+    """
+    top = ranges[
+        _closed(ranges)
+        & (ranges["depth"] == 0).to_numpy()
+        & (ranges["style"] == "push_pop").to_numpy()
+    ]
+    marker, _ = _codes_where(top["name"], lambda n: bool(OP_MARKER_RE.search(n)))
+    top = top[~marker.astype(bool)]
+    default = top[(top["domain"].astype("object") == "").to_numpy()]
+    for candidates in (default, top):
+        name = _best_name(candidates)
+        if name is not None:
+            return top[(top["name"] == name).to_numpy()], name
+    return ranges.iloc[:0], None
