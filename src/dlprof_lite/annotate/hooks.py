@@ -134,8 +134,9 @@ def _optimizer_hooks(torch: Any, optim: Any, tracker: PhaseTracker) -> list[Any]
         tracker.on_optimizer_start(optimizer)
         if kwargs.get("closure") is not None:
             return args, {**kwargs, "closure": _handing_back(kwargs["closure"], tracker)}
-        if args and callable(args[0]):
-            return (_handing_back(args[0], tracker), *args[1:]), kwargs
+        # ``args`` holds the optimizer itself first, then what the script passed.
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], _handing_back(args[1], tracker), *args[2:]), kwargs
         return None
 
     def post(optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -89,6 +89,7 @@ class PhaseTracker:
         self._backward_seen = False
         self._model: int | None = None  # id of the model inference iterations follow
         self._params: dict[int, bool] = {}
+        self._generated_types: dict[type, bool] = {}
         self._infer_root: int | None = None
         self._training_sources: set[int] = set()
         self._fed: set[int] = set()  # sources fetched since the last step
@@ -191,6 +192,8 @@ class PhaseTracker:
     def on_root_forward(self, module: Any, grad: bool, training: bool = True) -> None:
         """A root module's forward starts outside backward (``grad``: grad mode is on)."""
         self._probe()
+        if self._phase == COMPILE or self._generated(module):
+            return
         with self._lock:
             if (not grad or not training) and self._inference_call(module):
                 self._inference_forward(module)
@@ -206,6 +209,15 @@ class PhaseTracker:
                 if self._kind == TRAIN and self._stepped:
                     self._end_iteration()
                 self._fed.clear()
+
+    def _generated(self, module: Any) -> bool:
+        """An ``fx`` graph module: code a compiler generated (``aot_eager`` runs one with
+        grad off inside each compiled call), not the script's model."""
+        cls = type(module)
+        generated = self._generated_types.get(cls)
+        if generated is None:
+            generated = self._generated_types[cls] = cls.__module__.startswith("torch.fx")
+        return generated
 
     def on_root_forward_end(self, module: Any) -> None:
         """A root module's forward returned (or raised): ends an inference iteration."""
