@@ -13,7 +13,6 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
@@ -58,12 +57,46 @@ def _header_lines(s: dict[str, object]) -> list[str]:
             f" median {_t(s['iterations_median_ns'])}, p90 {_t(s['iterations_p90_ns'])},"
             f" cv {_pct(s['iterations_cv'])}{steady}"
         )
-        phases = " · ".join(f"{p} {_t(s[f'step_{p}_ns'])}" for p in (*PHASE_COLUMNS, "idle"))
-        lines.append(f"step (mean, GPU): {phases}")
-        host = [(p, s.get(f"step_{p}_wall_ns")) for p in PHASES]
-        if any(v for _, v in host):
-            lines.append("step (mean, host): " + " · ".join(f"{p} {_t(v)}" for p, v in host))
+        lines += _step_lines(s)
     return lines
+
+
+_KEY_RULES = {
+    "key-range": "--key-range",
+    "numbered-ranges": "the script's numbered ranges, a guess",
+    "annotation": "dlprof-lite's iteration ranges",
+    "root-model-calls": "root model calls, a guess",
+    "most-repeated": "the most-repeated range, a guess",
+}
+
+
+def _step_lines(s: dict[str, object]) -> list[str]:
+    """Which rule found the steps, then the mean step on the GPU and on the host.
+
+    A phase the step does not hold (no data phase in the script, none at all without the
+    annotation) is left out rather than printed as ``0 ns``; ``other`` is the step time no
+    phase covers. Each line adds up to the step (GPU: x devices).
+    """
+    source = str(s.get("key_range_source") or "")
+    lines = []
+    if source in _KEY_RULES and s.get("key_range"):
+        lines.append(f"steps: instances of {s['key_range']!r} ({_KEY_RULES[source]})")
+    gpu = [(p, s.get(f"step_{p}_ns")) for p in PHASE_COLUMNS]
+    host = [(p, s.get(f"step_{p}_wall_ns")) for p in PHASE_COLUMNS]
+    has_host = any(v for p, v in host if p != "other")
+    shown = [(p, v) for p, v in gpu if _nonzero(v) or _nonzero(dict(host).get(p))]
+    shown.append(("idle", s.get("step_idle_ns")))
+    lines.append("step (mean, GPU): " + " · ".join(f"{p} {_t(v)}" for p, v in shown))
+    if has_host:
+        held = [(p, v) for p, v in host if _nonzero(v)]
+        lines.append("step (mean, host): " + " · ".join(f"{p} {_t(v)}" for p, v in held))
+    return lines
+
+
+def _nonzero(value: object) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value)) and (
+        float(str(value)) != 0.0
+    )
 
 
 def _table(

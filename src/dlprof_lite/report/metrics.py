@@ -93,7 +93,12 @@ LAYER_REPORT = _cols(
     ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's kernels"),
 )
 
-PHASE_COLUMNS = ("data", "forward", "backward", "optimizer", "other")
+# GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
+PHASE_COLUMNS = (*PHASES, "other")
+# Who owns GPU time that ops of several phases share (report/steps.py): compute first, so a
+# copy hidden under the forward's kernels is forward time and data time is the GPU waiting.
+GPU_PRIORITY = ("forward", "backward", "optimizer", "compile", "data", "other")
+_SHARED = "time where phases overlap goes to the first of " + ", ".join(GPU_PRIORITY)
 
 ITERATION_REPORT = _cols(
     ("iteration", "", "0-based iteration index in the whole profile"),
@@ -109,7 +114,7 @@ ITERATION_REPORT = _cols(
     ("host_gap_ns", "ns", "GPU idle time the CPU caused, ops assigned to the iteration"),
     ("launch_overhead_pct", "%", "host_gap_ns / (wall_ns x devices) x 100"),
     *(
-        (f"phase_{p}_ns", "ns", f"device time in [start, end) running {p}-phase GPU ops")
+        (f"phase_{p}_ns", "ns", f"device time in [start, end) running {p}-phase GPU ops; {_SHARED}")
         for p in PHASE_COLUMNS
     ),
     ("phase_idle_ns", "ns", "device time in [start, end) with no GPU op: wall x devices - busy"),
@@ -121,6 +126,7 @@ ITERATION_REPORT = _cols(
         (f"{p}_wall_ns", "ns", f"host time in [start, end) inside '{p}' phase ranges (union)")
         for p in PHASES
     ),
+    ("other_wall_ns", "ns", "host time in [start, end) outside every phase range"),
 )
 
 ADVICE_REPORT = _cols(
@@ -179,6 +185,7 @@ SUMMARY_REPORT = _cols(
         (f"step_{p}_wall_ns", "ns", f"mean per analysed step of host time in '{p}' ranges")
         for p in PHASES
     ),
+    ("step_other_wall_ns", "ns", "mean per analysed step of host time outside phase ranges"),
     ("step_data_wall_pct", "%", "step_data_wall_ns / mean step wall time x 100"),
     *(
         (f"step_{p}_host_gap_ns", "ns", f"mean per analysed step of host-bound gaps, {p} phase")
@@ -208,7 +215,12 @@ SUMMARY_REPORT = _cols(
     ("sync_api_ns", "ns", "total duration of those calls"),
     ("sync_api_pct", "%", "their time inside analysed steps / step wall time x 100"),
     ("key_range", "", "NVTX range whose instances delimit iterations"),
-    ("key_range_source", "", "how the key range was chosen"),
+    (
+        "key_range_source",
+        "",
+        "rule that chose the key range: key-range, numbered-ranges, annotation, "
+        "root-model-calls, most-repeated or none",
+    ),
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),
 )

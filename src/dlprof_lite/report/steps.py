@@ -4,6 +4,13 @@ Windows are the iterations the ingest stage found (DLProf's key-node rule). Time
 columns (busy, per-phase, idle, data) measure what happened *inside* each window on the
 clock, so GPU work spilling past a step's end counts in the next window; count-based
 columns (kernels, kernel time, host gaps) use the ops' ``iteration`` assignment.
+
+Both breakdowns add up to the step. On the GPU, each instant a device is busy counts once,
+for one phase: where ops of several phases overlap (a data copy on a side stream under the
+forward's kernels) it goes to the first of :data:`GPU_PRIORITY`, so the phase columns plus
+``phase_idle_ns`` are ``wall_ns x devices``. On the host, ``other_wall_ns`` is the step's
+time that no phase range covers (logging, checkpoints, a script without phase ranges), so
+it is never reported as data loading.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dlprof_lite.annotate.names import DOMAIN, PHASES
 from dlprof_lite.ingest.iterations import iteration_stats
 from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
-from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.metrics import GPU_PRIORITY, PHASE_COLUMNS
 
 _OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns", "phase"]
 
@@ -40,11 +47,12 @@ def iterations_table(
     t1 = out["end_ns"].to_numpy(dtype="int64")
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
     out["gpu_busy_ns"] = busy_in_windows(ops, t0, t1)
-    for p in PHASE_COLUMNS:
-        out[f"phase_{p}_ns"] = busy_in_windows(_phase_ops(ops, p), t0, t1)
+    for p, ns in _gpu_phases(ops, t0, t1).items():
+        out[f"phase_{p}_ns"] = ns
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
     for p in PHASES:
-        out[f"{p}_wall_ns"] = _phase_wall(ranges, p, t0, t1)
+        out[f"{p}_wall_ns"] = _phase_wall(ranges, (p,), t0, t1)
+    out["other_wall_ns"] = out["wall_ns"] - _phase_wall(ranges, PHASES, t0, t1)
     out = out.join(_kernel_sums(kernels), on="iteration")
     gaps = ops.groupby("iteration", dropna=True)["host_gap_ns"].sum()
     out["host_gap_ns"] = out["iteration"].map(gaps)
@@ -57,11 +65,21 @@ def iterations_table(
     return ordered(out, "iterations")
 
 
-def _phase_ops(ops: pd.DataFrame, phase: str) -> pd.DataFrame:
-    """The stacked GPU ops of one phase (``other`` also takes ops without a known phase)."""
-    values = ops["phase"]
-    mask = values == phase if phase in PHASES else ~values.isin(PHASES)
-    return ops[mask.to_numpy(dtype=bool)]
+def _gpu_phases(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray]:
+    """Busy device time per window and phase, each instant once (:data:`GPU_PRIORITY`):
+    a phase gets what the union of its ops adds to the union of the phases before it."""
+    values = ops["phase"].astype(object)
+    known = values.isin(PHASES).to_numpy(dtype=bool)
+    taken = np.zeros(len(ops), dtype=bool)
+    before = np.zeros(len(t0), dtype=np.int64)
+    out: dict[str, np.ndarray] = {}
+    for p in GPU_PRIORITY:
+        # ``other`` also takes ops without a known phase.
+        taken |= (values == p).to_numpy(dtype=bool) if p in PHASES else ~known
+        now = busy_in_windows(ops[taken], t0, t1)
+        out[p] = now - before
+        before = now
+    return out
 
 
 def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -89,9 +107,11 @@ def _phase_gaps(ops: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _phase_wall(ranges: pd.DataFrame, phase: str, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """Host time inside one phase's annotation ranges per window (union over threads)."""
-    mine = (ranges["name"] == phase).to_numpy(dtype=bool) & (
+def _phase_wall(
+    ranges: pd.DataFrame, phases: tuple[str, ...], t0: np.ndarray, t1: np.ndarray
+) -> np.ndarray:
+    """Host time inside these phases' annotation ranges per window (union over threads)."""
+    mine = ranges["name"].isin(phases).to_numpy(dtype=bool) & (
         ranges["domain"] == DOMAIN
     ).to_numpy(dtype=bool)
     segments = merge(ranges.loc[mine, "start_ns"].to_numpy(), ranges.loc[mine, "end_ns"].to_numpy())
@@ -135,7 +155,7 @@ def step_breakdown(table: pd.DataFrame, devices: int) -> dict[str, object]:
     cols = {
         **{f"step_{p}_ns": f"phase_{p}_ns" for p in PHASE_COLUMNS},
         "step_idle_ns": "phase_idle_ns",
-        **{f"step_{p}_wall_ns": f"{p}_wall_ns" for p in PHASES},
+        **{f"step_{p}_wall_ns": f"{p}_wall_ns" for p in PHASE_COLUMNS},
         **{f"step_{p}_host_gap_ns": f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS},
     }
     pcts = {f"step_{p}_host_gap_pct": f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS}

@@ -13,9 +13,13 @@ memset; overlapping streams counted once) divided by the session wall time; the 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.ingest.iterations import GUESSED
+from dlprof_lite.ingest.key_ranges import key_regex
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.facts import (
     fp32_gemm_facts,
@@ -167,6 +171,53 @@ def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
         out.append("the profile holds no NVTX ranges: no per-layer or per-range times")
     if iterations.empty:
         out.append("no iterations found: step statistics cover the whole session")
+    return [*out, *_key_warnings(profile), *_compile_warnings(iterations)]
+
+
+_RULES = {
+    "numbered-ranges": "the script's own numbered ranges",
+    "root-model-calls": "the calls of the root model (no optimizer steps: inference?)",
+    "most-repeated": "the top-level range that repeats most",
+}
+
+
+def _key_warnings(profile: Profile) -> list[str]:
+    """A guessed key range (iterations.GUESSED) says so, and how to choose another."""
+    meta = profile.meta
+    if meta.key_range_source not in GUESSED or meta.key_range is None:
+        return []
+    if meta.key_range_source == "numbered-ranges":
+        regex = key_regex(profile.ranges["name"], meta.key_range)
+    else:
+        regex = "^" + re.escape(meta.key_range) + "$"
+    return [
+        f"iterations are the instances of {meta.key_range!r}, a guess "
+        f"({_RULES[meta.key_range_source]}): pass --key-range REGEX to choose the step range, "
+        f"e.g. --key-range '{regex}'"
+    ]
+
+
+def _compile_warnings(iterations: pd.DataFrame) -> list[str]:
+    """Compiling iterations counted as warm-up (ingest/iterations.py) are named."""
+    if iterations.empty or "compile_wall_ns" not in iterations:
+        return []
+    warm = iterations["warmup"].to_numpy(dtype=bool)
+    compiles = iterations["compile_wall_ns"].to_numpy(dtype="int64") > 0
+    out = []
+    if (warm & compiles).any():
+        which = iterations["iteration"][warm & compiles].tolist()
+        shown = ", ".join(str(i) for i in which[:10]) + (", ..." if len(which) > 10 else "")
+        out.append(
+            f"iteration{'s' if len(which) > 1 else ''} {shown} compile (torch.compile): "
+            "warm-up, left out of the step statistics (--iter-start/--iter-stop choose "
+            "another window)"
+        )
+    steady = ~warm & compiles & iterations["in_window"].to_numpy(dtype=bool)
+    if steady.any():
+        out.append(
+            f"{int(steady.sum())} analysed iteration(s) compile (recompilation: changing "
+            "shapes or guards?): their compile time is in the step statistics (step_compile_*)"
+        )
     return out
 
 
