@@ -31,6 +31,7 @@ from dlprof_lite.launch.launchers import (
     check_unsupported,
     split_torchrun,
 )
+from dlprof_lite.launch.nsys import reason_line
 from dlprof_lite.launch.run import program_command
 from dlprof_lite.launch.supervise import Tee, nsys_notices
 
@@ -82,7 +83,7 @@ def test_torchrun_commands_start_workers_through_the_bootstrap(tmp_path: Path) -
                         "1"]  # fmt: skip
     argv, _ = program_command(TORCHRUN_FORMS[4][0], annotate="modules", depth=None,
                               status_file=status)  # fmt: skip
-    assert argv[3:] == ["--no-python", "python3", "-m", BOOTSTRAP, *BOOT, SCRIPT]
+    assert argv[3:] == ["--no-python", sys.executable, "-m", BOOTSTRAP, *BOOT, SCRIPT]
     argv, _ = program_command(TORCHRUN_FORMS[5][0], annotate="modules", depth=None,
                               status_file=status)  # fmt: skip
     assert argv[6] == bootstrap.__file__ and argv[7:] == [*BOOT, SCRIPT, "a"]
@@ -180,6 +181,14 @@ def test_mixed_stream_keeps_the_programs_lines_and_holds_nsys_lines_back() -> No
     # With the program writing to our streams itself, every byte in the pipe is nsys's.
     program, nsys, tail = drain(NSYS_OUTPUT.encode(), mixed=False)
     assert program == "" and nsys == tail == NSYS_OUTPUT
+
+
+def test_nsys_failures_are_named_by_their_reason() -> None:
+    usage = ("Illegal --trace argument 'bogus'\nPossible --trace values are one or more of "
+             "'cuda', 'nvtx'\n\nusage: nsys profile [<args>] [application]\n"
+             "Try 'nsys profile --help' for more information.\n")  # fmt: skip
+    assert reason_line(usage) == "Illegal --trace argument 'bogus'"
+    assert reason_line("Generating '/t/x.qdstrm'\n[1/1] [==50%  ] x\nStopped.\n") == "Stopped."
 
 
 def test_nsys_warnings_are_kept() -> None:
@@ -286,3 +295,46 @@ def test_program_output_is_unchanged_and_nsys_speaks_only_with_debug(
     done = torch_cli("-o", str(tmp_path / "b"), "--debug", *args, cwd=tmp_path)
     assert "to stdout" in done.stdout and "Generating '" not in done.stdout
     assert "Generating '" in done.stderr and "Generated:" in done.stderr
+
+
+@pytest.mark.nsys
+def test_program_on_a_terminal_sees_a_terminal(nsys: str, tmp_path: Path) -> None:
+    """Progress bars (tqdm, rich) draw only on a terminal: the program must still see one."""
+    import pty
+
+    script = tmp_path / "prints.py"
+    script.write_text(PRINTS, encoding="utf-8")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlprof_lite", "--nsys", nsys, "--annotate", "none", "--quiet",
+         "-o", str(tmp_path / "t"), str(script)],
+        stdout=follower, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(leader)
+    shown = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0 and "tty True" in shown and "to stdout" in shown
+
+
+@pytest.mark.nsys
+def test_nsys_failure_is_one_line_with_nsys_reason(nsys: str, tmp_path: Path) -> None:
+    script = tmp_path / "prints.py"
+    script.write_text(PRINTS, encoding="utf-8")
+    done = torch_cli("--nsys", nsys, "--nsys-args=--trace=bogus", "-o", str(tmp_path / "x"),
+                     str(script), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "dlprof-lite: error: nsys profile wrote no report (exit code 1): "
+        "Illegal --trace argument 'bogus'"
+    ]
+    assert not (tmp_path / "x").exists()

@@ -147,8 +147,9 @@ def torchrun_command(parts: TorchrunParts, boot: list[str]) -> tuple[list[str], 
                 f"torchrun --no-python runs {program[0]}, not Python: its workers run "
                 "without annotation ranges"
             ]
-        return [*launcher, *parts.options, program[0], "-m", BOOTSTRAP, *boot,
-                *program[1:]], []  # fmt: skip
+        # A bare python means this interpreter, as for dlprof-lite python train.py.
+        python = program[0] if os.sep in program[0] else sys.executable
+        return [*launcher, *parts.options, python, "-m", BOOTSTRAP, *boot, *program[1:]], []
     if not parts.module:
         _check_script(program[0])
     if parts.run_path:

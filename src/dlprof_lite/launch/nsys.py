@@ -166,6 +166,21 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+_REASON = re.compile(r"(?i)illegal|invalid|unrecogni[sz]ed|error|failed|no such|not found|"
+                     r"cannot|unable|not supported")
+_BOILERPLATE = re.compile(r"^(usage: nsys|Try 'nsys)")
+
+
+def reason_line(text: str) -> str:
+    """The line of nsys output that says why it failed: the first error-like line (nsys
+    ends a usage error with its usage lines), else the last meaningful one."""
+    lines = [line.strip() for line in re.split(r"[\r\n]+", text)]
+    lines = [line for line in lines if line and not re.search(r"\[=*\d+%", line)
+             and not _BOILERPLATE.match(line)]  # fmt: skip
+    found = next((line for line in lines if _REASON.search(line)), None)
+    return found or (lines[-1] if lines else "(no output)")
+
+
 def export_sqlite(
     report_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],

@@ -45,8 +45,8 @@ from dlprof_lite.launch.nsys import (
     export_sqlite,
     find_nsys,
     import_qdstrm,
-    last_line,
     profile_args,
+    reason_line,
     split_nsys_args,
 )
 from dlprof_lite.launch.supervise import (
@@ -265,7 +265,7 @@ def _find_report(base: Path, outcome: Outcome, tool: Nsys) -> Path:
             return import_qdstrm(stream, tool, output=base.with_name(base.name + ".nsys-rep"))
     raise NsysError(
         f"nsys profile wrote no report (exit code {outcome.returncode}): "
-        f"{last_line(outcome.nsys_output)}"
+        f"{reason_line(outcome.nsys_output)}"
     )
 
 
