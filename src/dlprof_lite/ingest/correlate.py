@@ -172,7 +172,7 @@ def range_gpu_totals(
     # columns of _INCLUSIVE: gpu_ns, kernels, memops, memop_ns, tc_gpu_ns
     k_val = np.column_stack([k_dur, k_0 + 1, k_0, k_0, np.where(tc, k_dur, 0)])
     m_val = np.column_stack([m_0, m_0, m_0 + 1, m_dur, m_0])
-    sums = np.zeros((n, len(_INCLUSIVE)), dtype=np.int64)
+    sums = np.zeros((len(_INCLUSIVE), n), dtype=np.int64)  # one contiguous row per column
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     ops = ((kernels, k_val, k_pp, kq), (memops, m_val, m_pp, mq))
@@ -187,7 +187,7 @@ def range_gpu_totals(
     inner = _innermost(k_pp, k_se)
     own = inner >= 0
     busy = last >= first  # any GPU work at all
-    total = dict(zip(_INCLUSIVE, np.ascontiguousarray(sums.T), strict=True))
+    total = dict(zip(_INCLUSIVE, sums, strict=True))
     return pd.DataFrame(
         {
             "range_id": table.ids,
@@ -218,8 +218,9 @@ def _add_ops(
     op: np.ndarray,
 ) -> None:
     """Add ops (rows ``op`` of ``ops``, ``values`` per op) to the ranges at ``pos``."""
-    for j in range(sums.shape[1]):  # 1-D exact int64 sums: the fast path of ufunc.at
-        sums[:, j] += _sum_by(pos, values[:, j], len(sums))
+    for j, column in enumerate(sums):  # 1-D exact int64 sums: the fast path of ufunc.at
+        if values[:, j].any():  # a kernel adds no memop columns, a memop no kernel ones
+            column += _sum_by(pos, values[:, j], column.size)
     np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype=np.int64)[op])
     np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype=np.int64)[op])
 

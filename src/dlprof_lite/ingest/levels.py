@@ -52,12 +52,17 @@ def accumulate_up(
     low: np.ndarray,
     high: np.ndarray,
 ) -> None:
-    """In place: every row's ``sums`` (rows x k), ``low`` (min) and ``high`` (max) also
-    cover all of its descendants. Deepest level first, so a child is complete before it
-    is added to its parent."""
+    """In place: every row's ``sums`` (quantities x rows), ``low`` (min) and ``high``
+    (max) also cover all of its descendants.
+
+    Deepest level first, so a child is complete before it is added to its parent. One
+    1-D ``ufunc.at`` per quantity: numpy's fast path (a 2-D ``add.at`` is several times
+    slower on large levels).
+    """
     for rows in reversed(levels[1:]):
         up = parent[rows]
-        np.add.at(sums, up, sums[rows])
+        for column in sums:
+            np.add.at(column, up, column[rows])
         np.minimum.at(low, up, low[rows])
         np.maximum.at(high, up, high[rows])
 
