@@ -159,3 +159,21 @@ def test_compiling_steps_are_warm_up_and_said_so() -> None:
     # Given as analysed (an explicit window), the compile time is named as recompilation.
     s = build_report(profile).summary
     assert any("1 analysed iteration(s) compile" in w for w in s["warnings"]), s["warnings"]
+
+
+def test_compile_inside_an_unended_phase_is_still_compile() -> None:
+    # Step [0, 1000]: data 0-400 holding compile 100-300 (not tiled), forward 400-900 on
+    # another thread overlapping data 350-400. Host: compile 200, forward 550 (it wins the
+    # overlap over data), data 400 - 200 - 50 = 150, other 900-1000 = 100.
+    profile = make_profile(
+        ranges=[
+            R("iteration", 0, 1000, [phase("data", 0, 400), phase("compile", 100, 300)],
+              style=SE),
+            R("forward", 350, 900, style=SE, tid=11),
+        ],
+        iterations=[(0, 1000, False, True)],
+    )  # fmt: skip
+    it = build_report(profile).iterations.iloc[0]
+    assert (it["compile_wall_ns"], it["forward_wall_ns"], it["data_wall_ns"]) == (200, 550, 150)
+    assert it["other_wall_ns"] == 100
+    assert sum(int(it[f"{p}_wall_ns"]) for p in PHASE_COLUMNS) == 1000

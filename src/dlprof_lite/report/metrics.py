@@ -98,6 +98,8 @@ PHASE_COLUMNS = (*PHASES, "other")
 # Who owns GPU time that ops of several phases share (report/steps.py): compute first, so a
 # copy hidden under the forward's kernels is forward time and data time is the GPU waiting.
 GPU_PRIORITY = ("forward", "backward", "optimizer", "compile", "data", "other")
+# Host time in overlapping phase ranges: compilation first (it interrupts a phase), data last.
+HOST_PRIORITY = ("compile", "forward", "backward", "optimizer", "data")
 _SHARED = "time where phases overlap goes to the first of " + ", ".join(GPU_PRIORITY)
 
 ITERATION_REPORT = _cols(
@@ -123,7 +125,8 @@ ITERATION_REPORT = _cols(
         for p in PHASE_COLUMNS
     ),
     *(
-        (f"{p}_wall_ns", "ns", f"host time in [start, end) inside '{p}' phase ranges (union)")
+        (f"{p}_wall_ns", "ns", f"host time in [start, end) inside '{p}' phase ranges (union; "
+         "overlaps go to the first of " + ", ".join(HOST_PRIORITY) + ")")
         for p in PHASES
     ),
     ("other_wall_ns", "ns", "host time in [start, end) outside every phase range"),

@@ -8,9 +8,12 @@ columns (kernels, kernel time, host gaps) use the ops' ``iteration`` assignment.
 Both breakdowns add up to the step. On the GPU, each instant a device is busy counts once,
 for one phase: where ops of several phases overlap (a data copy on a side stream under the
 forward's kernels) it goes to the first of :data:`GPU_PRIORITY`, so the phase columns plus
-``phase_idle_ns`` are ``wall_ns x devices``. On the host, ``other_wall_ns`` is the step's
-time that no phase range covers (logging, checkpoints, a script without phase ranges), so
-it is never reported as data loading.
+``phase_idle_ns`` are ``wall_ns x devices``. On the host, the phases tile their iteration;
+where ranges overlap anyway (compilation inside a phase that was not ended, ranges of
+several threads) the time goes to the first of :data:`HOST_PRIORITY`, so compile time is
+never data loading; ``other_wall_ns`` is the step's time that no phase range covers
+(logging, checkpoints, a script without phase ranges), never reported as data loading.
+The phase columns plus ``other_wall_ns`` are ``wall_ns``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dlprof_lite.annotate.names import DOMAIN, PHASES
 from dlprof_lite.ingest.iterations import iteration_stats
 from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
-from dlprof_lite.report.metrics import GPU_PRIORITY, PHASE_COLUMNS
+from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 
 _OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns", "phase"]
 
@@ -50,9 +53,12 @@ def iterations_table(
     for p, ns in _gpu_phases(ops, t0, t1).items():
         out[f"phase_{p}_ns"] = ns
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
-    for p in PHASES:
-        out[f"{p}_wall_ns"] = _phase_wall(ranges, (p,), t0, t1)
-    out["other_wall_ns"] = out["wall_ns"] - _phase_wall(ranges, PHASES, t0, t1)
+    covered = np.zeros(len(out), dtype=np.int64)
+    for p in HOST_PRIORITY:
+        now = _phase_wall(ranges, HOST_PRIORITY[: HOST_PRIORITY.index(p) + 1], t0, t1)
+        out[f"{p}_wall_ns"] = now - covered
+        covered = now
+    out["other_wall_ns"] = out["wall_ns"] - covered
     out = out.join(_kernel_sums(kernels), on="iteration")
     gaps = ops.groupby("iteration", dropna=True)["host_gap_ns"].sum()
     out["host_gap_ns"] = out["iteration"].map(gaps)
