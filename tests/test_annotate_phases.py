@@ -296,6 +296,30 @@ def test_inference_iterations(annotate, recorder: Recorder, mode: str, loader: b
     assert all(f.end + 1 == it.end for f, it in zip(forward_calls, iterations, strict=True))
 
 
+def test_frozen_teacher_and_ema_forwards(annotate, recorder: Recorder) -> None:
+    """two_models.py: a no-grad teacher before the student, an EMA model after the step.
+
+    Before any step the teacher's first call looks like inference (one iteration with no
+    optimizer phase, which the analysis drops once the profile has steps); after that the
+    teacher is part of the step when a batch opened it, and outside iterations otherwise.
+    """
+    teacher, student = nn.Linear(4, 3).eval(), nn.Linear(4, 3)
+    ema = nn.Linear(4, 3)
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    for (x,) in DataLoader(TensorDataset(torch.randn(8, 4)), 2):
+        with torch.no_grad():
+            target = teacher(x).softmax(-1)
+        F.kl_div(student(x).log_softmax(-1), target, reduction="batchmean").backward()
+        opt.step()
+        with torch.no_grad():
+            ema(x)
+    annotate.close()
+    names = tiled(recorder.ranges, 5)
+    assert names[0] == ["forward"]
+    assert names[1:] == [["forward", "backward", "optimizer"]] + [
+        ["data", "forward", "backward", "optimizer"]] * 3  # fmt: skip
+
+
 def test_dataloader_fact_once_per_loader_that_fed_a_data_phase(annotate, recorder) -> None:
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -2,8 +2,11 @@
 
 :func:`install` is the zero-code-change path the bootstrap uses. It registers torch's global
 hooks: module forward pre/post hooks (module ranges, root forwards), optimizer step pre/post
-hooks (the optimizer phase, the end of an iteration), and it wraps one method, the
-DataLoader iterator's ``__next__`` (the data phase).
+hooks (the optimizer phase, the end of a training step; a closure passed to ``step`` is
+wrapped for that call so that its forward and backward are booked as such), Dynamo's compile
+start/end callbacks (the compile phase; registered once the script has imported Dynamo), and
+it wraps one method, the DataLoader iterator's ``__next__`` (the data phase, and one
+``dataloader`` fact per loader that fed a data phase).
 
 That wrapper is the one place a torch attribute is replaced. torch has no hook for "a batch
 is being fetched"; the iterator base class ``_BaseDataLoaderIter`` defines ``__next__`` once
@@ -110,6 +113,8 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         *_optimizer_hooks(torch, optim, tracker),
     ]
     undo: list[Callable[[], Any]] = [handle.remove for handle in handles]
+    ranges.compiled.start()  # model.compile(): wraps the instance's compiled call
+    undo.append(ranges.remove)
     undo.append(_wrap_dataloader_next(torch, tracker))
     undo.append(_watch_compilation(tracker))
     _installed = Annotation(undo, tracker)
@@ -175,6 +180,8 @@ def _watch_compilation(tracker: PhaseTracker) -> Callable[[], None]:
         tracker.on_compile_end()
 
     def probe() -> bool:
+        if registered:  # two threads may probe at once
+            return True
         module = sys.modules.get("torch._dynamo.callback")
         if module is None:
             return False
