@@ -350,7 +350,7 @@ def test_activation_checkpointing_keeps_nesting(recorder: Recorder, reentrant: b
     block_bwd = [r for r in ranges if r.name == "bwd:block:Sequential"]
     assert len(block_bwd) == 2
     backward = [r for r in ranges if r.name == "backward"]
-    recomputed = [r for r in ranges if r.name == "fwd:block.0:Linear"
+    recomputed = [r for r in ranges if r.name == "rec:block.0:Linear"
                   and any(inside(r, b) for b in backward)]  # fmt: skip
     assert len(recomputed) == 2
     for item in recomputed:
