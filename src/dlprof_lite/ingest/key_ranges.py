@@ -24,6 +24,7 @@ Op markers (PyProf payloads, emit_nvtx op ranges, our module ranges) are never a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -39,12 +40,14 @@ NUMBER = "#"  # what each number of a numbered name becomes in its key
 
 _WORD_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _DIGITS_RE = re.compile(r"\d+")
+_MAYBE_STEP_RE = re.compile(r"(?is)(?:iter|step|batch).*\d|\d.*(?:iter|step|batch)")
 # Names that mark one op call, never a training step: PyProf/DLProf payloads ("{'mod': ...}"),
 # emit_nvtx op and backward-node ranges ("aten::addmm, seq = 8", "autograd::engine::..."),
 # our module ranges ("fwd:conv1:Conv2d", "rec:...").
 OP_MARKER_RE = re.compile(
     r"^\{|^(?:aten|autograd|torch|c10d)::|, (?:stashed )?seq ?=|, op_id ?=|^(?:fwd|bwd|rec):"
 )
+_MODULE_PREFIX_RE = re.compile(r"^(?:fwd|bwd|rec):")
 _FORWARD = PHASES[1]
 
 
@@ -66,13 +69,19 @@ def key_regex(names: pd.Series, key: str) -> str:
     return "^" + re.escape(key) + "$"
 
 
-def _codes_where(names: pd.Series, test) -> tuple[np.ndarray, list[object]]:
-    """Per row, ``test`` of its name, computed once per distinct name (categories)."""
+def _per_name(names: pd.Series, test: Callable[[str], object], maybe: re.Pattern) -> np.ndarray:
+    """Per row, ``test`` of its name (None where the name does not match ``maybe``).
+
+    Computed once per distinct name, and only for names that ``maybe`` (one vectorised
+    search over the distinct names) lets through: a profile of a million op ranges with
+    distinct names costs one pass, not a million Python calls.
+    """
     cats = names.astype("category")
-    values = [test(str(c)) for c in cats.cat.categories]
-    codes = cats.cat.codes.to_numpy()
-    lookup = np.array([*values, None], dtype=object)
-    return lookup[codes], values
+    distinct = cats.cat.categories.astype(str)
+    values = np.full(len(distinct) + 1, None, dtype=object)  # the last one for missing names
+    for i in np.flatnonzero(np.asarray(distinct.str.contains(maybe), dtype=bool)):
+        values[i] = test(distinct[i])
+    return values[cats.cat.codes.to_numpy()]
 
 
 def _closed(ranges: pd.DataFrame) -> np.ndarray:
@@ -81,7 +90,7 @@ def _closed(ranges: pd.DataFrame) -> np.ndarray:
 
 def numbered_steps(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Instances of the numbered step key with the most distinct names on one thread."""
-    keys, _ = _codes_where(ranges["name"], step_key)
+    keys = _per_name(ranges["name"], step_key, _MAYBE_STEP_RE)
     numbered = pd.notna(keys) & (ranges["domain"] != DOMAIN).to_numpy()
     if not numbered.any():
         return ranges.iloc[:0], None
@@ -115,7 +124,7 @@ def root_model_calls(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     forward = ranges[ours & (ranges["name"] == _FORWARD).to_numpy()]
     if _repeats(forward):
         return forward, _FORWARD
-    direction, _ = _codes_where(ranges["name"], _direction)
+    direction = _per_name(ranges["name"], _direction, _MODULE_PREFIX_RE)
     module = (ranges["domain"] == DOMAIN).to_numpy() & pd.notna(direction)
     roots = ours & module & (direction == "fwd") & ~_under(ranges, module)
     calls = ranges[roots & (ranges["style"] == "push_pop").to_numpy()]
@@ -178,8 +187,8 @@ def most_repeated(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         & (ranges["depth"] == 0).to_numpy()
         & (ranges["style"] == "push_pop").to_numpy()
     ]
-    marker, _ = _codes_where(top["name"], lambda n: bool(OP_MARKER_RE.search(n)))
-    top = top[~marker.astype(bool)]
+    marker = _per_name(top["name"], lambda n: True, OP_MARKER_RE)
+    top = top[pd.isna(marker)]
     default = top[(top["domain"].astype("object") == "").to_numpy()]
     for candidates in (default, top):
         name = _best_name(candidates)
