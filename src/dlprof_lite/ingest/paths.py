@@ -46,15 +46,24 @@ def chain_keys(label: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) 
     """Per row, a dense id of its chain of ``label`` codes (non-negative ints).
 
     ``parent``: row position of each row's parent (-1 at the top); ``levels``: rows by depth
-    (:func:`by_level`). Ids are numbered level by level in row order, so a parent's id is
-    smaller than its children's.
+    (:func:`by_level`). Ids are numbered level by level, so a parent's id is smaller than
+    its children's.
     """
     key = np.empty(label.size, dtype=np.int64)
     width = int(label.max()) + 1 if label.size else 1
     base = 0
     for level, rows in enumerate(levels):
+        if rows.size == 1:  # most levels of a deep chain: nothing to compare
+            key[rows] = base
+            base += 1
+            continue
         pair = label[rows] if level == 0 else key[parent[rows]] * width + label[rows]
-        inverse, uniq = pd.factorize(pair)
+        # A deep trace has thousands of levels of a few ranges each: there a sort costs
+        # less than building a hash table; a wide level is hashed.
+        if rows.size < 64:
+            uniq, inverse = np.unique(pair, return_inverse=True)
+        else:
+            inverse, uniq = pd.factorize(pair)
         key[rows] = base + inverse
         base += len(uniq)
     return key
@@ -73,26 +82,36 @@ def path_labels(name: pd.Categorical, parent: np.ndarray, depth: np.ndarray) -> 
     first = _first_rows(key)  # one row per chain, in chain id order
     # chains are numbered level by level: those of level d are ids [bound[d], bound[d + 1])
     bound = np.searchsorted(depth[first], np.arange(len(levels) + 1))
-    head = np.where(depth > PATH_HEAD - 1, -1, np.arange(depth.size))  # shallow: own row
+    # One label per chain id, clipped as it is built: the clip of (clipped prefix + name)
+    # is the clip of the whole, as the clip keeps both ends.
     spelled: list[str] = []
-    for level, rows in enumerate(levels):
-        if level >= PATH_HEAD:  # the ancestor at depth PATH_HEAD - 1, from the parent's
-            head[rows] = head[parent[rows]]
+    for level in range(min(len(levels), _FULL)):
         mine = first[bound[level] : bound[level + 1]]
         if level == 0:
-            spelled.extend(words[c] for c in code[mine])
-        elif level < _FULL:
+            spelled.extend(_clip(words[c]) for c in code[mine])
+        else:
             up = key[parent[mine]]
             spelled.extend(
-                spelled[u] + PATH_SEP + words[c] for u, c in zip(up, code[mine], strict=True)
+                _clip(spelled[u] + PATH_SEP + words[c]) for u, c in zip(up, code[mine], strict=True)
             )
-        else:
-            spelled.extend(_elided(mine, key[head[mine]], spelled, code, words, parent))
-    text = pd.Index([_clip(s) for s in spelled], dtype=object)
+    if len(levels) > _FULL:
+        deep = first[bound[_FULL] :]
+        heads = key[_ancestor_at(PATH_HEAD - 1, parent, levels)[deep]]
+        spelled.extend(_elided(deep, heads, spelled, code, words, parent))
     # Different chains may spell one label (a '/' inside a name, an elided middle, a literal
     # '' name beside a missing one): one category per label.
-    merged, categories = pd.factorize(text)
+    merged, categories = pd.factorize(pd.Index(spelled, dtype=object))
     return pd.Categorical.from_codes(merged[key], categories=pd.Index(categories))
+
+
+def _ancestor_at(depth: int, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+    """Per row, its ancestor at ``depth`` (itself at that depth; -1 above it)."""
+    out = np.full(parent.size, -1, dtype=np.int64)
+    if len(levels) > depth:
+        out[levels[depth]] = levels[depth]
+    for rows in levels[depth + 1 :]:  # one gather per level: parents are resolved first
+        out[rows] = out[parent[rows]]
+    return out
 
 
 def _first_rows(key: np.ndarray) -> np.ndarray:
@@ -118,7 +137,7 @@ def _elided(
         tail[i] = code[at]
         at = parent[at]
     return [
-        spelled[h] + PATH_SEP + ELISION + PATH_SEP + PATH_SEP.join(words[c] for c in names)
+        _clip(spelled[h] + PATH_SEP + ELISION + PATH_SEP + PATH_SEP.join(words[c] for c in names))
         for h, names in zip(heads, tail.T, strict=True)
     ]
 
