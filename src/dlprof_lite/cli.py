@@ -4,12 +4,14 @@ Two forms::
 
     dlprof-lite [options] train.py [args...]        # run: profile a program, then analyze
     dlprof-lite [options] -- python -m pkg [args...]
+    dlprof-lite [options] -- torchrun --nproc_per_node=2 train.py [args...]
     dlprof-lite analyze PATH [PATH...] [options]    # post-hoc: .sqlite, .nsys-rep, .qdrep
 
 A script path as first positional would collide with an ``analyze`` subcommand, so ``main``
 dispatches by hand: ``analyze`` first selects the analyze parser, anything else the run
 parser. Every :class:`~dlprof_lite.errors.DlprofError` becomes one line
-``dlprof-lite: error: ...`` and its exit code; a traceback only with ``--debug``.
+``dlprof-lite: error: ...`` and its exit code; a traceback only with ``--debug``. One input
+goes through :mod:`dlprof_lite.pipeline`; the report folder is printed even with ``--quiet``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import re
 import shutil
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,11 +31,19 @@ from dlprof_lite import __version__
 from dlprof_lite.batch import default_jobs, run_all
 from dlprof_lite.errors import DlprofError, InputError
 from dlprof_lite.memory import keep_freed_memory
+from dlprof_lite.pipeline import (
+    FORMATS,
+    AnalyzeOptions,
+    Progress,
+    analyze_one,
+    analyze_profile,
+    analyze_row,
+    has_annotation,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dlprof_lite.ingest.profile import Profile
     from dlprof_lite.report.build import Report
 
 PROG = "dlprof-lite"
@@ -43,20 +53,7 @@ NSYS_ARGS_HELP = (
     "--sample=none --cpuctxsw=none); a switch you give replaces the default of the same name, "
     "e.g. --nsys-args='--trace=cuda,nvtx --cuda-graph-trace=node'"
 )
-FORMATS = ("csv", "json")
 MULTI_DIR = "dlprof-lite-reports"
-Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class AnalyzeOptions:
-    """What :func:`analyze_one` needs; plain values so a process pool can pickle it."""
-
-    formats: tuple[str, ...] = FORMATS
-    force: bool = False
-    key_range: str | None = None
-    iter_start: int | None = None
-    iter_stop: int | None = None
 
 
 # --- parsers ------------------------------------------------------------------------------
@@ -242,75 +239,6 @@ def _check_input(path: Path) -> None:
         raise InputError(f"{path}: is a folder, not an nsys export (.sqlite, .nsys-rep, .qdrep)")
 
 
-def analyze_profile(
-    path: Path, options: AnalyzeOptions, progress: Progress | None = None
-) -> Report:
-    """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
-    from dlprof_lite.ingest.load import load
-    from dlprof_lite.report.build import build_report
-    from dlprof_lite.report.summary import listed
-
-    kwargs = {"progress": progress} if progress is not None else {}
-    profile = load(
-        path,
-        key_range=options.key_range,
-        iter_start=options.iter_start,
-        iter_stop=options.iter_stop,
-        **kwargs,
-    )
-    if progress is not None:
-        progress("writing reports")
-    report = build_report(profile)
-    warning = _merged_ranks(profile, report)
-    if warning is not None and isinstance(report.summary, dict):
-        report.summary["warnings"] = [*listed(report.summary, "warnings"), warning]
-    return report
-
-
-def _merged_ranks(profile: Profile, report: Report) -> str | None:
-    """A warning when iterations of several processes (ranks) were counted as one run."""
-    from dlprof_lite.annotate.facts import parse_fact
-    from dlprof_lite.annotate.names import DOMAIN, ITERATION
-
-    ranges = profile.ranges
-    keep = (ranges["domain"].astype(str) == DOMAIN) & (ranges["name"].astype(str) == ITERATION)
-    ours = ranges[keep]
-    pids = sorted(int(pid) for pid in ours["pid"].unique())
-    if len(pids) < 2 or "rank" in report.iterations.columns:
-        return None
-    ranks = {}
-    for pid, text in zip(profile.marks["pid"], profile.marks["name"].astype(str)):
-        fact = parse_fact(text)
-        if fact is not None and fact[0] == "process" and fact[1].get("rank") is not None:
-            ranks[int(pid)] = fact[1]["rank"]
-    who = ", ".join(f"rank {ranks[p]} (pid {p})" if p in ranks else f"pid {p}" for p in pids)
-    return (f"{len(pids)} processes ran annotated iterations ({who}) and are analysed as one "
-            "run: iteration counts, step times and per-step figures mix the ranks (per-rank "
-            "reports are not supported yet)")  # fmt: skip
-
-
-def analyze_one(
-    path: Path, out_dir: Path, options: AnalyzeOptions, progress: Progress | None = None
-) -> dict:
-    """Analyse one input and write its complete report folder at ``out_dir``.
-
-    Top-level and free of open resources so that a process pool can call it. Returns
-    ``{"source", "report_dir", "row" (the flat summary row), "report"}``.
-    """
-    from dlprof_lite.report.output import write_report
-    from dlprof_lite.report.summary import summary_row
-
-    report = analyze_profile(Path(path), options, progress)
-    final = write_report(report, Path(out_dir), options.formats, force=options.force)
-    row = {**summary_row(report.summary), "report_dir": str(final), "error": None}
-    return {"source": str(path), "report_dir": final, "row": row, "report": report}
-
-
-def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict:
-    """:func:`analyze_one` for a worker process: returns only the summary row (picklable)."""
-    return analyze_one(path, out_dir, options)["row"]
-
-
 def cmd_analyze(args: argparse.Namespace) -> int:
     from dlprof_lite.report import output as files
 
@@ -382,13 +310,6 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
 # --- run ----------------------------------------------------------------------------------
 
 
-def _has_annotation(report: Report) -> bool:
-    """Whether any range of the annotation layer's domain reached the analysed profile."""
-    from dlprof_lite.annotate.names import DOMAIN
-
-    return bool((report.ranges["domain"].astype(str) == DOMAIN).any())
-
-
 def _program_name(cmd: Sequence[str]) -> str:
     """A report name for a command: the script's stem, the module of ``-m``, or the program
     (for torchrun, its training script's)."""
@@ -435,7 +356,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 report = analyze_profile(Path(run.sqlite_path), options, progress)
             # Name the export where it will be once the report folder is in place.
             report.summary["source"] = str(target / Path(run.sqlite_path).name)
-            if run.no_ranges_hint and not _has_annotation(report):
+            if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
             files.write_tables(files.report_tables(report), stage, options.formats)
         except DlprofError as err:  # keep what nsys captured; report the error after

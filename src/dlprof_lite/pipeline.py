@@ -1,0 +1,107 @@
+"""One input through the pipeline: read and analyse (ingest), tabulate (report), write.
+
+The command line (:mod:`dlprof_lite.cli`) and the process pool or Dask cluster of
+:mod:`dlprof_lite.batch` call the same functions here; :func:`analyze_row` is top-level and
+takes plain values so that a worker process can be handed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlprof_lite.ingest.profile import Profile
+    from dlprof_lite.report.build import Report
+
+FORMATS = ("csv", "json")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What :func:`analyze_one` needs; plain values so a process pool can pickle it."""
+
+    formats: tuple[str, ...] = FORMATS
+    force: bool = False
+    key_range: str | None = None
+    iter_start: int | None = None
+    iter_stop: int | None = None
+
+
+def analyze_profile(
+    path: Path, options: AnalyzeOptions, progress: Progress | None = None
+) -> Report:
+    """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
+    from dlprof_lite.ingest.load import load
+    from dlprof_lite.report.build import build_report
+    from dlprof_lite.report.summary import listed
+
+    kwargs = {"progress": progress} if progress is not None else {}
+    profile = load(
+        path,
+        key_range=options.key_range,
+        iter_start=options.iter_start,
+        iter_stop=options.iter_stop,
+        **kwargs,
+    )
+    if progress is not None:
+        progress("writing reports")
+    report = build_report(profile)
+    warning = _merged_ranks(profile, report)
+    if warning is not None and isinstance(report.summary, dict):
+        report.summary["warnings"] = [*listed(report.summary, "warnings"), warning]
+    return report
+
+
+def _merged_ranks(profile: Profile, report: Report) -> str | None:
+    """A warning when iterations of several processes (ranks) were counted as one run."""
+    from dlprof_lite.annotate.facts import parse_fact
+    from dlprof_lite.annotate.names import DOMAIN, ITERATION
+
+    ranges = profile.ranges
+    keep = (ranges["domain"].astype(str) == DOMAIN) & (ranges["name"].astype(str) == ITERATION)
+    ours = ranges[keep]
+    pids = sorted(int(pid) for pid in ours["pid"].unique())
+    if len(pids) < 2 or "rank" in report.iterations.columns:
+        return None
+    ranks = {}
+    for pid, text in zip(profile.marks["pid"], profile.marks["name"].astype(str)):
+        fact = parse_fact(text)
+        if fact is not None and fact[0] == "process" and fact[1].get("rank") is not None:
+            ranks[int(pid)] = fact[1]["rank"]
+    who = ", ".join(f"rank {ranks[p]} (pid {p})" if p in ranks else f"pid {p}" for p in pids)
+    return (f"{len(pids)} processes ran annotated iterations ({who}) and are analysed as one "
+            "run: iteration counts, step times and per-step figures mix the ranks (per-rank "
+            "reports are not supported yet)")  # fmt: skip
+
+
+def analyze_one(
+    path: Path, out_dir: Path, options: AnalyzeOptions, progress: Progress | None = None
+) -> dict:
+    """Analyse one input and write its complete report folder at ``out_dir``.
+
+    Top-level and free of open resources so that a process pool can call it. Returns
+    ``{"source", "report_dir", "row" (the flat summary row), "report"}``.
+    """
+    from dlprof_lite.report.output import write_report
+    from dlprof_lite.report.summary import summary_row
+
+    report = analyze_profile(Path(path), options, progress)
+    final = write_report(report, Path(out_dir), options.formats, force=options.force)
+    row = {**summary_row(report.summary), "report_dir": str(final), "error": None}
+    return {"source": str(path), "report_dir": final, "row": row, "report": report}
+
+
+def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict:
+    """:func:`analyze_one` for a worker process: returns only the summary row (picklable)."""
+    return analyze_one(path, out_dir, options)["row"]
+
+
+def has_annotation(report: Report) -> bool:
+    """Whether any range of the annotation layer's domain reached the analysed profile."""
+    from dlprof_lite.annotate.names import DOMAIN
+
+    return bool((report.ranges["domain"].astype(str) == DOMAIN).any())
