@@ -33,8 +33,10 @@ missing name counts as ``''`` in paths.
 
 Everything is vectorised and linear-ish in the number of ranges whatever the depth: nesting
 is counted with sorted searches (O(n log n)); only a thread whose ranges overlap without
-nesting falls back to peeling one nesting level per pass (O(n x depth) on that thread);
-paths take one pass per level over that level's ranges only. Nothing recurses.
+nesting (or holds a zero-length range exactly where one range ends and the next begins,
+which two unrelated ranges enclose) falls back to peeling one nesting level per pass
+(O(n x depth) on that thread); paths take one pass per level over that level's ranges
+only. Nothing recurses.
 """
 
 from __future__ import annotations
@@ -48,7 +50,15 @@ from dlprof_lite.ingest.paths import PATH_SEP, path_labels
 
 PUSH_POP = "push_pop"
 START_END = "start_end"
-__all__ = ["PATH_SEP", "PUSH_POP", "START_END", "build_ranges", "pair_key", "range_positions"]
+__all__ = [
+    "PATH_SEP",
+    "PUSH_POP",
+    "START_END",
+    "build_ranges",
+    "pair_key",
+    "range_positions",
+    "value_offsets",
+]
 
 
 def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
