@@ -46,7 +46,7 @@ from dlprof_lite.annotate.backend import Backend
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, module_range
 from dlprof_lite.annotate.phases import PhaseTracker
-from dlprof_lite.annotate.roots import BackwardWatch, RootNames, is_model, unwrapped
+from dlprof_lite.annotate.roots import BackwardWatch, RootNames, generated, is_model, unwrapped
 
 # Walking a module's autograd subgraph stops here; such a module gets no backward range.
 MAX_SUBGRAPH_NODES = 20_000
@@ -229,6 +229,8 @@ class ModuleRanges:
         root = frame.forwards == 0
         name = self._names.get(id(module))
         if name is None or name.ref() is not module:
+            if generated(module):
+                return  # compiled code run eagerly: part of its compiled root's range
             name = self._learn(module, None if root else _innermost_module(frame.stack))
         self.calls += 1
         grad = _grad_enabled()

@@ -59,8 +59,22 @@ def is_model(module: torch.nn.Module) -> bool:
 
 def unwrapped(module: torch.nn.Module) -> torch.nn.Module:
     """The module a ``torch.compile`` wrapper (``OptimizedModule``) wraps, else itself."""
-    inner = module.__dict__.get("_orig_mod")
+    if type(module).__name__ != "OptimizedModule":
+        return module
+    inner = module._modules.get("_orig_mod")
     return inner if isinstance(inner, torch.nn.Module) else module
+
+
+_generated: dict[type, bool] = {}
+
+
+def generated(module: torch.nn.Module) -> bool:
+    """An ``fx`` graph module a compiler made (``aot_eager`` runs one per compiled graph)."""
+    cls = type(module)
+    found = _generated.get(cls)
+    if found is None:
+        found = _generated[cls] = cls.__module__.startswith("torch.fx")
+    return found
 
 
 class RootNames:

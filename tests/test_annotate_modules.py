@@ -1,0 +1,286 @@
+"""Module hooks on real training-script shapes: backward start, recomputation, names, cost.
+
+In-process with the recording backend of ``test_annotate``: small real models trained on
+synthetic data with SGD. The oracle for "when does the backward start" is a probe in the
+loss itself: an autograd Function whose backward writes a ``probe`` range, so it is the
+first autograd work of the pass; it must fall inside the ``backward`` phase however the
+loss is made.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+from collections import Counter
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from dlprof_lite.annotate import backend as backend_module  # noqa: E402
+from dlprof_lite.annotate import hooks as hooks_module  # noqa: E402
+from dlprof_lite.annotate import phases as phases_module  # noqa: E402
+from test_annotate import Range, Recorder, inside, parents  # noqa: E402
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Annotation on, writing to a recorder; global hooks removed afterwards."""
+    rec = Recorder()
+    monkeypatch.setattr(backend_module, "_backend", rec)
+    monkeypatch.setattr(backend_module, "_decided", True)
+    monkeypatch.setattr(phases_module, "_shared", None)
+    yield rec
+    if hooks_module._installed is not None:
+        hooks_module._installed.remove()
+        hooks_module._installed = None
+
+
+class Probe(torch.autograd.Function):
+    """Identity whose backward writes a ``probe`` range: where autograd's work starts."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        backend = backend_module.get_backend()
+        backend.push("probe")
+        backend.pop()
+        return grad
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.relu(self.conv(x)).flatten(1))
+
+
+class DictNet(ConvNet):
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:  # type: ignore[override]
+        out = super().forward(x)
+        return {"logits": out, "aux": (out * 2, x)}
+
+
+def helper_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(Probe.apply(out), y)
+
+
+def run_steps(shape: str, steps: int = 3) -> None:
+    torch.manual_seed(0)
+    model = DictNet() if shape == "dict" else ConvNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(steps):
+        x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 5, (4,))
+        out = model(x)
+        if shape == "dict":
+            loss = F.cross_entropy(Probe.apply(out["logits"]), y) + out["aux"][0].mean()
+        elif shape == "helper":
+            loss = helper_loss(out, y)
+        elif shape == "two":
+            loss = F.cross_entropy(out, y) + Probe.apply(out).pow(2).mean()
+        else:
+            loss = F.cross_entropy(Probe.apply(out), y)
+        if shape == "autograd":
+            torch.autograd.backward(loss)
+        elif shape == "scaler":
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if shape == "scaler":
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("shape", ["functional", "helper", "autograd", "scaler", "two", "dict"])
+def test_all_autograd_work_is_backward(recorder: Recorder, shape: str) -> None:
+    from dlprof_lite.annotate import install
+
+    annotation = install("modules")
+    run_steps(shape)
+    annotation.remove()
+    ranges = recorder.ranges
+    backward = [r for r in ranges if r.name == "backward"]
+    forward = [r for r in ranges if r.name == "forward"]
+    probes = [r for r in ranges if r.name == "probe"]
+    assert len(probes) == 3 and len(backward) == 3
+    for probe in probes:
+        assert any(inside(probe, b) for b in backward), "loss backward booked outside backward"
+    for item in ranges:
+        if item.name.startswith("bwd:"):
+            assert any(inside(item, b) for b in backward), item.name
+        if item.name.startswith("fwd:"):
+            assert any(inside(item, f) for f in forward), item.name
+    counts = Counter(r.name for r in ranges)
+    for layer in ("conv:Conv2d", "relu:ReLU", "fc:Linear"):
+        assert counts[f"fwd:{layer}"] == counts[f"bwd:{layer}"] == 3, layer
+    assert counts["bwd:model:" + ("DictNet" if shape == "dict" else "ConvNet")] == 3
+    parents(ranges)
+
+
+@pytest.mark.parametrize("kind", ["non-reentrant", "reentrant", "sequential"])
+def test_recomputation_is_rec_inside_its_backward(recorder: Recorder, kind: str) -> None:
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    from dlprof_lite.annotate import install
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Linear(6, 6)
+            self.block = nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 6), nn.Tanh())
+            self.head = nn.Linear(6, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.stem(x)
+            if kind == "sequential":
+                h = checkpoint_sequential(self.block, 2, h, use_reentrant=False)
+            else:
+                h = checkpoint(self.block, h, use_reentrant=kind == "reentrant")
+            return self.head(h)
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    annotation = install("modules")
+    for _ in range(2):
+        F.mse_loss(model(torch.randn(3, 6)), torch.zeros(3, 2)).backward()
+        opt.step()
+        opt.zero_grad()
+    annotation.remove()
+    ranges = recorder.ranges
+    parent = parents(ranges)
+    backward = [r for r in ranges if r.name == "backward"]
+    forward = [r for r in ranges if r.name == "forward"]
+    recs = [r for r in ranges if r.name.startswith("rec:")]
+    # checkpoint_sequential runs its last segment without checkpointing
+    expected = {"rec:block.0:Linear", "rec:block.1:GELU"}
+    if kind != "sequential":
+        expected |= {"rec:block:Sequential", "rec:block.2:Linear", "rec:block.3:Tanh"}
+    assert {r.name for r in recs} == expected
+    assert all(any(inside(r, b) for b in backward) for r in recs)
+    fwd_in_backward = [r for r in ranges if r.name.startswith("fwd:")
+                       and any(inside(r, b) for b in backward)]  # fmt: skip
+    assert not fwd_in_backward, [r.name for r in fwd_in_backward]
+    assert Counter(r.name for r in ranges)["fwd:block.0:Linear"] == 2  # the real forwards
+    assert len(forward) == 2  # recomputation started no forward phase
+    if kind != "reentrant":  # non-reentrant: recomputed while the block's backward runs
+        for item in recs:
+            chain = [parent[id(item)]]
+            while chain[-1] is not None:
+                chain.append(parent[id(chain[-1])])
+            names = [r.name for r in chain[:-1]]
+            assert any(name.startswith("bwd:") for name in names), (item.name, names)
+
+
+class Student(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.teacher = Student()
+        self.student = Student()
+        self.ema_model = copy.deepcopy(self.student)
+        self.models = {"gen": Student(), "disc": Student()}
+
+    def step(self) -> None:
+        x = torch.randn(2, 4)
+        with torch.no_grad():
+            target = self.teacher(x)
+            self.ema_model(x)
+        loss = F.mse_loss(self.student(x), target)
+        loss = loss + self.models["gen"](x).sum() + self.models["disc"](x).sum()
+        loss.backward()
+
+
+def roots(ranges: list[Range]) -> Counter[str]:
+    parent = parents(ranges)
+    return Counter(r.name for r in ranges if r.name.startswith("fwd:") and parent[id(r)] is None)
+
+
+def test_two_roots_get_distinct_binding_names(recorder: Recorder) -> None:
+    from dlprof_lite.annotate import install
+
+    annotation = install("modules")
+    trainer = Trainer()
+    for _ in range(2):
+        trainer.step()
+    anon = [Student(), Student()]
+    for model in anon:  # one local name for two models: the second gets a number
+        model(torch.randn(2, 4))
+    annotation.remove()
+    found = roots(recorder.ranges)
+    assert found == {"fwd:teacher:Student": 2, "fwd:ema_model:Student": 2,
+                     "fwd:student:Student": 2, "fwd:gen:Student": 2, "fwd:disc:Student": 2,
+                     "fwd:model:Student": 1, "fwd:model_2:Student": 1}  # fmt: skip
+    children = Counter(r.name for r in recorder.ranges if r.name.endswith(".fc:Linear"))
+    # the first root's children keep their short names; later roots' are prefixed
+    assert children == {"fwd:ema_model.fc:Linear": 2, "fwd:student.fc:Linear": 2,
+                        "bwd:student.fc:Linear": 2, "fwd:gen.fc:Linear": 2,
+                        "bwd:gen.fc:Linear": 2, "fwd:disc.fc:Linear": 2, "bwd:disc.fc:Linear": 2,
+                        "fwd:model.fc:Linear": 1, "fwd:model_2.fc:Linear": 1}  # fmt: skip
+
+
+def test_names_are_the_same_on_every_run(recorder: Recorder) -> None:
+    from dlprof_lite.annotate import install
+
+    seen = []
+    for _ in range(2):
+        recorder.ranges.clear()
+        annotation = install("modules")
+        Trainer().step()
+        annotation.remove()
+        seen.append(sorted(roots(recorder.ranges)))
+    assert seen[0] == seen[1]
+
+
+def test_no_reference_cycles_per_step(recorder: Recorder) -> None:
+    """Hundreds of annotated steps leave nothing for the cycle collector (no gc stalls)."""
+    from dlprof_lite.annotate import install
+
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(6)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+
+    def steps(count: int) -> None:
+        for _ in range(count):
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+    annotation = install("modules")
+    steps(5)  # names learnt, caches warm
+    found: list[int] = []
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            found.append(info["collected"])
+
+    gc.collect()
+    gc.callbacks.append(collected)
+    try:
+        steps(300)
+        garbage = gc.collect()
+    finally:
+        gc.callbacks.remove(collected)
+        annotation.remove()
+    assert garbage == 0
+    assert sum(found) == 0, found
