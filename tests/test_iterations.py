@@ -22,19 +22,21 @@ NA = pd.NA
 OURS = "dlprof-lite"
 
 
-def annotated() -> pd.DataFrame:
+def annotated(optimizer: bool = True) -> pd.DataFrame:
     it = {"domain": OURS}
-    return ranges(
-        [
-            ("iteration", 100, 190, -1, it),  # instance 0: [100, 190]
-            ("forward", 110, 150, 0, it),
-            ("iteration", 200, 310, -1, it),  # instance 1 ends at 310
-            ("iteration", 310, 400, -1, it),  # instance 2 ends at 400
-            ("iteration", 400, 520, -1, it),  # instance 3 ends at 520
-            # Same name in the default domain: not our annotation, ignored.
-            ("iteration", 600, 700, -1),
-        ]
-    )
+    rows: list[tuple] = [
+        ("iteration", 100, 190, -1, it),  # instance 0: [100, 190]
+        ("forward", 110, 150, 0, it),
+        ("iteration", 200, 310, -1, it),  # instance 1 ends at 310
+        ("iteration", 310, 400, -1, it),  # instance 2 ends at 400
+        ("iteration", 400, 520, -1, it),  # instance 3 ends at 520
+        # Same name in the default domain: not our annotation, ignored.
+        ("iteration", 600, 700, -1),
+    ]
+    if optimizer:  # one optimizer phase at the end of each instance (a training step)
+        steps = [i for i, r in enumerate(rows) if r[0] == "iteration" and r[4:]]
+        rows += [("optimizer", rows[i][2] - 5, rows[i][2], i, it) for i in steps]
+    return ranges(rows)
 
 
 def test_annotation_iteration_range_is_the_default_key() -> None:
@@ -71,8 +73,9 @@ def test_an_iteration_that_never_reaches_the_optimizer_is_dropped() -> None:
 
 
 def test_without_optimizer_phases_every_iteration_counts() -> None:
-    table, _, _ = find_iterations(annotated())  # no optimizer ranges at all
-    assert len(table) == 4
+    # No optimizer ranges at all: the annotation's iterations are inference calls, a guess.
+    table, name, source = find_iterations(annotated(optimizer=False))
+    assert len(table) == 4 and (name, source) == ("iteration", "root-model-calls")
 
 
 def test_windows_and_warmup() -> None:

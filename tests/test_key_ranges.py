@@ -159,12 +159,24 @@ def inference_run(wrap: bool = False) -> pd.DataFrame:
 
 @pytest.mark.parametrize("wrap", [False, True])
 def test_inference_steps_are_root_model_calls(wrap: bool) -> None:
+    # With wrap, the user's "infer" range repeats too, but root model calls come first.
     table, name, source = find_iterations(inference_run(wrap))
-    if wrap:  # the user's "infer" range repeats too, but the model call comes first
-        assert source == "root-model-calls"
     assert (name, source) == ("fwd:model:Net", "root-model-calls")
     # Calls end at 160, 260, 360, 460; the loss call after each belongs to the next step.
     assert table["end_ns"].tolist() == [160, 260, 360, 460]
+
+
+def test_inference_iterations_of_the_annotation_are_root_model_calls() -> None:
+    # The annotation opens one iteration per model call when nothing ever steps
+    # (data | forward); without an optimizer phase anywhere they are inference calls.
+    rows: list[tuple] = []
+    for i in range(3):
+        b = 100 * i
+        rows += [("iteration", b, b + 80, -1, OURS_SE), ("data", b, b + 10, -1, OURS_SE),
+                 ("forward", b + 10, b + 80, -1, OURS_SE)]  # fmt: skip
+    table, name, source = find_iterations(ranges(rows))
+    assert (name, source) == ("iteration", "root-model-calls")
+    assert table["end_ns"].tolist() == [80, 180, 280]
 
 
 def test_forward_phases_outside_iterations_are_the_inference_steps() -> None:
@@ -183,6 +195,7 @@ def test_our_iterations_come_before_root_model_calls() -> None:
     frame = ranges(
         [(r.name, r.start_ns, r.end_ns, r.parent_id, {"domain": r.domain}) for r in rows]
         + [("iteration", 500, 600, -1, OURS_SE), ("iteration", 600, 700, -1, OURS_SE)]
+        + [("optimizer", 590, 600, -1, OURS_SE), ("optimizer", 690, 700, -1, OURS_SE)]
     )
     _, name, source = find_iterations(frame)
     assert (name, source) == ("iteration", "annotation")

@@ -19,9 +19,10 @@ The key range is, in this order (:data:`SOURCES`; the rules are in
    which hold the whole step the user means, logging included: "numbered-ranges";
 3. our annotation layer's ``iteration`` range (domain ``dlprof-lite``), dropping iterations
    that never reached the optimizer: "annotation";
-4. for scripts without optimizer steps (inference): our ``forward`` phase ranges, else the
-   repeated calls of a root model (``fwd:model:Net`` with no module range around it):
-   "root-model-calls";
+4. for scripts without optimizer steps (inference): our ``iteration`` ranges, which the
+   annotation opens for each model call when nothing ever steps; else our ``forward``
+   phase ranges; else the repeated calls of a root model (``fwd:model:Net`` with no module
+   range around it): "root-model-calls";
 5. the top-level push/pop range name that repeats most on one thread: "most-repeated";
 6. none.
 
@@ -122,6 +123,10 @@ def _key_instances(
     ours = (names == ITERATION).to_numpy() & in_domain
     if ours.any():
         optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
+        if optimizer.empty:
+            # No optimizer step anywhere: the annotation's iterations are inference calls of
+            # the model (annotate/phases.py), one per call: a guess at the step.
+            return closed[ours], ITERATION, "root-model-calls"
         return _complete(closed[ours], optimizer), ITERATION, "annotation"
     for source, rule in _GUESSES:
         instances, name = rule(ranges)
@@ -135,10 +140,8 @@ def _complete(steps: pd.DataFrame, optimizer: pd.DataFrame) -> pd.DataFrame:
 
     A script that fetches a batch and then leaves its loop opens an iteration that never
     reaches ``optimizer``; nsys closes it at the session end (annotate/names.py), so it is
-    recognised by the missing phase. Profiles without optimizer phases keep every step.
+    recognised by the missing phase.
     """
-    if optimizer.empty:
-        return steps
     keep = np.zeros(len(steps), dtype=bool)
     step_pid = steps["pid"].to_numpy()
     for pid, opt in optimizer.groupby("pid"):  # one pass per process, not per event
