@@ -10,7 +10,6 @@ push/pop stack and a containment test per range and launch). Speed is measured b
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -59,19 +58,33 @@ def deep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DeepTruth]:
     return path, make_deep_profile(path, ranges=2000, depth=1400)
 
 
+# Linux keeps a process's peak RSS across exec, and a child started straight from this
+# (by now large) test process would report ours: a small Python in between starts the
+# analysis and reports the analysis's own peak (KiB) on stdout.
+PEAK_OF = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+print(usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def analyse(export: Path, out: Path) -> tuple[pd.DataFrame, float]:
+    """``ranges.csv`` of a real ``dlprof-lite analyze`` run, and the run's peak RSS (MB)."""
+    cmd = [sys.executable, "-m", "dlprof_lite", "analyze", str(export), "-o", str(out), "--quiet"]
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF, *cmd], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return pd.read_csv(out / "ranges.csv", keep_default_na=False), int(done.stdout) / 1024
+
+
 @pytest.fixture(scope="module")
 def analysed(
     deep: tuple[Path, DeepTruth], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[pd.DataFrame, float]:
-    """``ranges.csv`` of a real ``dlprof-lite analyze`` run, and the run's peak RSS (MB)."""
-    out = tmp_path_factory.mktemp("deep_report") / "report"
-    cmd = [sys.executable, "-m", "dlprof_lite", "analyze", str(deep[0]), "-o", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)  # the child's own peak RSS
-    assert proc.stderr is not None
-    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode()[-2000:]
-    table = pd.read_csv(out / "ranges.csv", keep_default_na=False)
-    return table, usage.ru_maxrss / 1024
+    return analyse(deep[0], tmp_path_factory.mktemp("deep_report") / "report")
 
 
 def test_path_cells_are_bounded(analysed: tuple[pd.DataFrame, float]) -> None:
@@ -105,16 +118,21 @@ def slow_reference(path: Path) -> pd.DataFrame:
     """
     with sqlite3.connect(path) as con:
         rng = con.execute(
-            "SELECT start, coalesce(end, (SELECT stopTime FROM ANALYSIS_DETAILS)), value "
-            "FROM NVTX_EVENTS JOIN StringIds ON id = textId WHERE eventType = 59 "
-            "ORDER BY start, end DESC"
+            "SELECT start, coalesce(end, (SELECT stopTime FROM ANALYSIS_DETAILS)), "
+            "coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
+            "FROM NVTX_EVENTS WHERE eventType = 59 ORDER BY start, end DESC"
         ).fetchall()
+        has_kernels = con.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'"
+        ).fetchone()
         ops = np.array(
             con.execute(
                 "SELECT r.start, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
                 "JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r USING (correlationId)"
             ).fetchall()
-        )
+            if has_kernels
+            else np.zeros((0, 2), dtype=np.int64)
+        ).reshape(-1, 2)
     stack: list[tuple[int, tuple[str, ...]]] = []
     rows = []
     for start, end, name in rng:
@@ -223,3 +241,52 @@ def test_one_path_in_two_domains_is_two_rows_with_their_own_children() -> None:
     assert convs["path"].tolist() == ["step/conv"] * 2 and convs["instances"].tolist() == [1, 1]
     parents = table.set_index("path_id").loc[convs["parent_path_id"], "domain"]
     assert sorted(parents) == ["mine", "theirs"]
+
+
+# Recursion through one module 1,400 deep (past Python's default recursion limit, as a
+# recursive model needs), then user code that pushes in a loop and never pops.
+DEEP_SCRIPT = """
+import sys
+import nvtx
+
+sys.setrecursionlimit(10_000)
+
+
+def cell(level: int) -> None:
+    nvtx.push_range("fwd:model.cell:TreeCell", domain="dlprof-lite")
+    if level + 1 < int(sys.argv[1]):
+        cell(level + 1)
+    nvtx.pop_range(domain="dlprof-lite")
+
+
+cell(0)
+for _ in range(int(sys.argv[2])):
+    nvtx.push_range("user_step")
+"""
+
+
+@pytest.mark.nsys
+def test_real_nsys_deep_recursion_and_pushes_never_popped(nsys: str, tmp_path: Path) -> None:
+    script, out = tmp_path / "deep.py", tmp_path / "deep"
+    script.write_text(DEEP_SCRIPT)
+    args = [nsys, "profile", "--trace=nvtx", "--sample=none", "--cpuctxsw=none",
+            f"--output={out}", "--force-overwrite=true", "--export=sqlite",
+            sys.executable, str(script), "1400", "10000"]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    export = out.with_suffix(".sqlite")
+    table, peak_mb = analyse(export, tmp_path / "report")
+    assert peak_mb < PEAK_RSS_MB
+    per_name = table.groupby("name")["depth"].agg(["size", "max"])
+    assert per_name.loc["fwd:model.cell:TreeCell"].tolist() == [1400, 1399]
+    assert per_name.loc["user_step"].tolist() == [10_000, 9_999]
+    assert table["path"].str.len().max() <= PATH_MAX_CHARS
+    chains = rebuild_chains(table)
+    for pid, depth, path in zip(table["path_id"], table["depth"], table["path"], strict=True):
+        assert len(chains[pid]) == depth + 1 and path == expected_label(list(chains[pid]))
+    # the same chains and wall times from the file itself, through an explicit stack
+    ref = slow_reference(export)
+    table["chain"] = [chains[p] for p in table["path_id"]]
+    got = table.set_index("chain").loc[ref.index, ["wall_ns", "instances"]]
+    assert len(table) == len(ref)
+    assert (got.to_numpy() == ref[["wall_ns", "instances"]].to_numpy()).all()
