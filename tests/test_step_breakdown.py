@@ -177,3 +177,14 @@ def test_compile_inside_an_unended_phase_is_still_compile() -> None:
     assert (it["compile_wall_ns"], it["forward_wall_ns"], it["data_wall_ns"]) == (200, 550, 150)
     assert it["other_wall_ns"] == 100
     assert sum(int(it[f"{p}_wall_ns"]) for p in PHASE_COLUMNS) == 1000
+
+
+def test_no_gpu_line_without_gpu_work() -> None:
+    profile = make_profile(
+        ranges=[R("iteration", 0, 1000, [phase("forward", 0, 600), phase("optimizer", 600, 900)],
+                  style=SE)],
+        iterations=[(0, 1000, False, True)],
+    )  # fmt: skip
+    text = console_text(build_report(profile))
+    assert "step (mean, GPU)" not in text
+    assert "step (mean, host): forward 600 ns · optimizer 300 ns · other 100 ns" in text

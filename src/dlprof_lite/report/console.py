@@ -74,8 +74,9 @@ def _step_lines(s: dict[str, object]) -> list[str]:
     """Which rule found the steps, then the mean step on the GPU and on the host.
 
     A phase the step does not hold (no data phase in the script, none at all without the
-    annotation) is left out rather than printed as ``0 ns``; ``other`` is the step time no
-    phase covers. Each line adds up to the step (GPU: x devices).
+    annotation) is left out rather than printed as ``0 ns``, and so is the GPU line of a
+    profile without GPU work; ``other`` is the step time no phase covers. Each line adds up
+    to the step (GPU: x devices).
     """
     source = str(s.get("key_range_source") or "")
     lines = []
@@ -86,7 +87,8 @@ def _step_lines(s: dict[str, object]) -> list[str]:
     has_host = any(v for p, v in host if p != "other")
     shown = [(p, v) for p, v in gpu if _nonzero(v) or _nonzero(dict(host).get(p))]
     shown.append(("idle", s.get("step_idle_ns")))
-    lines.append("step (mean, GPU): " + " · ".join(f"{p} {_t(v)}" for p, v in shown))
+    if any(_nonzero(v) for _, v in gpu):
+        lines.append("step (mean, GPU): " + " · ".join(f"{p} {_t(v)}" for p, v in shown))
     if has_host:
         held = [(p, v) for p, v in host if _nonzero(v)]
         lines.append("step (mean, host): " + " · ".join(f"{p} {_t(v)}" for p, v in held))
