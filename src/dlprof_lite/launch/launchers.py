@@ -160,6 +160,12 @@ def torchrun_command(parts: TorchrunParts, boot: list[str]) -> tuple[list[str], 
     return [*launcher, *options, "-m", BOOTSTRAP, *boot, *target], []
 
 
+def annotated_command(program: list[str]) -> bool:
+    """Whether ``program`` (as :func:`torchrun_command` or the run module built it) runs the
+    bootstrap, by module name or, with ``--run-path``, by file."""
+    return BOOTSTRAP in program or _bootstrap_file() in program
+
+
 def _launcher(launcher: list[str]) -> list[str]:
     """A bare ``torchrun``/``python`` means this interpreter, which can import dlprof-lite.
 

@@ -35,6 +35,7 @@ from dlprof_lite.annotate.hooks import check_depth, check_level
 from dlprof_lite.errors import InputError, NsysError
 from dlprof_lite.launch.launchers import (
     BOOTSTRAP,
+    annotated_command,
     check_unsupported,
     split_torchrun,
     torchrun_command,
@@ -188,13 +189,14 @@ def profile_program(
     report = _find_report(base, outcome, tool)
     sqlite_path = export_sqlite(report, base.with_suffix(".sqlite"), nsys=tool)
     warnings += nsys_notices(outcome.nsys_output)
-    exit_code, more = _exit_code(statuses, outcome, launcher, duration, BOOTSTRAP in program)
+    annotated = annotated_command(program)
+    exit_code, more = _exit_code(statuses, outcome, launcher, duration, annotated)
     warnings += more
     lead = statuses[0] if statuses else {}
     if isinstance(lead.get("exit_code"), int):
         warnings += _status_warnings(lead, annotate, program, extra, tool)
     hint = None
-    if BOOTSTRAP in program and annotate != "none" and lead.get("installed"):
+    if annotated and annotate != "none" and lead.get("installed"):
         hint = _no_ranges_cause(lead, extra, tool)
     return ProfileRun(sqlite_path, report, exit_code, tuple(dict.fromkeys(warnings)), tuple(args),
                       tool, hint, tuple(statuses), launcher)  # fmt: skip
@@ -209,6 +211,9 @@ def _exit_code(
     reported = bool(codes) and all(isinstance(code, int) for code in codes)
     warnings = [f"rank {s.get('rank')} exited with code {s['exit_code']}" for s in statuses
                 if launcher and s.get("exit_code")]  # fmt: skip
+    if launcher and not statuses and annotated:
+        warnings.append("no worker of the launcher started (see its messages above), or the "
+                        "workers' Python cannot import dlprof-lite")  # fmt: skip
     if launcher and not outcome.warnings:
         return outcome.returncode, warnings  # nsys passes the launcher's own exit code back
     if reported:
@@ -278,7 +283,7 @@ def _status_warnings(
 ) -> list[str]:
     """What the user should know about the annotation (the exit code is the caller's to show)."""
     warnings: list[str] = []
-    if BOOTSTRAP not in program or annotate == "none":
+    if not annotated_command(program) or annotate == "none":
         return warnings
     if status.get("error"):
         warnings.append(str(status["error"]))  # nvtx missing: annotation never started
