@@ -338,3 +338,43 @@ def test_nsys_failure_is_one_line_with_nsys_reason(nsys: str, tmp_path: Path) ->
         "Illegal --trace argument 'bogus'"
     ]
     assert not (tmp_path / "x").exists()
+
+
+def write_statuses(folder: Path, *statuses: dict) -> None:
+    for status in statuses:
+        rank = status.get("rank") if status.get("rank") is not None else 0
+        (folder / f"status-{rank}.json").write_text(json.dumps(status), encoding="utf-8")
+
+
+def test_a_launched_program_ends_when_every_local_worker_has(tmp_path: Path) -> None:
+    from dlprof_lite.launch.run import _ended, read_statuses
+
+    assert not _ended(tmp_path, launcher=True)
+    write_statuses(tmp_path, {"rank": 1, "local_world_size": 2, "exit_code": 0, "pid": 11},
+                   {"rank": 0, "local_world_size": 2, "exit_code": None, "pid": 10})  # fmt: skip
+    assert [s["rank"] for s in read_statuses(tmp_path)] == [0, 1]
+    assert not _ended(tmp_path, launcher=True)
+    write_statuses(tmp_path, {"rank": 0, "local_world_size": 2, "exit_code": 3, "pid": 10})
+    assert _ended(tmp_path, launcher=True)
+    single = tmp_path / "single"
+    single.mkdir()
+    write_statuses(single, {"rank": None, "local_world_size": None, "exit_code": 0})
+    assert _ended(single, launcher=False)
+
+
+def test_exit_codes_of_launched_and_single_programs() -> None:
+    from dlprof_lite.launch.run import _exit_code
+    from dlprof_lite.launch.supervise import Outcome
+
+    ranks = [{"rank": 0, "exit_code": 0}, {"rank": 1, "exit_code": 3}]
+    # nsys ended by itself: it passed the launcher's own code back (torchrun: 1).
+    code, warnings = _exit_code(ranks, Outcome(1, "", []), True, None, True)
+    assert code == 1 and warnings == ["rank 1 exited with code 3"]
+    # nsys had to be stopped: the first failing rank's code.
+    code, _ = _exit_code(ranks, Outcome(-9, "", ["stopped"]), True, None, True)
+    assert code == 3
+    code, warnings = _exit_code([], Outcome(1, "", []), True, None, True)
+    assert code == 1 and "no worker of the launcher started" in warnings[0]
+    assert _exit_code([{"exit_code": 7}], Outcome(0, "", []), False, None, True) == (7, [])
+    code, warnings = _exit_code([{"exit_code": None}], Outcome(-15, "", []), False, 2.0, True)
+    assert code == 0 and "--duration 2 s" in warnings[0]
