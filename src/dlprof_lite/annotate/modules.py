@@ -54,6 +54,8 @@ _NO_TASK = -1
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_TENSOR = torch.Tensor
+_ACCUMULATE = torch._C._functions.AccumulateGrad
 
 
 class _Name:
@@ -337,6 +339,13 @@ class ModuleRanges:
     def _pop_to(self, frame: _Frame, key: object) -> _Open | None:
         """Pop ``key``'s entry and any left above it; ``None`` when it is not open here."""
         stack = frame.stack
+        if stack and stack[-1].key is key:  # the common case: the innermost entry
+            entry = stack.pop()
+            if entry.pushed:
+                self._backend.pop()
+            if type(key) is not _BackwardCall:
+                frame.forwards -= 1
+            return entry
         for index in range(len(stack) - 1, -1, -1):
             if stack[index].key is key:
                 break
@@ -416,16 +425,16 @@ def _innermost_module(stack: list[_Open]) -> torch.nn.Module | None:
     return None
 
 
-def _tensors(value: Any, depth: int = 2) -> list[torch.Tensor]:
+def _tensors(value: Any, depth: int = 2) -> Any:
     """Tensors in a module's inputs or outputs: a tensor, or inside tuples, lists, dicts."""
-    if isinstance(value, torch.Tensor):
-        return [value]
+    if type(value) is _TENSOR or isinstance(value, torch.Tensor):
+        return (value,)
     if depth == 0:
-        return []
+        return ()
     if isinstance(value, dict):
         value = value.values()
     elif not isinstance(value, (tuple, list, type({}.values()))):
-        return []
+        return ()
     found: list[torch.Tensor] = []
     for item in value:
         found.extend(_tensors(item, depth - 1))
@@ -433,6 +442,9 @@ def _tensors(value: Any, depth: int = 2) -> list[torch.Tensor]:
 
 
 def _grad_nodes(output: Any) -> list[Any]:
+    if type(output) is _TENSOR:  # the common case, without building lists
+        node = output.grad_fn
+        return [node] if node is not None else []
     nodes: list[Any] = []
     for tensor in _tensors(output):
         node = tensor.grad_fn
@@ -443,6 +455,9 @@ def _grad_nodes(output: Any) -> list[Any]:
 
 def _floor(inputs: Any) -> int:
     """The largest sequence number of the inputs' autograd nodes (-1 when none)."""
+    if type(inputs) is tuple and len(inputs) == 1 and type(inputs[0]) is _TENSOR:
+        node = inputs[0].grad_fn
+        return -1 if node is None else node._sequence_nr()
     floor = -1
     for tensor in _tensors(inputs):
         node = tensor.grad_fn
@@ -452,7 +467,8 @@ def _floor(inputs: Any) -> int:
 
 
 def _inner(node: Any, floor: int) -> bool:
-    return type(node).__name__ != "AccumulateGrad" and node._sequence_nr() > floor
+    # AccumulateGrad (a parameter or leaf) has the largest sequence number: never inside.
+    return type(node) is not _ACCUMULATE and node._sequence_nr() > floor
 
 
 def _terminal_nodes(outputs: list[Any], floor: int) -> list[Any] | None:
@@ -464,7 +480,8 @@ def _terminal_nodes(outputs: list[Any], floor: int) -> list[Any] | None:
         node = todo.pop()
         leads_inside = False
         for successor, _ in node.next_functions:
-            if successor is None or not _inner(successor, floor):
+            if (successor is None or type(successor) is _ACCUMULATE
+                    or successor._sequence_nr() <= floor):  # fmt: skip
                 continue
             leads_inside = True
             if id(successor) not in seen:
