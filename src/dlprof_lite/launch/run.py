@@ -291,9 +291,13 @@ def _status_warnings(
         warnings.append("the program never imported torch: no module or phase ranges")
     elif not status.get("installed"):
         warnings.append(_no_ranges_cause(status, extra, tool))
-    elif not status.get("optimizer_steps"):
-        warnings.append("no optimizer step was seen, so no iteration ranges: "
-                        "name the step's own range with --key-range REGEX")  # fmt: skip
+    elif not status.get("optimizer_steps") and not status.get("iterations"):
+        # A script that starts its own workers (torch.multiprocessing.spawn) trains in
+        # processes the bootstrap never ran in: the commonest way to get here with DDP.
+        warnings.append("no optimizer step was seen, so no iteration ranges: name the step's "
+                        "own range with --key-range REGEX; a script that starts its own "
+                        "workers (torch.multiprocessing.spawn) trains outside the profiled "
+                        "process: start them with torchrun instead")  # fmt: skip
     return warnings
 
 
