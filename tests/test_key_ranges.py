@@ -205,3 +205,18 @@ def test_one_root_call_is_no_loop() -> None:
     frame = ranges([("fwd:model:Net", 0, 10, -1, OURS), ("fwd:model.fc:Linear", 1, 9, 0, OURS)])
     _, name, source = find_iterations(frame)
     assert (name, source) == (None, "none")
+
+
+@pytest.mark.parametrize("style", ["checkpoint step {}", "micro_batch {}"])
+def test_numbered_ranges_that_are_not_whole_steps_leave_our_iterations(style: str) -> None:
+    # Our iterations [100i, 100i + 100] each end in an optimizer phase; the numbered ranges
+    # (a checkpoint after the step, or two micro-batches per step) hold none.
+    rows: list[tuple] = []
+    for i in range(4):
+        b = 100 * i
+        rows += [("iteration", b, b + 100, -1, OURS_SE), ("optimizer", b + 80, b + 95, -1, OURS_SE)]
+        rows += [(style.format(2 * i), b + 10, b + 40, -1)]
+        rows += [(style.format(2 * i + 1), b + 40, b + 70, -1)]
+    table, name, source = find_iterations(ranges(rows))
+    assert (name, source) == ("iteration", "annotation")
+    assert table["end_ns"].tolist() == [100, 200, 300, 400]

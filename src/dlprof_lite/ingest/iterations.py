@@ -16,7 +16,8 @@ The key range is, in this order (:data:`SOURCES`; the rules are in
 
 1. ``--key-range REGEX`` (``re.search`` on range names): "key-range";
 2. the script's own numbered step ranges (``step 12``, ``Step#12``, ``train_step_3``, ...),
-   which hold the whole step the user means, logging included: "numbered-ranges";
+   which hold the whole step the user means, logging included: "numbered-ranges"; where
+   the annotation recorded optimizer steps, at least half of them must hold one;
 3. our annotation layer's ``iteration`` range (domain ``dlprof-lite``), dropping iterations
    that never reached the optimizer: "annotation";
 4. for scripts without optimizer steps (inference): our ``iteration`` ranges, which the
@@ -115,14 +116,14 @@ def _key_instances(
         picked = closed[closed["name"].isin(matched).to_numpy()]
         shown = matched[0] if len(matched) == 1 else key_range
         return picked, shown, "key-range"
-    numbered, name = numbered_steps(ranges)
-    if name is not None:
-        return numbered, name, "numbered-ranges"
     in_domain = (closed["domain"] == DOMAIN).to_numpy()
     names = closed["name"]
+    optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
+    numbered, name = numbered_steps(ranges)
+    if name is not None and _whole_steps(numbered, optimizer):
+        return numbered, name, "numbered-ranges"
     ours = (names == ITERATION).to_numpy() & in_domain
     if ours.any():
-        optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
         if optimizer.empty:
             # No optimizer step anywhere: the annotation's iterations are inference calls of
             # the model (annotate/phases.py), one per call: a guess at the step.
@@ -133,6 +134,14 @@ def _key_instances(
         if name is not None:
             return instances, name, source
     return closed.iloc[:0], None, "none"
+
+
+def _whole_steps(numbered: pd.DataFrame, optimizer: pd.DataFrame) -> bool:
+    """Whether numbered ranges hold whole training steps: where the annotation saw optimizer
+    steps, at least half of them must hold one. ``checkpoint step 500``, ``eval batch 3`` or
+    the micro-batches of gradient accumulation are numbered too, but they are not the step.
+    """
+    return optimizer.empty or 2 * len(_complete(numbered, optimizer)) >= len(numbered)
 
 
 def _complete(steps: pd.DataFrame, optimizer: pd.DataFrame) -> pd.DataFrame:
