@@ -4,6 +4,10 @@
   :class:`ProfileRun` (the ``.sqlite``, the ``.nsys-rep``, the program's exit code, warnings);
 - :func:`export_sqlite` exports an ``.nsys-rep``/``.qdrep``/``.qdstrm`` to SQLite;
 - :func:`find_nsys` finds nsys and its version, or raises a clean :class:`NsysError`.
+
+``torchrun`` and ``python -m torch.distributed.run|launch`` start each worker through the
+bootstrap (:mod:`.launchers`); the program writes to the user's terminal itself while nsys's
+own messages are held back (:mod:`.supervise`).
 """
 
 from __future__ import annotations
