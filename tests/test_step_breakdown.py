@@ -22,8 +22,8 @@ from profile_factory import R, make_profile
 SE = "start_end"
 
 
-def phase(name: str, start: int, end: int) -> R:
-    return R(name, start, end, style=SE)
+def phase(name: str, start: int, end: int, tid: int = 10) -> R:
+    return R(name, start, end, style=SE, tid=tid)
 
 
 def kernel(name: str, launch: int, start: int, dur: int) -> dict:
@@ -188,3 +188,22 @@ def test_no_gpu_line_without_gpu_work() -> None:
     text = console_text(build_report(profile))
     assert "step (mean, GPU)" not in text
     assert "step (mean, host): forward 600 ns · optimizer 300 ns · other 100 ns" in text
+
+
+def test_host_phases_come_from_the_process_the_iterations_follow() -> None:
+    # Two ranks, one step each [0, 1000]: rank 0 (pid 1) loads data 0-300, rank 1 (pid 2)
+    # 0-100 and then runs forward. Rank 0's iteration ends at the boundary: its phases
+    # count (data 300, forward 700); the union of both would give data 100.
+    profile = make_profile(
+        ranges=[
+            R("iteration", 0, 1000, [phase("data", 0, 300), phase("forward", 300, 1000)],
+              style=SE),
+            R("iteration", 0, 990, [phase("data", 0, 100, 20), phase("forward", 100, 990, 20)],
+              style=SE, tid=20),
+        ],
+        iterations=[(0, 1000, False, True)],
+    )  # fmt: skip
+    ranges = profile.ranges.copy()
+    ranges.loc[(ranges["tid"] == 20).to_numpy(), "pid"] = 2
+    it = build_report(dataclasses.replace(profile, ranges=ranges)).iterations.iloc[0]
+    assert (it["data_wall_ns"], it["forward_wall_ns"], it["other_wall_ns"]) == (300, 700, 0)

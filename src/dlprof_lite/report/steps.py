@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, PHASES
+from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
 from dlprof_lite.ingest.iterations import iteration_stats
 from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
@@ -53,9 +53,10 @@ def iterations_table(
     for p, ns in _gpu_phases(ops, t0, t1).items():
         out[f"phase_{p}_ns"] = ns
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
+    phases = _key_process_phases(ranges, t1)
     covered = np.zeros(len(out), dtype=np.int64)
     for p in HOST_PRIORITY:
-        now = _phase_wall(ranges, HOST_PRIORITY[: HOST_PRIORITY.index(p) + 1], t0, t1)
+        now = _phase_wall(phases, HOST_PRIORITY[: HOST_PRIORITY.index(p) + 1], t0, t1)
         out[f"{p}_wall_ns"] = now - covered
         covered = now
     out["other_wall_ns"] = out["wall_ns"] - covered
@@ -111,6 +112,28 @@ def _phase_gaps(ops: pd.DataFrame) -> pd.DataFrame:
     table = table.reindex(columns=list(PHASE_COLUMNS))
     table.columns = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
     return table
+
+
+def _key_process_phases(ranges: pd.DataFrame, ends: np.ndarray) -> pd.DataFrame:
+    """Our phase and iteration ranges of the one process the iterations follow.
+
+    Each rank of a distributed run writes its own phases; their union would book rank 1's
+    forward into rank 0's data loading. The process whose ``iteration`` ranges end at the
+    iteration boundaries is the one; else (another key) the one with most phase time.
+    """
+    ours = ranges[(ranges["domain"] == DOMAIN).to_numpy(dtype=bool)]
+    if ours["pid"].nunique() <= 1:
+        return ours
+    named = ours["name"].astype(object)
+    at_end = (named == ITERATION).to_numpy() & np.isin(ours["end_ns"].to_numpy(), ends)
+    score = pd.Series(at_end.astype(np.int64)).groupby(ours["pid"].to_numpy()).sum()
+    if score.max() == 0:
+        in_phase = named.isin(PHASES).to_numpy()
+        spans = (ours["end_ns"] - ours["start_ns"]).to_numpy() * in_phase
+        score = pd.Series(spans).groupby(ours["pid"].to_numpy()).sum()
+    # The best score; among equals the lowest pid (a stable choice between equal ranks).
+    pid = score[score == score.max()].index.min()
+    return ours[(ours["pid"] == pid).to_numpy()]
 
 
 def _phase_wall(
