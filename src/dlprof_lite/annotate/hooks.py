@@ -167,9 +167,10 @@ def _watch_compilation(tracker: PhaseTracker) -> Callable[[], None]:
     """The compile phase from Dynamo's compile start/end callbacks; returns their removal.
 
     Dynamo is slow to import, so it is never imported here: the callbacks are registered
-    now if it is already imported, else by the tracker's probe (one ``sys.modules`` lookup
-    per batch, root forward or step) once ``torch.compile`` has imported it, which is before
-    the compiled model's first call. The callbacks run outside traced code: no graph break.
+    now if it is already imported, else right after its callback module is imported (an
+    import hook; ``torch.compile`` imports it before the compiled model's first call), or
+    failing that by the tracker's probe (one ``sys.modules`` lookup per batch, root forward
+    or step). The callbacks run outside traced code: no graph break.
     """
     registered: list[Any] = []
 
@@ -191,12 +192,21 @@ def _watch_compilation(tracker: PhaseTracker) -> Callable[[], None]:
         registered.append(handler)
         return True
 
+    finder = None
     if not probe():
+        from dlprof_lite.annotate.compiled import _AfterImport
+
+        # Right after the import (``model.compile()`` runs no hook of ours before its first
+        # compilation); the tracker's probe stays as a fallback.
+        finder = _AfterImport("torch._dynamo.callback", probe)
+        sys.meta_path.insert(0, finder)
         tracker.compile_probe = probe
 
     def remove() -> None:
         if tracker.compile_probe is probe:
             tracker.compile_probe = None
+        if finder is not None and finder in sys.meta_path:
+            sys.meta_path.remove(finder)
         for handler in registered:
             for callbacks, callback in ((handler.start_callbacks, start),
                                         (handler.end_callbacks, end)):  # fmt: skip

@@ -83,6 +83,7 @@ class PhaseTracker:
         self.steps = 0
         self._depth = 0  # nesting of optimizer steps
         self._stepped: list[int] = []  # optimizers that stepped in the open iteration
+        self._inner: set[int] = set()  # optimizers stepped inside those steps
         self._alive: weakref.WeakSet[Any] | None = None
         self._per_batch: int | None = None  # steps the last training batch held
         self._since_fetch = 0
@@ -142,6 +143,7 @@ class PhaseTracker:
             self._iteration = None
         self._kind = None
         self._stepped.clear()
+        self._inner.clear()
         self._infer_root = None
 
     def leave(self, phase: str) -> None:
@@ -276,6 +278,8 @@ class PhaseTracker:
         with self._lock:
             self._depth += 1
             if self._depth > 1:
+                # The optimizer a wrapper steps (accelerate, ZeRO, SAM) has stepped too.
+                self._inner.add(id(optimizer))
                 return
             if self._alive is None:
                 self._alive = self._find_alive(optimizer)
@@ -283,7 +287,8 @@ class PhaseTracker:
             if id(optimizer) in self._stepped and not self._manual and not more:
                 # Stepping again without a batch in between: some alive optimizer never
                 # steps. Keep the ones that do, and start a new step here.
-                self._alive = weakref.WeakSet(o for o in self._alive if id(o) in self._stepped)
+                stepped = (*self._stepped, *self._inner)
+                self._alive = weakref.WeakSet(o for o in self._alive if id(o) in stepped)
                 self._end_iteration()
             if self._kind == INFER and not self._manual:
                 self._end_iteration()
@@ -304,6 +309,8 @@ class PhaseTracker:
             self.steps += 1
             self._since_fetch += 1
             self._stepped.append(id(optimizer))
+            if self._alive is not None and optimizer is not None:
+                self._alive.add(optimizer)  # one made after the first step
             self._training_sources.update(self._fed)
             self._fed.clear()
             if self._manual:
@@ -317,8 +324,8 @@ class PhaseTracker:
         """Whether the open iteration's training step has optimizer steps still to come."""
         if self._per_batch is not None and len(self._stepped) < self._per_batch:
             return True
-        alive = self._alive or ()
-        return any(id(optimizer) not in self._stepped for optimizer in alive)
+        stepped = (*self._stepped, *self._inner)
+        return any(id(optimizer) not in stepped for optimizer in self._alive or ())
 
     def _find_alive(self, optimizer: Any) -> weakref.WeakSet[Any]:
         """The optimizers alive now (once, at the first step: ~10 ms per 100k objects)."""
