@@ -1,6 +1,7 @@
 """Annotation overhead: step time of the examples with annotation off and on, bare and under nsys.
 
     .venv/bin/python scripts/bench_annotation.py [--repeats 3] [--device cpu] [--no-nsys]
+    .venv/bin/python scripts/bench_annotation.py --hooks-only   # in-process hook cost only
 
 Each configuration runs the example in a fresh process (``examples/lenet.py``,
 ``examples/resnet.py``) and reads the ``ms/step`` it prints (steps 2..N); configurations
@@ -102,14 +103,19 @@ HOOK_COST = """
 import statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, lenet, resnet
+from torch.nn.modules import module as nn_module
 from dlprof_lite import annotate
 torch.manual_seed(0)
-cases = {"lenet": (lenet.LeNet(), lenet.CategoricalCrossEntropy(), (1, 28, 28)),
-         "resnet": (resnet.ResNet(), torch.nn.CrossEntropyLoss(), (3, 32, 32))}
-for name, (model, loss_fn, shape) in cases.items():
+deep = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                             torch.nn.LayerNorm(16), torch.nn.Dropout(0.0)) for _ in range(100)),
+                           torch.nn.Linear(16, 10))
+cases = {"deep400": (deep, torch.nn.CrossEntropyLoss(), (16,), 8),
+         "lenet": (lenet.LeNet(), lenet.CategoricalCrossEntropy(), (1, 28, 28), 1),
+         "resnet": (resnet.ResNet(), torch.nn.CrossEntropyLoss(), (3, 32, 32), 1)}
+for name, (model, loss_fn, shape, batch) in cases.items():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
-        torch.rand(20, *shape), torch.randint(0, 10, (20,))), batch_size=1)
+        torch.rand(20 * batch, *shape), torch.randint(0, 10, (20 * batch,))), batch_size=batch)
     def epoch():
         start = time.perf_counter()
         for x, y in data:
@@ -118,6 +124,11 @@ for name, (model, loss_fn, shape) in cases.items():
             opt.step()
         return (time.perf_counter() - start) / len(data)
     epoch()
+    calls = []
+    counter = nn_module.register_module_forward_pre_hook(lambda m, a: calls.append(1))
+    epoch()
+    counter.remove()
+    per_step = len(calls) / len(data)
     trials = {level: [] for level in ("off", "phases", "modules")}
     for _ in range(int(sys.argv[2])):
         for level in trials:
@@ -126,27 +137,39 @@ for name, (model, loss_fn, shape) in cases.items():
             if handle is not None:
                 handle.remove()
     off = statistics.median(trials["off"])
-    modules = sum(1 for _ in model.modules()) + 1
     for level, values in trials.items():
-        extra = 1e6 * (statistics.median(values) - off)
-        print(f"HOOK {name} {modules} {level} {1e6 * statistics.median(values):.0f} {extra:.0f}")
+        step = statistics.median(values)
+        extra = step - off
+        print(f"HOOK {name} {per_step:.0f} {level} {1e6 * step:.0f} {1e6 * extra:.0f} "
+              f"{step / off:.3f} {1e6 * extra / per_step:.2f}")
 """
-_HOOK = re.compile(r"HOOK (\w+) (\d+) (\w+) (\d+) (-?\d+)")
+_HOOK = re.compile(r"HOOK (\w+) (\d+) (\w+) (\d+) (-?\d+) ([\d.]+) (-?[\d.]+)")
 
 
 def bench_hook_cost(trials: int) -> None:
-    """Per-step cost of the hooks, in one process: batch 1, annotation off/on alternated."""
+    """Per-step cost of the hooks, in one process: annotation off/phases/modules alternated.
+
+    ``deep400``: 401 modules (100 blocks of Linear, ReLU, LayerNorm, Dropout), batch 8;
+    the examples at batch 1 (their hooks weigh most). ``ratio`` is annotated/plain wall time
+    per step; ``us/call`` the added time per module call (forward plus backward).
+    """
     done = subprocess.run(
         [sys.executable, "-c", HOOK_COST, str(ROOT / "examples"), str(trials)],
         capture_output=True, text=True, timeout=1800,
         env={**os.environ, **THREADS, "DLPROF_LITE_NVTX": "on"},
     )  # fmt: skip
-    print(f"\nhooks in-process, batch 1, no tool attached (median of {trials} alternated trials)")
-    print(f"  {'model':<8} {'modules':>7} {'level':<8} {'us/step':>8} {'added us':>9}")
-    for name, modules, level, step, extra in _HOOK.findall(done.stdout):
-        print(f"  {name:<8} {modules:>7} {level:<8} {step:>8} {extra:>9}")
+    print(f"\nhooks in-process, no tool attached (median of {trials} alternated trials)")
+    print(f"  {'model':<8} {'calls':>6} {'level':<8} {'us/step':>8} {'added us':>9} "
+          f"{'ratio':>6} {'us/call':>8}")  # fmt: skip
+    for name, calls, level, step, extra, ratio, per_call in _HOOK.findall(done.stdout):
+        print(f"  {name:<8} {calls:>6} {level:<8} {step:>8} {extra:>9} {ratio:>6} {per_call:>8}")
     if done.returncode != 0:
         print(done.stderr[-2000:])
+
+
+def hooks_only(trials: int) -> None:
+    """Only the in-process hook cost (``--hooks-only``): the quick check of the hot path."""
+    bench_hook_cost(trials)
 
 
 def bench_micro(nsys: str | None) -> None:
@@ -178,8 +201,12 @@ def main() -> None:
     parser.add_argument("--nsys", default="nsys", help="nsys to profile with")
     parser.add_argument("--no-nsys", action="store_true", help="skip the runs under nsys")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS (default 1)")
+    parser.add_argument("--hooks-only", action="store_true", help="only the in-process hook cost")
     args = parser.parse_args()
     THREADS["OMP_NUM_THREADS"] = str(args.threads)
+    if args.hooks_only:
+        hooks_only(max(args.repeats, 5))
+        return
     nsys = None
     if not args.no_nsys:
         from dlprof_lite.launch.nsys import find_nsys
