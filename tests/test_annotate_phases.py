@@ -260,6 +260,29 @@ def test_nested_step_and_unused_optimizer_without_loader(annotate, recorder: Rec
     assert names[2:] == [["forward", "backward", "optimizer"]] * 4
 
 
+def test_a_step_that_raised_does_not_nest_the_next(annotate, recorder: Recorder) -> None:
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure(fail: bool) -> torch.Tensor:
+        loss = model(torch.randn(2, 4)).sum()
+        loss.backward()
+        if fail:
+            raise FloatingPointError("nan loss")
+        return loss
+
+    for step in range(4):
+        try:
+            opt.step(lambda step=step: closure(step == 1))
+        except FloatingPointError:
+            continue
+    annotate.close()
+    assert annotate.tracker.steps == 3
+    names = tiled(recorder.ranges, 3)  # the failed attempt belongs to the next step
+    one = ["optimizer", "forward", "backward", "optimizer"]
+    assert names == [one, one + one[1:], one]
+
+
 def test_evaluation_between_epochs_stays_outside(annotate, recorder: Recorder) -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -20,9 +20,10 @@ Training steps (an iteration may hold several optimizer steps, never part of one
   step, as SAM does, is one); ``GradScaler.step`` is one when it steps; a step it skips
   (inf gradients) leaves its forward and backward to the next iteration;
 - after a step, the iteration closes at once (exact tiling) when every optimizer alive at
-  the first step (found once, by a scan of the garbage collector's objects) has stepped in
-  it, and, in a DataLoader loop, when it holds as many steps as the last batch did (so one
-  optimizer stepping twice per batch is one iteration from the second batch on);
+  the first step (found once, by a scan of the garbage collector's objects; one made later
+  joins when it steps; one stepped by a wrapper's step counts) has stepped in it, and, in a
+  DataLoader loop, when it holds as many steps as the last batch did (so one optimizer
+  stepping twice per batch is one iteration from the second batch on);
 - otherwise it stays open, with no phase, for the next step's forward (the generator
   step of a GAN); the next batch fetch, an evaluation forward (grad off) or the exit
   closes it, and an optimizer stepping twice in it without a batch in between means the
@@ -82,6 +83,7 @@ class PhaseTracker:
         self.iterations = 0
         self.steps = 0
         self._depth = 0  # nesting of optimizer steps
+        self._outer: int | None = None  # the optimizer of the outermost step
         self._stepped: list[int] = []  # optimizers that stepped in the open iteration
         self._inner: set[int] = set()  # optimizers stepped inside those steps
         self._alive: weakref.WeakSet[Any] | None = None
@@ -276,11 +278,14 @@ class PhaseTracker:
         """An optimizer step begins (steps nested in a step are part of it)."""
         self._probe()
         with self._lock:
+            if self._depth and id(optimizer) == self._outer:
+                self._depth = 0  # its last step raised: no post-hook ended it
             self._depth += 1
             if self._depth > 1:
                 # The optimizer a wrapper steps (accelerate, ZeRO, SAM) has stepped too.
                 self._inner.add(id(optimizer))
                 return
+            self._outer = id(optimizer)
             if self._alive is None:
                 self._alive = self._find_alive(optimizer)
             more = self._per_batch is not None and len(self._stepped) < self._per_batch

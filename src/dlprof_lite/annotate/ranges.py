@@ -38,7 +38,7 @@ class range(ContextDecorator):  # shadows the builtin on purpose: annotate.range
 
 
 class phase(ContextDecorator):
-    """Mark a training phase by hand: one of ``data``, ``forward``, ``backward``, ``optimizer``."""
+    """Mark a phase by hand: ``data``, ``forward``, ``backward``, ``optimizer`` or ``compile``."""
 
     __slots__ = ("name",)
 
@@ -60,8 +60,9 @@ class phase(ContextDecorator):
 class iteration(ContextDecorator):
     """Mark one training iteration by hand; ``index`` (default: a counter) is its payload.
 
-    While it is open, optimizer steps do not close iterations: use it when a step calls
-    ``optimizer.step()`` more than once (several optimizers) or never.
+    While it is open, optimizer steps do not close iterations: use it when the automatic
+    rule (one iteration per training step, see :mod:`dlprof_lite.annotate.phases`) does not
+    fit the loop, e.g. a step that never calls ``optimizer.step()``.
     """
 
     __slots__ = ("index",)
