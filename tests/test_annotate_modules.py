@@ -284,3 +284,23 @@ def test_no_reference_cycles_per_step(recorder: Recorder) -> None:
         annotation.remove()
     assert garbage == 0
     assert sum(found) == 0, found
+
+
+def test_annotation_fact_counts_calls_and_measures_cost(recorder: Recorder) -> None:
+    from dlprof_lite.annotate import install
+    from dlprof_lite.annotate.facts import parse_fact
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    annotation = install("modules")
+    for _ in range(5):
+        model(torch.randn(2, 3)).sum().backward()
+        opt.step()
+    annotation.remove()
+    found = [parse_fact(text) for _, text in recorder.marks]
+    annotation_facts = [value for key, value in filter(None, found) if key == "annotation"]
+    assert len(annotation_facts) == 1
+    fact = annotation_facts[0]
+    assert fact["module_calls"] == 5 * 4 and fact["steps"] == 5
+    # a measurement, not a constant: positive and below a millisecond per call
+    assert 0 < fact["ns_per_call"] < 1_000_000

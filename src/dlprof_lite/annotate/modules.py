@@ -19,23 +19,42 @@ whose inputs need no grad (the first layer, the root model) before its work has 
 Pre-hooks and post-hooks run on the thread autograd runs the nodes on, so each backward range
 is pushed and popped on that thread. Where a parent and its last child share an output node,
 one hook per node opens the parent first; where they share a terminal node the child closes
-first. Activation checkpointing: non-reentrant recomputation pushes forward ranges inside the
-checkpointed module's backward range; reentrant recomputation registers hooks on the new
-graph, which its nested backward runs. Ranges left open when autograd skipped part of a graph
-are popped when the next backward pass starts on that thread.
+first. Ranges left open when autograd skipped part of a graph are popped when the next
+backward pass starts on that thread.
 
-Qualified names come from ``named_modules()`` of the root model, learnt on the first forward
-of a module with no forward open on its thread; the first such root with submodules or
-parameters is named ``model`` (``names.ROOT_MODULE``); later roots, and roots with neither
-(a loss module), are named by their class. A module with no known name is named by its
-parent's name and its own class.
+Recomputation (activation checkpointing, reentrant or not, ``checkpoint_sequential``): a
+module forward that runs while a backward pass runs on its thread (autograd's graph task id
+is set) is pushed as ``rec:<qualname>:<type>``, never starts a forward phase, and nests in
+the backward range of the checkpointed module (non-reentrant: recomputed when a node needs
+a saved tensor; reentrant: recomputed first, then backward through the new graph).
+
+Phase events: a root forward outside backward calls ``tracker.on_root_forward`` (and
+``on_root_forward_end``); the backward phase starts when ``torch.autograd.backward`` is
+entered after a root forward (:class:`~.roots.BackwardWatch`), and otherwise, as a fallback,
+in the pre-hook of the root's output nodes.
+
+Names (rule in :mod:`.roots`): a root model is named by the variable or attribute it is bound
+to (``student``, ``ema_model``, ``models["gen"]`` → ``gen``), else ``model``, ``model_2``, …;
+a root with neither children nor parameters (a loss module) by its class. The first model
+root's submodules keep their plain qualified names (``layer1.0.conv1``); those of later roots
+are prefixed with the root's name (``ema_model.layer1.0.conv1``). A module with no known
+name is named by its parent's name and its own class.
+
+Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces).
+
+Cost (the hot path runs twice per module call, plus two node hooks in backward): names are
+cached per module id (a weak reference tells a reused id apart), single-tensor inputs and
+outputs take a path that builds no lists, and nothing kept per call refers back to an
+autograd node: the nodes are held in a per-thread list cleared when the root forward returns,
+so a step leaves no reference cycle for the garbage collector. The ``annotation`` fact
+(module calls, ns per call, steps) is written at exit; ns per call comes from
+:func:`~.calibrate.calibrate`, a measurement of this hook path in-process.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
 import weakref
 from typing import Any
 
@@ -43,19 +62,17 @@ import torch
 
 from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.backend import Backend
+from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
+from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
 from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, module_range
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, RootNames, generated, is_model, unwrapped
 
-# Walking a module's autograd subgraph stops here; such a module gets no backward range.
-MAX_SUBGRAPH_NODES = 20_000
 _NO_TASK = -1
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
-_TENSOR = torch.Tensor
-_ACCUMULATE = torch._C._functions.AccumulateGrad
 
 
 class _Name:
@@ -144,13 +161,6 @@ class _NodeHooks:
     def _post(self, grad_inputs: Any, grad_outputs: Any) -> None:
         for call in self.calls:
             call.finish_one()
-
-
-class _NullBackend:
-    """A backend that writes nothing: the calibration of the hook path."""
-
-    def push(self, name: str) -> None: ...
-    def pop(self) -> None: ...
 
 
 class ModuleRanges:
@@ -243,7 +253,7 @@ class ModuleRanges:
         pushed = self._ranges and (self._depth is None or name.depth <= self._depth)
         if pushed:
             self._backend.push(name.rec if recompute else name.fwd)
-        floor = _floor(args) if pushed and grad else -1
+        floor = floor_of(args) if pushed and grad else -1
         frame.stack.append(_Open(module, pushed, floor=floor))
         frame.forwards += 1
 
@@ -283,22 +293,22 @@ class ModuleRanges:
     def _watch_backward(
         self, module: torch.nn.Module, entry: _Open, kwargs: Any, output: Any, root: bool
     ) -> None:
-        nodes = _grad_nodes(output)
+        nodes = grad_nodes(output)
         if not nodes:
             return
         top_level = root and _graph_task_id() == _NO_TASK
         call = _BackwardCall(self, None, top_level)
         frame = self._frame
         if entry.pushed:
-            floor = max(entry.floor, _floor(kwargs.values()) if kwargs else -1)
-            terminals = _terminal_nodes(nodes, floor)
+            floor = max(entry.floor, floor_of(kwargs.values()) if kwargs else -1)
+            terminals = terminal_nodes(nodes, floor)
             if terminals:
                 call.name = self._names[id(module)].bwd
                 call.terminals = call.remaining = len(terminals)
                 for node in terminals:
                     self._hooks(frame, frame.ends, node, pre=False).calls.append(call)
                 # Outputs made before the module ran (an input returned as is) are not its own.
-                nodes = [node for node in nodes if _inner(node, floor)]
+                nodes = [node for node in nodes if inner(node, floor)]
         if call.name is None and not top_level:
             return
         for node in nodes:
@@ -370,52 +380,13 @@ class ModuleRanges:
         if self.calls and not self._reported:
             self._reported = True
             steps = getattr(self._tracker, "steps", None)
-            facts.record("annotation", {"module_calls": self.calls,
-                                        "ns_per_call": calibrate(), "steps": steps})  # fmt: skip
+            cost = calibrate(ModuleRanges)
+            facts.record("annotation", {"module_calls": self.calls, "ns_per_call": cost,
+                                        "steps": steps})  # fmt: skip
 
     def remove(self) -> None:
         """Undo what is not a hook handle: the compiled-call wrappers."""
         self.compiled.remove()
-
-
-def calibrate(rounds: int = 200, width: int = 8) -> int:
-    """Measured ns per annotated module call: forward pre + post hooks and backward hooks.
-
-    Runs the hook path of a private :class:`ModuleRanges` (writing nothing) on ``width``
-    small modules called in sequence, ``rounds`` forward+backward passes, and subtracts the
-    same passes without hooks; the median of three trials. The NVTX calls themselves are
-    not counted (a push or pop is one C call: tens of ns without a tool).
-    """
-    ranges = ModuleRanges(_NullBackend(), None)  # type: ignore[arg-type]
-    root = torch.nn.Sequential(*(torch.nn.Identity() for _ in range(width)))
-    layers = list(root)
-    trials = []
-    for _ in range(3):
-        spent = [0, 0]
-        for hooked in (False, True):
-            start = time.perf_counter_ns()
-            for _ in range(rounds):
-                _calibration_pass(ranges if hooked else None, root, layers)
-            spent[hooked] = time.perf_counter_ns() - start
-        trials.append(max(0, spent[1] - spent[0]) // (rounds * (width + 1)))
-    return int(sorted(trials)[1])
-
-
-def _calibration_pass(ranges: ModuleRanges | None, root: Any, layers: list[Any]) -> None:
-    x = torch.ones(2, requires_grad=True)
-    y = x
-    if ranges is not None:
-        ranges.forward_pre(root, (x,))
-    for layer in layers:
-        if ranges is not None:
-            ranges.forward_pre(layer, (y,))
-        out = y * 1.0
-        if ranges is not None:
-            ranges.forward_post(layer, (y,), {}, out)
-        y = out
-    if ranges is not None:
-        ranges.forward_post(root, (x,), {}, y)
-    y.sum().backward()
 
 
 def _innermost_module(stack: list[_Open]) -> torch.nn.Module | None:
@@ -423,72 +394,3 @@ def _innermost_module(stack: list[_Open]) -> torch.nn.Module | None:
         if isinstance(entry.key, torch.nn.Module):
             return entry.key
     return None
-
-
-def _tensors(value: Any, depth: int = 2) -> Any:
-    """Tensors in a module's inputs or outputs: a tensor, or inside tuples, lists, dicts."""
-    if type(value) is _TENSOR or isinstance(value, torch.Tensor):
-        return (value,)
-    if depth == 0:
-        return ()
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (tuple, list, type({}.values()))):
-        return ()
-    found: list[torch.Tensor] = []
-    for item in value:
-        found.extend(_tensors(item, depth - 1))
-    return found
-
-
-def _grad_nodes(output: Any) -> list[Any]:
-    if type(output) is _TENSOR:  # the common case, without building lists
-        node = output.grad_fn
-        return [node] if node is not None else []
-    nodes: list[Any] = []
-    for tensor in _tensors(output):
-        node = tensor.grad_fn
-        if node is not None and all(node is not seen for seen in nodes):
-            nodes.append(node)
-    return nodes
-
-
-def _floor(inputs: Any) -> int:
-    """The largest sequence number of the inputs' autograd nodes (-1 when none)."""
-    if type(inputs) is tuple and len(inputs) == 1 and type(inputs[0]) is _TENSOR:
-        node = inputs[0].grad_fn
-        return -1 if node is None else node._sequence_nr()
-    floor = -1
-    for tensor in _tensors(inputs):
-        node = tensor.grad_fn
-        if node is not None:
-            floor = max(floor, node._sequence_nr())
-    return floor
-
-
-def _inner(node: Any, floor: int) -> bool:
-    # AccumulateGrad (a parameter or leaf) has the largest sequence number: never inside.
-    return type(node) is not _ACCUMULATE and node._sequence_nr() > floor
-
-
-def _terminal_nodes(outputs: list[Any], floor: int) -> list[Any] | None:
-    """The nodes of a module's subgraph with no successor inside it (None: subgraph too big)."""
-    todo = [node for node in outputs if _inner(node, floor)]
-    seen = {id(node) for node in todo}
-    terminals = []
-    while todo:
-        node = todo.pop()
-        leads_inside = False
-        for successor, _ in node.next_functions:
-            if (successor is None or type(successor) is _ACCUMULATE
-                    or successor._sequence_nr() <= floor):  # fmt: skip
-                continue
-            leads_inside = True
-            if id(successor) not in seen:
-                seen.add(id(successor))
-                todo.append(successor)
-        if not leads_inside:
-            terminals.append(node)
-        if len(seen) > MAX_SUBGRAPH_NODES:
-            return None
-    return terminals

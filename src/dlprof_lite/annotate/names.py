@@ -19,8 +19,17 @@ How they are written (:mod:`dlprof_lite.annotate`):
 - module ranges are *push/pop* ranges on the thread that runs them: ``fwd:`` on the
   calling thread, ``bwd:`` on the thread autograd runs the module's backward on;
 - a ``:`` in a qualified name (a ``ModuleDict`` key) is written as ``_``; modules without a
-  known qualified name get their parent's name plus their class; roots other than the model
-  (a loss module) are named by their class: ``fwd:CrossEntropyLoss:CrossEntropyLoss``;
+  known qualified name get their parent's name plus their class; a root with neither
+  submodules nor parameters (a loss module) is named by its class:
+  ``fwd:CrossEntropyLoss:CrossEntropyLoss``;
+- a root model is named, at its first forward, by the variable or attribute bound to it in
+  the calling code (``student``, ``ema_model``, ``self.teacher`` → ``teacher``,
+  ``models["gen"]`` → ``gen``; innermost frame first, then globals; a name another live root
+  holds is skipped), else ``model``, ``model_2``, … in first-call order; only letters,
+  digits, ``_`` and ``-`` (anything else becomes ``_``). The first model root's submodules
+  keep their plain qualified names (``layer1.0.conv1``); a later root's are prefixed with
+  its name (``ema_model.layer1.0.conv1``). A ``torch.compile`` wrapper is named as the model
+  it wraps; modules inside a compiled region get no ranges;
 - ``rec:<qualified name>:<type>`` replaces ``fwd:`` for a module forward that runs again
   inside a backward pass (activation-checkpoint recomputation): it is recompute time, not a
   forward call;
