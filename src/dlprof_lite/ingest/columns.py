@@ -61,8 +61,8 @@ _GPU_OP_DERIVED = (
     _d("range_path", "category", "", "path of the innermost enclosing NVTX range"),
     _d("layer", "category", "", "module (layer) the op belongs to, if any"),
     _d("layer_type", "category", "", "the layer's module type (Conv2d) or op name"),
-    _d("direction", "category", "", "forward or backward for layer ops, else <NA>"),
-    _d("phase", "category", "", "data, forward, backward, optimizer or other"),
+    _d("direction", "category", "", "forward, backward or recompute for layer ops, else <NA>"),
+    _d("phase", "category", "", "data, forward, backward, optimizer, compile or other"),
     _d("iteration", "Int64", "", "iteration index (0-based), <NA> outside iterations"),
     _d("api_ns", "Int64", "ns", "launch API duration, api_end - api_start"),
     _d("queue_ns", "Int64", "ns", "start - api_end when >= 0 (time queued on the GPU)"),
@@ -122,7 +122,11 @@ RANGE_COLUMNS: tuple[Column, ...] = (
     _c("closed", "bool", "", "False for a push without a pop"),
     _c("depth", "int64", "", "nesting depth on its thread (0 = top level)"),
     _c("parent_id", "int64", "", "range_id of the enclosing range, -1 at top level"),
-    _c("path", "category", "", "names from the top-level range down, joined by '/'"),
+    _c(
+        "path", "category", "",
+        "names from the top-level range down, joined by '/'; a deep chain's middle is elided "
+        "(ingest/paths.py), the whole chain follows parent_id",
+    ),
 )
 
 # NVTX ranges as the reader hands them to ``nvtx.build_ranges`` (no nesting yet).
