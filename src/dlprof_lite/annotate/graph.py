@@ -62,21 +62,27 @@ def inner(node: Any, floor: int) -> bool:
 
 
 def terminal_nodes(outputs: list[Any], floor: int) -> list[Any] | None:
-    """The nodes of a module's subgraph with no successor inside it (None: subgraph too big)."""
+    """The nodes of a module's subgraph with no successor inside it (None: subgraph too big).
+
+    The root's call walks the whole graph every step, so the loop keeps to local names.
+    """
+    accumulate = _ACCUMULATE
     todo = [node for node in outputs if inner(node, floor)]
     seen = {id(node) for node in todo}
     terminals = []
+    visit, mark = todo.append, seen.add
     while todo:
         node = todo.pop()
         leads_inside = False
         for successor, _ in node.next_functions:
-            if (successor is None or type(successor) is _ACCUMULATE
+            if (successor is None or type(successor) is accumulate
                     or successor._sequence_nr() <= floor):  # fmt: skip
                 continue
             leads_inside = True
-            if id(successor) not in seen:
-                seen.add(id(successor))
-                todo.append(successor)
+            key = id(successor)
+            if key not in seen:
+                mark(key)
+                visit(successor)
         if not leads_inside:
             terminals.append(node)
         if len(seen) > MAX_SUBGRAPH_NODES:
