@@ -215,6 +215,30 @@ def test_grad_scaler_and_a_skipped_step(annotate, recorder: Recorder) -> None:
     assert annotate.tracker.steps == 3
 
 
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_unscale_and_clipping_are_the_optimizers(annotate, recorder, accumulate: int) -> None:
+    """With the end of each backward pass reported, what follows a step's last backward
+    (GradScaler's unscale_, clip_grad_norm_) is optimizer time from the second step on."""
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    tracker, seen = annotate.tracker, []
+    for _ in range(3):
+        for _ in range(accumulate):
+            scaler.scale(model(torch.randn(8, 4)).pow(2).mean()).backward()
+            tracker.on_backward_end()  # where autograd's engine callback reports it
+        scaler.unscale_(opt)
+        seen.append(tracker.phase)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+    annotate.close()
+    names = tiled(recorder.ranges, 3)
+    rounds = ["forward", "backward"] * accumulate
+    assert names == [[*rounds, "optimizer"]] * 3
+    assert seen == ["backward", "optimizer", "optimizer"]  # the phase clipping ran in
+
+
 def test_one_optimizer_twice_per_batch_is_one_step(annotate, recorder: Recorder) -> None:
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -38,7 +38,11 @@ Training steps (an iteration may hold several optimizer steps, never part of one
 - ``backward`` starts when autograd reaches the output of a root module (a functional
   loss's backward counts as forward: torch has no hook on ``Tensor.backward``);
 - ``optimizer`` spans the step; a closure passed to ``step`` is wrapped so that its
-  forward and backward are booked as such and the rest of the step as ``optimizer``.
+  forward and backward are booked as such and the rest of the step as ``optimizer``. When
+  the end of each backward pass is reported (:meth:`PhaseTracker.on_backward_end`), the
+  optimizer phase starts at the end of a step's last backward pass (the count learnt from
+  the previous step), so ``GradScaler.step``'s unscaling and gradient clipping are the
+  optimizer's, not backward's.
 
 Inference (no optimizer step and no backward yet in the process): each call of the model
 (the first root module with parameters) with grad off, or in ``eval()`` mode, is one
@@ -89,6 +93,8 @@ class PhaseTracker:
         self._stepped: list[int] = []  # optimizers that stepped in the open iteration
         self._inner: set[int] = set()  # optimizers stepped inside those steps
         self._batch_open = False  # the iteration waits for the next fetch (first batch)
+        self._backward_ends = 0  # backward passes ended since the last step
+        self._backwards_per_step: int | None = None
         self._alive: weakref.WeakSet[Any] | None = None
         self._per_batch: int | None = None  # steps the last training batch held
         self._since_fetch = 0
@@ -276,6 +282,23 @@ class PhaseTracker:
                 self._end_iteration()
             self._enter("backward")
 
+    def on_backward_end(self) -> None:
+        """A top-level backward pass finished (an engine callback queued at its start).
+
+        What follows the last backward of a step (``GradScaler.step``'s unscaling and inf
+        check, gradient clipping) serves the optimizer: once the loop has shown how many
+        backward passes a step holds, the optimizer phase starts at the end of the last one
+        instead of at ``optimizer.step()``. Before that (the first step) the backward phase
+        lasts until the step.
+        """
+        with self._lock:
+            if self._phase != "backward" or self._depth or self._manual:
+                return  # a closure's backward: the step is already the optimizer's
+            self._backward_ends += 1
+            expected = self._backwards_per_step
+            if expected is not None and self._backward_ends >= expected:
+                self._enter("optimizer")
+
     # --- optimizer steps ---------------------------------------------------------------
 
     def on_optimizer_start(self, optimizer: Any = None) -> None:
@@ -319,6 +342,9 @@ class PhaseTracker:
                 return
             self.steps += 1
             self._since_fetch += 1
+            if self._backward_ends:
+                self._backwards_per_step = self._backward_ends  # learnt from this step
+                self._backward_ends = 0
             self._stepped.append(id(optimizer))
             if self._alive is not None and optimizer is not None:
                 self._alive.add(optimizer)  # one made after the first step
