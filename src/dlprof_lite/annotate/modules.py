@@ -156,7 +156,9 @@ class _NodeHooks:
 
     def _pre(self, grad_outputs: Any) -> None:
         for call in self.calls:
-            call.start()
+            if not call.started:  # call.start(), inlined: this runs once per module call
+                call.started = True
+                call.owner._backward_started(call)
 
     def _post(self, grad_inputs: Any, grad_outputs: Any) -> None:
         for call in self.calls:
@@ -239,6 +241,9 @@ class ModuleRanges:
             return  # inside a traced region: no side effect, no guard (see .compiled)
         frame = self._frame
         root = frame.forwards == 0
+        if not root and not self._ranges:
+            frame.forwards += 1  # phases only: an inner module matters for its depth alone
+            return
         name = self._names.get(id(module))
         if name is None or name.ref() is not module:
             if generated(module):
@@ -270,6 +275,9 @@ class ModuleRanges:
         if _compiling():
             return
         frame = self._frame
+        if frame.forwards > 1 and not self._ranges:
+            frame.forwards -= 1
+            return
         entry = self._pop_to(frame, module)
         if entry is None:
             return
