@@ -198,7 +198,11 @@ def test_closure_step_books_forward_backward_then_optimizer(annotate, recorder: 
 
 def test_grad_scaler_and_a_skipped_step(annotate, recorder: Recorder) -> None:
     """GradScaler.step calls optimizer.step unless a gradient is inf: then that round of
-    forward and backward belongs to the next iteration (no hook sees the skip)."""
+    forward and backward belongs to the next iteration (no hook sees the skip). From the
+    second step on, the end of each backward pass starts the optimizer phase (GradScaler's
+    unscale and inf check are optimizer work, skipped step or not), so the skipped round
+    keeps its own short optimizer phase, and the count of backward passes per step stays 1:
+    the last iteration is again forward, backward, optimizer."""
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
@@ -211,8 +215,10 @@ def test_grad_scaler_and_a_skipped_step(annotate, recorder: Recorder) -> None:
         opt.zero_grad(set_to_none=True)
     annotate.close()
     names = tiled(recorder.ranges, 3)
-    assert names[1] == ["forward", "backward", "forward", "backward", "optimizer"]
+    one = ["forward", "backward", "optimizer"]
+    assert names == [one, one + one, one]
     assert annotate.tracker.steps == 3
+    assert annotate.tracker._backwards_per_step == 1
 
 
 @pytest.mark.parametrize("accumulate", [1, 3])
@@ -225,8 +231,8 @@ def test_unscale_and_clipping_are_the_optimizers(annotate, recorder, accumulate:
     tracker, seen = annotate.tracker, []
     for _ in range(3):
         for _ in range(accumulate):
+            # The end of each backward pass is reported by an autograd engine callback.
             scaler.scale(model(torch.randn(8, 4)).pow(2).mean()).backward()
-            tracker.on_backward_end()  # where autograd's engine callback reports it
         scaler.unscale_(opt)
         seen.append(tracker.phase)
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -237,6 +243,7 @@ def test_unscale_and_clipping_are_the_optimizers(annotate, recorder, accumulate:
     rounds = ["forward", "backward"] * accumulate
     assert names == [[*rounds, "optimizer"]] * 3
     assert seen == ["backward", "optimizer", "optimizer"]  # the phase clipping ran in
+    assert tracker._backwards_per_step == accumulate
 
 
 def test_one_optimizer_twice_per_batch_is_one_step(annotate, recorder: Recorder) -> None:

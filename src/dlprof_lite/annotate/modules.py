@@ -53,6 +53,7 @@ so a step leaves no reference cycle for the garbage collector. The ``annotation`
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import weakref
@@ -73,6 +74,7 @@ _NO_TASK = -1
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_engine = torch.autograd.Variable._execution_engine
 
 
 class _Name:
@@ -336,6 +338,7 @@ class ModuleRanges:
     def _backward_started(self, call: _BackwardCall) -> None:
         if call.top_level and self._tracker is not None:
             self._tracker.on_backward()
+            _queue_backward_end(self._tracker)
         if call.name is None:
             return
         frame = self._frame
@@ -395,6 +398,14 @@ class ModuleRanges:
     def remove(self) -> None:
         """Undo what is not a hook handle: the compiled-call wrappers."""
         self.compiled.remove()
+
+
+def _queue_backward_end(tracker: PhaseTracker) -> None:
+    """Report the end of this graph task to the tracker (called inside the engine: once per
+    top-level backward pass, from the pre-hook of the root's output nodes)."""
+    # RuntimeError: no graph task on this thread (a hook run by hand): no end to report.
+    with contextlib.suppress(RuntimeError):
+        _engine.queue_callback(tracker.on_backward_end)
 
 
 def _innermost_module(stack: list[_Open]) -> torch.nn.Module | None:

@@ -95,6 +95,7 @@ class PhaseTracker:
         self._batch_open = False  # the iteration waits for the next fetch (first batch)
         self._backward_ends = 0  # backward passes ended since the last step
         self._backwards_per_step: int | None = None
+        self._early = False  # the optimizer phase was entered at a backward's end
         self._alive: weakref.WeakSet[Any] | None = None
         self._per_batch: int | None = None  # steps the last training batch held
         self._since_fetch = 0
@@ -246,6 +247,11 @@ class PhaseTracker:
     def _training_forward(self) -> None:
         if self._kind == INFER and not self._manual:
             self._end_iteration()
+        if self._early and self._phase == "optimizer":
+            # A forward after an early optimizer phase, with no step: GradScaler skipped
+            # the step (inf gradients). Its backward passes were not the step's: count anew.
+            self._backward_ends = 0
+        self._early = False
         # With steps taken and the iteration still open: the next optimizer's round (GAN).
         self._enter("forward")
 
@@ -296,8 +302,15 @@ class PhaseTracker:
                 return  # a closure's backward: the step is already the optimizer's
             self._backward_ends += 1
             expected = self._backwards_per_step
-            if expected is not None and self._backward_ends >= expected:
+            # After a step in the open iteration, only a known per-batch count says another
+            # step follows: with none, the next step may cut a new iteration (an optimizer
+            # stepping again), and an optimizer phase begun here would land in the old one.
+            follows = not self._stepped or (
+                self._per_batch is not None and len(self._stepped) < self._per_batch
+            )
+            if follows and expected is not None and self._backward_ends >= expected:
                 self._enter("optimizer")
+                self._early = True
 
     # --- optimizer steps ---------------------------------------------------------------
 
@@ -313,6 +326,7 @@ class PhaseTracker:
                 self._inner.add(id(optimizer))
                 return
             self._outer = id(optimizer)
+            self._early = False
             if self._alive is None:
                 self._alive = self._find_alive(optimizer)
             more = self._batch_open or (
