@@ -99,9 +99,14 @@ def assert_close(run: Run, phase: str, slack_s: float = 0.0) -> None:
 # --- backward is backward, however the loss is made ---------------------------------------
 
 
-@pytest.mark.parametrize("loss", ["module", "functional", "helper", "autograd", "scaler", "dict"])
+@pytest.mark.parametrize(
+    "loss", ["module", "functional", "helper", "autograd", "scaler", "dict", "scaler --clip"]
+)
 def test_phases_match_the_scripts_own_timing(nsys: str, tmp_path: Path, loss: str) -> None:
-    run = profile(nsys, tmp_path, "mlp_losses.py", "--loss", loss, "--steps", "6")
+    """``scaler --clip``: GradScaler's unscale_ and clip_grad_norm_ run after the backward
+    pass returned, inside the script's optimizer timing: the optimizer phase starts where
+    autograd's backward ended (an engine callback), not at ``optimizer.step()``."""
+    run = profile(nsys, tmp_path, "mlp_losses.py", "--loss", *loss.split(), "--steps", "6")
     assert run.summary["iterations_count"] == len(run.truth["steps"]) == 6
     assert_close(run, "forward")
     assert_close(run, "backward")

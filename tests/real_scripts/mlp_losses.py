@@ -5,6 +5,8 @@
 --loss: module (nn.CrossEntropyLoss), functional (F.cross_entropy), helper (a loss function
 with an L2 term over the parameters), autograd (torch.autograd.backward), scaler
 (torch.amp.GradScaler, bf16 autocast), dict (the model returns a dict, two losses summed).
+--clip: unscale the gradients and clip their norm (clip_grad_norm_) before the step, timed
+as the optimizer's (the order the AMP docs give: unscale_, clip, step, update).
 """
 
 import argparse
@@ -46,6 +48,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--truth")
+    parser.add_argument("--clip", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = MLP(as_dict=args.loss == "dict")
@@ -77,6 +80,9 @@ def main() -> None:
             else:
                 scaler.scale(loss).backward()
         with truth.phase("optimizer"):
+            if args.clip:
+                scaler.unscale_(opt)
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             scaler.step(opt)
             scaler.update()
         truth.end_step()
