@@ -35,10 +35,11 @@ in the pre-hook of the root's output nodes.
 
 Names (rule in :mod:`.roots`): a root model is named by the variable or attribute it is bound
 to (``student``, ``ema_model``, ``models["gen"]`` → ``gen``), else ``model``, ``model_2``, …;
-a root with neither children nor parameters (a loss module) by its class. The first model
-root's submodules keep their plain qualified names (``layer1.0.conv1``); those of later roots
-are prefixed with the root's name (``ema_model.layer1.0.conv1``). A module with no known
-name is named by its parent's name and its own class.
+a root with neither children nor parameters (a loss module) by its class. The submodules of
+the model named ``model`` keep their plain qualified names (``layer1.0.conv1``); those of every
+other root are prefixed with the root's name (``student.fc1``, ``ema_model.layer1.0.conv1``),
+so a script's usual single ``model`` reads as before and two models never share a layer. A
+module with no known name is named by its parent's name and its own class.
 
 Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces).
 
@@ -66,7 +67,7 @@ from dlprof_lite.annotate.backend import Backend
 from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
-from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, module_range
+from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, ROOT_MODULE, module_range
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, RootNames, generated, is_model, unwrapped
 
@@ -219,7 +220,7 @@ class ModuleRanges:
         return name
 
     def _learn_root(self, module: torch.nn.Module) -> _Name:
-        """A root's names (rule in :mod:`.roots`); the first model's children get no prefix."""
+        """A root's names (rule in :mod:`.roots`); only ``model``'s children get no prefix."""
         inner = unwrapped(module)
         type_name = type(inner).__name__
         if not is_model(inner):
@@ -227,10 +228,11 @@ class ModuleRanges:
             self._names[id(module)] = root
             return root
         own = self._roots.name(module, sys._getframe(2))
-        prefix = "" if not self._model_named else own
+        # Plain submodule names (``layer1.0.conv1``) for the one model named ``model``; every
+        # other model's carry its name, so two models never share a layer name.
+        prefix = "" if own == ROOT_MODULE and not self._model_named else own
         self.name_model(inner, prefix)
-        self._model_named = True
-        root = _Name(module, prefix or own, type_name, 0)
+        root = _Name(module, own, type_name, 0)
         self._names[id(module)] = root
         if inner is not module:
             self._names[id(inner)] = _Name(inner, root.qualname, type_name, 0)

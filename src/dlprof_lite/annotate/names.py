@@ -7,7 +7,7 @@ it imports nothing heavy, so ``dlprof_lite.ingest`` may read it without torch or
 - one ``iteration`` range per training step (one optimizer step), the default key range;
 - phase ranges ``data``, ``forward``, ``backward``, ``optimizer``;
 - module ranges ``fwd:<qualified name>:<type>`` and ``bwd:<qualified name>:<type>``,
-  e.g. ``fwd:layer1.0.conv1:Conv2d``; the root module's qualified name is ``model``.
+  e.g. ``fwd:layer1.0.conv1:Conv2d``; roots are named as below (``model`` by default).
 
 How they are written (:mod:`dlprof_lite.annotate`):
 
@@ -26,10 +26,11 @@ How they are written (:mod:`dlprof_lite.annotate`):
   the calling code (``student``, ``ema_model``, ``self.teacher`` → ``teacher``,
   ``models["gen"]`` → ``gen``; innermost frame first, then globals; a name another live root
   holds is skipped), else ``model``, ``model_2``, … in first-call order; only letters,
-  digits, ``_`` and ``-`` (anything else becomes ``_``). The first model root's submodules
-  keep their plain qualified names (``layer1.0.conv1``); a later root's are prefixed with
-  its name (``ema_model.layer1.0.conv1``). A ``torch.compile`` wrapper is named as the model
-  it wraps; modules inside a compiled region get no ranges;
+  digits, ``_`` and ``-`` (anything else becomes ``_``). The submodules of the root named
+  ``model`` keep their plain qualified names (``layer1.0.conv1``); every other root's are
+  prefixed with its name (``student.fc1``, ``ema_model.layer1.0.conv1``). A
+  ``torch.compile`` wrapper is named as the model it wraps; modules inside a compiled region
+  get no ranges;
 - ``rec:<qualified name>:<type>`` replaces ``fwd:`` for a module forward that runs again
   inside a backward pass (activation-checkpoint recomputation): it is recompute time, not a
   forward call;
