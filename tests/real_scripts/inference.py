@@ -26,8 +26,10 @@ def main() -> None:
     truth = Truth()
     with context():
         for _ in range(args.steps):
+            batch = torch.randn(32, 3, 64, 64)
             with truth.phase("forward"):
-                predictions = model(torch.randn(32, 3, 64, 64)).argmax(1)
+                logits = model(batch)
+            predictions = logits.argmax(1)
             truth.end_step()
     print(predictions[:4].tolist())
     truth.write(args.truth)
