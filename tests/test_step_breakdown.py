@@ -207,3 +207,26 @@ def test_host_phases_come_from_the_process_the_iterations_follow() -> None:
     ranges.loc[(ranges["tid"] == 20).to_numpy(), "pid"] = 2
     it = build_report(dataclasses.replace(profile, ranges=ranges)).iterations.iloc[0]
     assert (it["data_wall_ns"], it["forward_wall_ns"], it["other_wall_ns"]) == (300, 700, 0)
+
+
+def test_compilations_before_the_first_step_are_counted_and_named() -> None:
+    # A model.compile() model compiles in its first call, before any iteration opens:
+    # compile 100-400 and 500-700 stand alone; the first step's own compile is 1000-1300.
+    ranges = [
+        phase("compile", 100, 400), phase("compile", 500, 700),
+        R("iteration", 1000, 2000, [
+            phase("compile", 1000, 1300), phase("forward", 1300, 1600),
+            phase("backward", 1600, 1800), phase("optimizer", 1800, 1900),
+        ], style=SE),
+        R("iteration", 2000, 3000, [phase("data", 2000, 2100)], style=SE),
+    ]  # fmt: skip
+    profile = make_profile(
+        ranges=ranges, iterations=[(1000, 2000, False, True), (2000, 3000, False, True)]
+    )
+    s = build_report(profile).summary
+    assert (s["compile_count"], s["compile_wall_ns"]) == (3, 300 + 200 + 300)
+    outside = [w for w in s["warnings"] if "outside every iteration" in w]
+    assert outside == [
+        "2 compilation(s), 0.0 ms, ran outside every iteration (before the first step): "
+        "counted in compile_wall_ns, not in any step"
+    ]

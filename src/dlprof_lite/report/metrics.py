@@ -164,6 +164,8 @@ SUMMARY_REPORT = _cols(
     ("launch_overhead_ns", "ns", "sum of host-bound GPU gaps in the analysed steps"),
     ("launch_overhead_pct", "%", "launch_overhead_ns / (step time x devices) x 100"),
     ("launch_overhead_scope", "", "iterations (analysed steps) or active_span (no iterations)"),
+    ("compile_count", "", "torch.compile compilations ('compile' ranges) in the whole session"),
+    ("compile_wall_ns", "ns", "host time of all compilations, in steps or not"),
     ("iterations_count", "", "iterations found"),
     ("iterations_warmup", "", "iterations marked warm-up"),
     ("iterations_analysed", "", "in-window iterations after warm-up: step statistics use these"),

@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.annotate.names import COMPILE, DOMAIN
 from dlprof_lite.ingest.iterations import GUESSED
 from dlprof_lite.ingest.key_ranges import key_regex
 from dlprof_lite.ingest.profile import Profile
@@ -59,6 +60,7 @@ def summarize(
         "active_utilization": _active_utilization(busy),
     }
     out.update(_launch_overhead(profile, iterations, busy, devices))
+    out.update(_compile_totals(profile.ranges))
     out.update(iteration_summary(iterations))
     out.update(step_breakdown(iterations, devices))
     out.update(memcpy_facts(profile.memops))
@@ -163,6 +165,37 @@ def _launch_overhead(
     }
 
 
+def _compile_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    mine = (ranges["name"] == COMPILE).to_numpy(dtype=bool) & (
+        ranges["domain"] == DOMAIN
+    ).to_numpy(dtype=bool)
+    return ranges[mine]
+
+
+def _compile_totals(ranges: pd.DataFrame) -> dict[str, int]:
+    """Every compilation, wherever it fell (one before the first step is in no iteration)."""
+    compiles = _compile_ranges(ranges)
+    wall = (compiles["end_ns"] - compiles["start_ns"]).clip(lower=0)
+    return {"compile_count": len(compiles), "compile_wall_ns": int(wall.sum())}
+
+
+def _outside_compile_warning(ranges: pd.DataFrame, iterations: pd.DataFrame) -> list[str]:
+    compiles = _compile_ranges(ranges)
+    if compiles.empty:
+        return []
+    starts = compiles["start_ns"].to_numpy(dtype="int64")
+    inside = np.zeros(len(compiles), dtype=bool)
+    for t0, t1 in zip(iterations["start_ns"], iterations["end_ns"], strict=True):
+        inside |= (starts >= int(t0)) & (starts < int(t1))
+    if inside.all():
+        return []
+    ns = int((compiles["end_ns"] - compiles["start_ns"])[~inside].clip(lower=0).sum())
+    return [
+        f"{int((~inside).sum())} compilation(s), {ns / 1e6:.1f} ms, ran outside every "
+        "iteration (before the first step): counted in compile_wall_ns, not in any step"
+    ]
+
+
 def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
     out = []
     if profile.kernels.empty and profile.memops.empty:
@@ -171,6 +204,7 @@ def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
         out.append("the profile holds no NVTX ranges: no per-layer or per-range times")
     if iterations.empty:
         out.append("no iterations found: step statistics cover the whole session")
+    out += _outside_compile_warning(profile.ranges, iterations)
     return [*out, *_key_warnings(profile), *_compile_warnings(iterations)]
 
 
