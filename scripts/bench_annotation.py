@@ -103,26 +103,39 @@ HOOK_COST = """
 import statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, lenet, resnet
+from torch import nn
 from torch.nn.modules import module as nn_module
 from dlprof_lite import annotate
 torch.manual_seed(0)
-deep = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
-                             torch.nn.LayerNorm(16), torch.nn.Dropout(0.0)) for _ in range(100)),
-                           torch.nn.Linear(16, 10))
-cases = {"deep400": (deep, torch.nn.CrossEntropyLoss(), (16,), 8),
+deep = nn.Sequential(*(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.LayerNorm(16),
+                                     nn.Dropout(0.0)) for _ in range(100)), nn.Linear(16, 10))
+wide = nn.Sequential(*(nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 1024), nn.GELU(),
+                                     nn.Linear(1024, 256), nn.Dropout(0.0), nn.ReLU(),
+                                     nn.LayerNorm(256)) for _ in range(50)), nn.Linear(256, 10))
+cases = {"deep400": (deep, nn.CrossEntropyLoss(), (16,), 8),
+         "mlp400": (wide, nn.CrossEntropyLoss(), (256,), 64),
          "lenet": (lenet.LeNet(), lenet.CategoricalCrossEntropy(), (1, 28, 28), 1),
-         "resnet": (resnet.ResNet(), torch.nn.CrossEntropyLoss(), (3, 32, 32), 1)}
+         "resnet": (resnet.ResNet(), nn.CrossEntropyLoss(), (3, 32, 32), 1)}
+clock = time.perf_counter
 for name, (model, loss_fn, shape, batch) in cases.items():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
         torch.rand(20 * batch, *shape), torch.randint(0, 10, (20 * batch,))), batch_size=batch)
     def epoch():
-        start = time.perf_counter()
+        fwd = bwd = 0.0
+        start = clock()
         for x, y in data:
             opt.zero_grad()
-            loss_fn(model(x), y).backward()
+            t0 = clock()
+            loss = loss_fn(model(x), y)
+            t1 = clock()
+            loss.backward()
+            t2 = clock()
             opt.step()
-        return (time.perf_counter() - start) / len(data)
+            fwd += t1 - t0
+            bwd += t2 - t1
+        n = len(data)
+        return (clock() - start) / n, fwd / n, bwd / n
     epoch()
     calls = []
     counter = nn_module.register_module_forward_pre_hook(lambda m, a: calls.append(1))
@@ -136,22 +149,29 @@ for name, (model, loss_fn, shape, batch) in cases.items():
             trials[level].append(epoch())
             if handle is not None:
                 handle.remove()
-    off = statistics.median(trials["off"])
+    off = [statistics.median(t[i] for t in trials["off"]) for i in range(3)]
     for level, values in trials.items():
-        step = statistics.median(values)
-        extra = step - off
+        step, fwd, bwd = (statistics.median(t[i] for t in values) for i in range(3))
+        extra = step - off[0]
         print(f"HOOK {name} {per_step:.0f} {level} {1e6 * step:.0f} {1e6 * extra:.0f} "
-              f"{step / off:.3f} {1e6 * extra / per_step:.2f}")
+              f"{step / off[0]:.3f} {1e6 * extra / per_step:.2f} "
+              f"{1e6 * (fwd - off[1]) / per_step:.2f} {1e6 * (bwd - off[2]) / per_step:.2f}")
 """
-_HOOK = re.compile(r"HOOK (\w+) (\d+) (\w+) (\d+) (-?\d+) ([\d.]+) (-?[\d.]+)")
+_HOOK = re.compile(
+    r"HOOK (\w+) (\d+) (\w+) (\d+) (-?\d+) ([\d.]+) (-?[\d.]+) (-?[\d.]+) (-?[\d.]+)"
+)
 
 
 def bench_hook_cost(trials: int) -> None:
     """Per-step cost of the hooks, in one process: annotation off/phases/modules alternated.
 
-    ``deep400``: 401 modules (100 blocks of Linear, ReLU, LayerNorm, Dropout), batch 8;
-    the examples at batch 1 (their hooks weigh most). ``ratio`` is annotated/plain wall time
-    per step; ``us/call`` the added time per module call (forward plus backward).
+    ``deep400``: 401 modules (100 blocks of Linear 16x16, ReLU, LayerNorm, Dropout), batch
+    8: every module is ~2 us of work, the worst case for hooks; ``mlp400``: 401 modules of
+    a realistic width (50 blocks of LayerNorm, Linear 256->1024, GELU, Linear 1024->256,
+    Dropout, ReLU, LayerNorm), batch 64; the examples at batch 1 (their hooks weigh most).
+    ``ratio`` is annotated/plain wall time per step; ``us/call`` the added time per module
+    call (both passes), ``fwd us`` / ``bwd us`` the added time per module call in the
+    forward pass (model and loss) and in the backward pass (``loss.backward()``) alone.
     """
     done = subprocess.run(
         [sys.executable, "-c", HOOK_COST, str(ROOT / "examples"), str(trials)],
@@ -160,9 +180,10 @@ def bench_hook_cost(trials: int) -> None:
     )  # fmt: skip
     print(f"\nhooks in-process, no tool attached (median of {trials} alternated trials)")
     print(f"  {'model':<8} {'calls':>6} {'level':<8} {'us/step':>8} {'added us':>9} "
-          f"{'ratio':>6} {'us/call':>8}")  # fmt: skip
-    for name, calls, level, step, extra, ratio, per_call in _HOOK.findall(done.stdout):
-        print(f"  {name:<8} {calls:>6} {level:<8} {step:>8} {extra:>9} {ratio:>6} {per_call:>8}")
+          f"{'ratio':>6} {'us/call':>8} {'fwd us':>7} {'bwd us':>7}")  # fmt: skip
+    for name, calls, level, step, extra, ratio, call, fwd, bwd in _HOOK.findall(done.stdout):
+        print(f"  {name:<8} {calls:>6} {level:<8} {step:>8} {extra:>9} {ratio:>6} {call:>8} "
+              f"{fwd:>7} {bwd:>7}")  # fmt: skip
     if done.returncode != 0:
         print(done.stderr[-2000:])
 
