@@ -246,6 +246,23 @@ def test_unscale_and_clipping_are_the_optimizers(annotate, recorder, accumulate:
     assert tracker._backwards_per_step == accumulate
 
 
+def test_two_roots_in_one_backward_pass_end_it_once(annotate, recorder: Recorder) -> None:
+    """A generator and a discriminator called one after the other are two root calls in one
+    backward pass: the pass ends once, so a step holds one backward end, and from the
+    second step on the optimizer phase starts where the backward pass ended."""
+    gen, disc = nn.Linear(4, 4), nn.Linear(4, 1)
+    opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+    tracker, seen = annotate.tracker, []
+    for _ in range(3):
+        disc(gen(torch.randn(8, 4))).mean().backward()
+        seen.append(tracker.phase)
+        opt.step()
+    annotate.close()
+    assert tracker._backwards_per_step == 1
+    assert seen == ["backward", "optimizer", "optimizer"]
+    assert tiled(recorder.ranges, 3) == [["forward", "backward", "optimizer"]] * 3
+
+
 def test_one_optimizer_twice_per_batch_is_one_step(annotate, recorder: Recorder) -> None:
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -68,6 +68,7 @@ from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
 from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, ROOT_MODULE, module_range
+from dlprof_lite.annotate.nodehooks import BackwardCall, NodeHooks
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, RootNames, generated, is_model, unwrapped
 
@@ -108,64 +109,12 @@ class _Frame(threading.local):
     def __init__(self) -> None:
         self.stack: list[_Open] = []
         self.forwards = 0
-        self.starts: dict[int, _NodeHooks] = {}
-        self.ends: dict[int, _NodeHooks] = {}
+        self.starts: dict[int, NodeHooks] = {}
+        self.ends: dict[int, NodeHooks] = {}
         # Keeps the hooked nodes alive until the root forward returns, so that an id in the
         # tables above is never reused by a new node. Cleared then: no node outlives the
         # forward through us, and nothing of ours refers back to a node (no cycles).
         self.nodes: list[Any] = []
-
-
-class _BackwardCall:
-    """The backward of one module call: opened by its output nodes, closed by its terminals."""
-
-    __slots__ = ("name", "owner", "remaining", "started", "terminals", "top_level")
-
-    def __init__(self, owner: ModuleRanges, name: str | None, top_level: bool) -> None:
-        self.owner = owner
-        self.name = name
-        self.top_level = top_level
-        self.terminals = 0
-        self.remaining = 0
-        self.started = False
-
-    def start(self) -> None:
-        if self.started:
-            return
-        self.started = True
-        self.owner._backward_started(self)
-
-    def finish_one(self) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            if self.started and self.name is not None:
-                self.owner._pop_to(self.owner._frame, self)
-            # Ready for another backward through the same graph (retain_graph=True).
-            self.remaining = self.terminals
-            self.started = False
-
-
-class _NodeHooks:
-    """The one pre-hook (or post-hook) this layer puts on an autograd node (holds no node)."""
-
-    __slots__ = ("calls",)
-
-    def __init__(self, node: Any, pre: bool) -> None:
-        self.calls: list[_BackwardCall] = []
-        if pre:
-            node.register_prehook(self._pre)
-        else:
-            node.register_hook(self._post)
-
-    def _pre(self, grad_outputs: Any) -> None:
-        for call in self.calls:
-            if not call.started:  # call.start(), inlined: this runs once per module call
-                call.started = True
-                call.owner._backward_started(call)
-
-    def _post(self, grad_inputs: Any, grad_outputs: Any) -> None:
-        for call in self.calls:
-            call.finish_one()
 
 
 class ModuleRanges:
@@ -188,6 +137,7 @@ class ModuleRanges:
         self._model_named = False
         self._frame = _Frame()
         self.calls = 0  # hooked forward calls, for the ``annotation`` fact
+        self._queued = _NO_TASK  # the graph task whose end is queued for the tracker
         self._reported = False
         self._watch = BackwardWatch(tracker.on_backward) if tracker is not None else None
         self.compiled = CompiledRoots(self)
@@ -309,7 +259,7 @@ class ModuleRanges:
         if not nodes:
             return
         top_level = root and _graph_task_id() == _NO_TASK
-        call = _BackwardCall(self, None, top_level)
+        call = BackwardCall(self, None, top_level)
         frame = self._frame
         if entry.pushed:
             floor = max(entry.floor, floor_of(kwargs.values()) if kwargs else -1)
@@ -328,23 +278,27 @@ class ModuleRanges:
             self._hooks(frame, frame.starts, node, pre=True).calls.insert(0, call)
 
     @staticmethod
-    def _hooks(frame: _Frame, table: dict[int, _NodeHooks], node: Any, *, pre: bool) -> _NodeHooks:
+    def _hooks(frame: _Frame, table: dict[int, NodeHooks], node: Any, *, pre: bool) -> NodeHooks:
         hooks = table.get(id(node))
         if hooks is None:
-            hooks = table[id(node)] = _NodeHooks(node, pre)
+            hooks = table[id(node)] = NodeHooks(node, pre)
             frame.nodes.append(node)
         return hooks
 
     # --- backward ----------------------------------------------------------------------
 
-    def _backward_started(self, call: _BackwardCall) -> None:
-        if call.top_level and self._tracker is not None:
-            self._tracker.on_backward()
-            _queue_backward_end(self._tracker)
-        if call.name is None:
-            return
+    def _backward_started(self, call: BackwardCall) -> None:
         frame = self._frame
         task = _graph_task_id()
+        if call.top_level and self._tracker is not None:
+            self._tracker.on_backward()
+            if task != self._queued:
+                # Once per graph task: two root models (a GAN's G and D) in one backward
+                # pass each start it, and the pass ends once.
+                self._queued = task
+                _queue_backward_end(self._tracker)
+        if call.name is None:
+            return
         if call.top_level:
             self._drop_stale(frame, task)
         self._backend.push(call.name)
@@ -353,7 +307,7 @@ class ModuleRanges:
     def _drop_stale(self, frame: _Frame, task: int) -> None:
         """Pop backward ranges a finished backward pass left open on this thread."""
         stack = frame.stack
-        while stack and isinstance(stack[-1].key, _BackwardCall) and stack[-1].task != task:
+        while stack and isinstance(stack[-1].key, BackwardCall) and stack[-1].task != task:
             if stack.pop().pushed:
                 self._backend.pop()
 
@@ -366,7 +320,7 @@ class ModuleRanges:
             entry = stack.pop()
             if entry.pushed:
                 self._backend.pop()
-            if type(key) is not _BackwardCall:
+            if type(key) is not BackwardCall:
                 frame.forwards -= 1
             return entry
         for index in range(len(stack) - 1, -1, -1):
@@ -378,7 +332,7 @@ class ModuleRanges:
             entry = stack.pop()
             if entry.pushed:
                 self._backend.pop()
-            if not isinstance(entry.key, _BackwardCall):
+            if not isinstance(entry.key, BackwardCall):
                 frame.forwards -= 1
             if entry.key is key:
                 return entry
