@@ -263,6 +263,25 @@ def test_two_roots_in_one_backward_pass_end_it_once(annotate, recorder: Recorder
     assert tiled(recorder.ranges, 3) == [["forward", "backward", "optimizer"]] * 3
 
 
+def test_two_backward_passes_through_one_graph(annotate, recorder: Recorder) -> None:
+    """``backward(retain_graph=True)`` then ``backward()`` on the same loss: two passes per
+    step, each reported, so the optimizer phase waits for the second one."""
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tracker, seen = annotate.tracker, []
+    for _ in range(3):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward(retain_graph=True)
+        seen.append(tracker.phase)
+        loss.backward()
+        seen.append(tracker.phase)
+        opt.step()
+    annotate.close()
+    assert tracker._backwards_per_step == 2
+    assert seen == ["backward", "backward"] + ["backward", "optimizer"] * 2
+    assert tiled(recorder.ranges, 3) == [["forward", "backward", "optimizer"]] * 3
+
+
 def test_one_optimizer_twice_per_batch_is_one_step(annotate, recorder: Recorder) -> None:
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -31,7 +31,9 @@ a saved tensor; reentrant: recomputed first, then backward through the new graph
 Phase events: a root forward outside backward calls ``tracker.on_root_forward`` (and
 ``on_root_forward_end``); the backward phase starts when ``torch.autograd.backward`` is
 entered after a root forward (:class:`~.roots.BackwardWatch`), and otherwise, as a fallback,
-in the pre-hook of the root's output nodes.
+in the pre-hook of the root's output nodes. That pre-hook also queues an autograd engine
+callback (once per graph task) that reports the end of the pass (``tracker.on_backward_end``:
+what runs between the last backward and the step is the optimizer's, see :mod:`.steps`).
 
 Names (rule in :mod:`.roots`): a root model is named by the variable or attribute it is bound
 to (``student``, ``ema_model``, ``models["gen"]`` → ``gen``), else ``model``, ``model_2``, …;

@@ -59,7 +59,9 @@ class NodeHooks:
     def _pre(self, grad_outputs: Any) -> None:
         for call in self.calls:
             if not call.started:  # call.start(), inlined: this runs once per module call
-                call.started = True
+                # A call with no range (a root's phase events only) has no terminals to
+                # reset it: it stays ready for each backward pass through its graph.
+                call.started = call.name is not None
                 call.owner._backward_started(call)
 
     def _post(self, grad_inputs: Any, grad_outputs: Any) -> None:
