@@ -25,9 +25,6 @@ launcher would have put it.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
 import os
 import runpy
@@ -37,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from dlprof_lite.annotate import facts
+from dlprof_lite.annotate.after_import import AfterImport
 from dlprof_lite.annotate.hooks import LEVELS, Annotation, install
 
 USAGE = (
@@ -118,36 +116,6 @@ def status_path(pattern: str | None) -> str | None:
     return pattern.replace("{rank}", str(rank if rank is not None else 0))
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Calls ``callback`` once, right after the module ``name`` has been executed."""
-
-    def __init__(self, name: str, callback: Any) -> None:
-        self.name = name
-        self.callback = callback
-        self.loader: Any = None
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name or self.loader is not None:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        self.loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        self.callback()
-
-    def __getattr__(self, attr: str) -> Any:  # resource readers and the like
-        return getattr(self.loader, attr)
-
-
 class Session:
     """Annotation for one program run: installed on ``import torch``, closed at the end."""
 
@@ -163,7 +131,7 @@ class Session:
         if "torch" in sys.modules:
             self._install()
         else:
-            sys.meta_path.insert(0, _AfterImport("torch", self._install))
+            sys.meta_path.insert(0, AfterImport("torch", self._install))
 
     def _install(self) -> None:
         self.torch_imported = True

@@ -29,14 +29,14 @@ inside the region runs the code between graphs eagerly without module ranges eit
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from dlprof_lite.annotate.after_import import AfterImport
 
 if TYPE_CHECKING:
     from dlprof_lite.annotate.modules import ModuleRanges
@@ -75,7 +75,7 @@ class CompiledRoots:
         self._ranges = ranges
         self._wrapped: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._handler: Any = None
-        self._finder: _AfterImport | None = None
+        self._finder: AfterImport | None = None
         # OptimizedModule warns, per call site, that global hooks fire for it too: that is
         # what gives it its range (inner hooks do nothing while Dynamo traces).
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there")
@@ -84,7 +84,7 @@ class CompiledRoots:
         if _CALLBACK_MODULE in sys.modules:
             self._register()
         else:
-            self._finder = _AfterImport(_CALLBACK_MODULE, self._register)
+            self._finder = AfterImport(_CALLBACK_MODULE, self._register)
             sys.meta_path.insert(0, self._finder)
 
     def _register(self) -> None:
@@ -121,31 +121,3 @@ class CompiledRoots:
         self._handler = None
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Calls ``callback`` once, right after the module ``name`` has been executed."""
-
-    def __init__(self, name: str, callback: Any) -> None:
-        self.name = name
-        self.callback = callback
-        self.loader: Any = None
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name or self.loader is not None:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        self.loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.loader.exec_module(module)
-        self.callback()
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.loader, attr)

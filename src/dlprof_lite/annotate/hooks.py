@@ -194,11 +194,11 @@ def _watch_compilation(tracker: PhaseTracker) -> Callable[[], None]:
 
     finder = None
     if not probe():
-        from dlprof_lite.annotate.compiled import _AfterImport
+        from dlprof_lite.annotate.after_import import AfterImport
 
         # Right after the import (``model.compile()`` runs no hook of ours before its first
         # compilation); the tracker's probe stays as a fallback.
-        finder = _AfterImport("torch._dynamo.callback", probe)
+        finder = AfterImport("torch._dynamo.callback", probe)
         sys.meta_path.insert(0, finder)
         tracker.compile_probe = probe
 
