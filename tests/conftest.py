@@ -57,3 +57,22 @@ def nsys() -> str:
     if path is None:
         missing("nsys is not on PATH (scripts/install_nsys.sh installs it)")
     return path
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch):
+    """Annotation on, writing to ``test_annotate.Recorder``; global hooks removed afterwards."""
+    pytest.importorskip("torch")
+    from dlprof_lite.annotate import backend as backend_module
+    from dlprof_lite.annotate import hooks as hooks_module
+    from dlprof_lite.annotate import phases as phases_module
+    from test_annotate import Recorder
+
+    rec = Recorder()
+    monkeypatch.setattr(backend_module, "_backend", rec)
+    monkeypatch.setattr(backend_module, "_decided", True)
+    monkeypatch.setattr(phases_module, "_shared", None)
+    yield rec
+    if hooks_module._installed is not None:
+        hooks_module._installed.remove()
+        hooks_module._installed = None

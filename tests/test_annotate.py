@@ -26,8 +26,6 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from dlprof_lite.annotate import backend as backend_module  # noqa: E402
-from dlprof_lite.annotate import phases as phases_module  # noqa: E402
 from dlprof_lite.annotate.bootstrap import parse_args  # noqa: E402
 from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE  # noqa: E402
 
@@ -169,21 +167,6 @@ def check_iterations(
 
 
 # --- in-process tests ------------------------------------------------------------------
-
-
-@pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    """Annotation switched on, writing to a recorder; global hooks removed afterwards."""
-    from dlprof_lite.annotate import hooks as install_module
-
-    rec = Recorder()
-    monkeypatch.setattr(backend_module, "_backend", rec)
-    monkeypatch.setattr(backend_module, "_decided", True)
-    monkeypatch.setattr(phases_module, "_shared", None)
-    yield rec
-    if install_module._installed is not None:
-        install_module._installed.remove()
-        install_module._installed = None
 
 
 def lenet_module():

@@ -21,22 +21,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 from dlprof_lite.annotate import backend as backend_module  # noqa: E402
-from dlprof_lite.annotate import hooks as hooks_module  # noqa: E402
-from dlprof_lite.annotate import phases as phases_module  # noqa: E402
 from test_annotate import Range, Recorder, inside, parents  # noqa: E402
-
-
-@pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Annotation on, writing to a recorder; global hooks removed afterwards."""
-    rec = Recorder()
-    monkeypatch.setattr(backend_module, "_backend", rec)
-    monkeypatch.setattr(backend_module, "_decided", True)
-    monkeypatch.setattr(phases_module, "_shared", None)
-    yield rec
-    if hooks_module._installed is not None:
-        hooks_module._installed.remove()
-        hooks_module._installed = None
 
 
 class Probe(torch.autograd.Function):

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from itertools import groupby
 from pathlib import Path
 
@@ -25,9 +24,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from dlprof_lite.annotate import backend as backend_module  # noqa: E402
 from dlprof_lite.annotate import facts  # noqa: E402
-from dlprof_lite.annotate import phases as phases_module  # noqa: E402
 from dlprof_lite.annotate.names import PHASES  # noqa: E402
 from test_annotate import Range, Recorder, inside, nsys_profile  # noqa: E402
 
@@ -68,57 +65,14 @@ def steps_of(names: list[list[str]]) -> list[int]:
 
 
 @pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    """Annotation switched on, writing to a recorder (as in ``test_annotate``)."""
-    rec = Recorder()
-    monkeypatch.setattr(backend_module, "_backend", rec)
-    monkeypatch.setattr(backend_module, "_decided", True)
-    monkeypatch.setattr(phases_module, "_shared", None)
-    return rec
-
-
-@pytest.fixture
 def annotate(recorder: Recorder):
-    """``install('phases')``, with root-forward events wired as modules.py is to wire them.
-
-    Until ``ModuleRanges`` reports every root forward (``on_root_forward``/``_end``), these
-    hooks do it for the tests (the same rule: the outermost forward, outside backward).
-    """
-    from dlprof_lite.annotate import hooks, install, modules
+    """``install('phases')``: phases and iterations without module ranges."""
+    from dlprof_lite.annotate import hooks, install
 
     annotation = install("phases")
-    handles = []
-    if "on_root_forward" not in inspect.getsource(modules):
-        handles = _root_forward_hooks(annotation.tracker)
     yield annotation
-    for handle in handles:
-        handle.remove()
     annotation.remove()
     hooks._installed = None
-
-
-def _root_forward_hooks(tracker: phases_module.PhaseTracker) -> list:
-    from torch.nn.modules import module as nn_module
-
-    local = threading.local()
-    task = torch._C._current_graph_task_id
-
-    def pre(module: nn.Module, args: tuple) -> None:
-        if torch.compiler.is_compiling():
-            return
-        local.depth = getattr(local, "depth", 0) + 1
-        if local.depth == 1 and task() == -1:
-            tracker.on_root_forward(module, torch.is_grad_enabled(), module.training)
-
-    def post(module: nn.Module, args: tuple, output: object) -> None:
-        if torch.compiler.is_compiling():
-            return
-        local.depth -= 1
-        if local.depth == 0 and task() == -1:
-            tracker.on_root_forward_end(module)
-
-    return [nn_module.register_module_forward_pre_hook(pre),
-            nn_module.register_module_forward_hook(post, always_call=True)]  # fmt: skip
 
 
 def gan(batches: int, loader: bool) -> None:
