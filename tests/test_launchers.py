@@ -34,6 +34,7 @@ from dlprof_lite.launch.launchers import (
 from dlprof_lite.launch.nsys import reason_line
 from dlprof_lite.launch.run import program_command
 from dlprof_lite.launch.supervise import Tee, nsys_notices
+from terminal import run_on_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP = ROOT / "tests" / "launch_scripts" / "ddp_train.py"
@@ -300,30 +301,14 @@ def test_program_output_is_unchanged_and_nsys_speaks_only_with_debug(
 @pytest.mark.nsys
 def test_program_on_a_terminal_sees_a_terminal(nsys: str, tmp_path: Path) -> None:
     """Progress bars (tqdm, rich) draw only on a terminal: the program must still see one."""
-    import pty
 
     script = tmp_path / "prints.py"
     script.write_text(PRINTS, encoding="utf-8")
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlprof_lite", "--nsys", nsys, "--annotate", "none", "--quiet",
-         "-o", str(tmp_path / "t"), str(script)],
-        stdout=follower, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    code, shown = run_on_a_terminal(
+        ["--nsys", nsys, "--annotate", "none", "--quiet", "-o", str(tmp_path / "t"), str(script)],
+        stream="stdout", cwd=tmp_path,
     )  # fmt: skip
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=120)
-    os.close(leader)
-    shown = b"".join(chunks).decode(errors="replace")
-    assert proc.returncode == 0 and "tty True" in shown and "to stdout" in shown
+    assert code == 0 and "tty True" in shown and "to stdout" in shown
 
 
 @pytest.mark.nsys

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import pty
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dlprof_lite.progress import stage_progress
+from terminal import run_on_a_terminal
 
 
 def test_silent_when_stderr_is_not_a_terminal() -> None:
@@ -20,23 +17,9 @@ def test_silent_when_stderr_is_not_a_terminal() -> None:
 
 def _run_on_a_terminal(args: list[str]) -> str:
     """Run dlprof-lite with stderr on a pseudo-terminal; return what reached it."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "dlprof_lite", *args],
-                            stdout=subprocess.DEVNULL, stderr=follower)  # fmt: skip
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=120)
-    os.close(leader)
-    assert proc.returncode == 0
-    return b"".join(chunks).decode(errors="replace")
+    code, shown = run_on_a_terminal(args, stream="stderr")
+    assert code == 0
+    return shown
 
 
 @pytest.mark.corpus
