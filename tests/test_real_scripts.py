@@ -117,6 +117,17 @@ def test_phases_match_the_scripts_own_timing(nsys: str, tmp_path: Path, loss: st
         assert int(row["backward_wall_ns"]) > 0 and int(row["forward_wall_ns"]) > 0
 
 
+def test_loss_inside_the_model_and_evaluation_between_steps(nsys: str, tmp_path: Path) -> None:
+    run = profile(nsys, tmp_path, "lm_inner_loss.py", "--steps", "8")
+    assert run.summary["iterations_count"] == 8, run.summary["warnings"]
+    assert_close(run, "forward")
+    assert_close(run, "backward")
+    calls = 8 + run.truth["evaluations"]  # evaluation calls are the model's, not steps
+    assert int(run.layer("model")["calls"]) == calls
+    assert int(run.layer("blocks.1.attn")["calls"]) == calls
+    assert int(run.layer("head")["backward_wall_ns"]) > 0
+
+
 # --- one iteration per training step ------------------------------------------------------
 
 
