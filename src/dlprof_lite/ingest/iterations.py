@@ -242,11 +242,27 @@ def _iteration_table(
     )
 
 
+def compile_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The annotation's ``compile`` phase ranges (one per Dynamo compilation)."""
+    mine = (ranges["name"] == COMPILE).to_numpy(dtype=bool)
+    return ranges[mine & (ranges["domain"] == DOMAIN).to_numpy(dtype=bool)]
+
+
+def in_iterations(times: np.ndarray, table: pd.DataFrame) -> np.ndarray:
+    """Whether each time falls in an iteration window (windows in order, never overlapping)."""
+    t0 = table["start_ns"].to_numpy(dtype=np.int64)
+    t1 = table["end_ns"].to_numpy(dtype=np.int64)
+    at = np.searchsorted(t0, times, side="right") - 1
+    found = at >= 0
+    found[found] = times[found] <= t1[at[found]]
+    return found
+
+
 def compiling(table: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
     """Whether each iteration window ``(start, end]`` overlaps a ``compile`` phase range."""
-    mine = (ranges["name"] == COMPILE).to_numpy() & (ranges["domain"] == DOMAIN).to_numpy()
-    c0 = ranges.loc[mine, "start_ns"].to_numpy(dtype=np.int64)
-    c1 = ranges.loc[mine, "end_ns"].to_numpy(dtype=np.int64)
+    compiles = compile_ranges(ranges)
+    c0 = compiles["start_ns"].to_numpy(dtype=np.int64)
+    c1 = compiles["end_ns"].to_numpy(dtype=np.int64)
     t0 = table["start_ns"].to_numpy(dtype=np.int64)
     t1 = table["end_ns"].to_numpy(dtype=np.int64)
     if not len(c0):

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.ingest.levels import by_level, range_positions
 
 # A key must repeat on one thread at least this often: one instance is no loop.
 MIN_REPEATS = 2
@@ -95,7 +96,7 @@ def numbered_steps(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     if not numbered.any():
         return ranges.iloc[:0], None
     depth = ranges["depth"].to_numpy()
-    parent = pd.Index(ranges["range_id"]).get_indexer(ranges["parent_id"])
+    parent = _parents(ranges)
     parent_ok = np.zeros(len(ranges), dtype=bool)
     has = parent >= 0
     # Directly under a top-level range that is not numbered itself (``epoch 1`` > ``step 3``).
@@ -141,19 +142,20 @@ def _direction(name: str) -> str | None:
 
 def _under(ranges: pd.DataFrame, flag: np.ndarray) -> np.ndarray:
     """Whether some ancestor of each range is flagged: one pass per nesting level."""
-    depth = ranges["depth"].to_numpy(dtype=np.int64)
     under = np.zeros(len(ranges), dtype=bool)
-    if not len(ranges) or depth.max() == 0:
-        return under
-    parent = pd.Index(ranges["range_id"]).get_indexer(ranges["parent_id"])
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(depth.max() + 2))
-    for d in range(1, depth.max() + 1):
-        rows = order[bounds[d] : bounds[d + 1]]
+    parent = _parents(ranges)
+    for rows in by_level(ranges["depth"].to_numpy(dtype=np.int64))[1:]:
         rows = rows[parent[rows] >= 0]
         up = parent[rows]
         under[rows] = flag[up] | under[up]
     return under
+
+
+def _parents(ranges: pd.DataFrame) -> np.ndarray:
+    """Row position of each range's parent (-1 at the top)."""
+    return range_positions(
+        ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
+    )
 
 
 def _repeats(instances: pd.DataFrame) -> bool:

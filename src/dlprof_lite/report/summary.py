@@ -18,8 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import COMPILE, DOMAIN
-from dlprof_lite.ingest.iterations import GUESSED
+from dlprof_lite.ingest.iterations import GUESSED, compile_ranges, in_iterations
 from dlprof_lite.ingest.key_ranges import key_regex
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.facts import (
@@ -165,33 +164,22 @@ def _launch_overhead(
     }
 
 
-def _compile_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    mine = (ranges["name"] == COMPILE).to_numpy(dtype=bool) & (
-        ranges["domain"] == DOMAIN
-    ).to_numpy(dtype=bool)
-    return ranges[mine]
-
-
 def _compile_totals(ranges: pd.DataFrame) -> dict[str, int]:
     """Every compilation, wherever it fell (one before the first step is in no iteration)."""
-    compiles = _compile_ranges(ranges)
+    compiles = compile_ranges(ranges)
     wall = (compiles["end_ns"] - compiles["start_ns"]).clip(lower=0)
     return {"compile_count": len(compiles), "compile_wall_ns": int(wall.sum())}
 
 
 def _outside_compile_warning(ranges: pd.DataFrame, iterations: pd.DataFrame) -> list[str]:
-    compiles = _compile_ranges(ranges)
-    if compiles.empty:
-        return []
+    compiles = compile_ranges(ranges)
     starts = compiles["start_ns"].to_numpy(dtype="int64")
-    inside = np.zeros(len(compiles), dtype=bool)
-    for t0, t1 in zip(iterations["start_ns"], iterations["end_ns"], strict=True):
-        inside |= (starts >= int(t0)) & (starts < int(t1))
-    if inside.all():
+    outside = ~in_iterations(starts, iterations)
+    if not outside.any():
         return []
-    ns = int((compiles["end_ns"] - compiles["start_ns"])[~inside].clip(lower=0).sum())
+    ns = int((compiles["end_ns"] - compiles["start_ns"])[outside].clip(lower=0).sum())
     return [
-        f"{int((~inside).sum())} compilation(s), {ns / 1e6:.1f} ms, ran outside every "
+        f"{int(outside.sum())} compilation(s), {ns / 1e6:.1f} ms, ran outside every "
         "iteration (before the first step): counted in compile_wall_ns, not in any step"
     ]
 
