@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dlprof_lite.ingest.profile import Profile
     from dlprof_lite.report.build import Report
 
 FORMATS = ("csv", "json")
@@ -37,7 +36,6 @@ def analyze_profile(
     """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
     from dlprof_lite.ingest.load import load
     from dlprof_lite.report.build import build_report
-    from dlprof_lite.report.summary import listed
 
     kwargs = {"progress": progress} if progress is not None else {}
     profile = load(
@@ -50,32 +48,7 @@ def analyze_profile(
     if progress is not None:
         progress("writing reports")
     report = build_report(profile)
-    warning = _merged_ranks(profile, report)
-    if warning is not None and isinstance(report.summary, dict):
-        report.summary["warnings"] = [*listed(report.summary, "warnings"), warning]
     return report
-
-
-def _merged_ranks(profile: Profile, report: Report) -> str | None:
-    """A warning when iterations of several processes (ranks) were counted as one run."""
-    from dlprof_lite.annotate.facts import parse_fact
-    from dlprof_lite.annotate.names import DOMAIN, ITERATION
-
-    ranges = profile.ranges
-    keep = (ranges["domain"].astype(str) == DOMAIN) & (ranges["name"].astype(str) == ITERATION)
-    ours = ranges[keep]
-    pids = sorted(int(pid) for pid in ours["pid"].unique())
-    if len(pids) < 2 or "rank" in report.iterations.columns:
-        return None
-    ranks = {}
-    for pid, text in zip(profile.marks["pid"], profile.marks["name"].astype(str)):
-        fact = parse_fact(text)
-        if fact is not None and fact[0] == "process" and fact[1].get("rank") is not None:
-            ranks[int(pid)] = fact[1]["rank"]
-    who = ", ".join(f"rank {ranks[p]} (pid {p})" if p in ranks else f"pid {p}" for p in pids)
-    return (f"{len(pids)} processes ran annotated iterations ({who}) and are analysed as one "
-            "run: iteration counts, step times and per-step figures mix the ranks (per-rank "
-            "reports are not supported yet)")  # fmt: skip
 
 
 def analyze_one(

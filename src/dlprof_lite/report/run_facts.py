@@ -28,11 +28,12 @@ LOADER_SETTINGS = ("num_workers", "batch_size", "pin_memory", "persistent_worker
 
 @dataclass(frozen=True)
 class RunFacts:
-    """Facts of one profile: ``dataloaders`` (distinct, in mark order) and ``annotation``
-    (one per process, keyed by pid)."""
+    """Facts of one profile: ``dataloaders`` (distinct, in mark order), ``annotation`` (one
+    per process, keyed by pid) and ``ranks`` (pid, rank) of processes a launcher started."""
 
     dataloaders: tuple[dict[str, Any], ...] = ()
     annotation: tuple[tuple[int, dict[str, Any]], ...] = ()
+    ranks: tuple[tuple[int, int], ...] = ()
 
 
 def read_run_facts(marks: pd.DataFrame) -> RunFacts:
@@ -45,6 +46,7 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
     found = marks[ours].sort_values("start_ns", kind="stable")
     loaders: dict[str, dict[str, Any]] = {}
     annotation: dict[int, dict[str, Any]] = {}
+    ranks: dict[int, int] = {}
     for text, pid in zip(found["name"].astype(str), found["pid"].to_numpy(), strict=True):
         fact = parse_fact(text)
         if fact is None:
@@ -54,7 +56,9 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
             loaders.setdefault(json.dumps(value, sort_keys=True), value)
         elif key == "annotation":
             annotation[int(pid)] = value  # the last one of a process is its exit total
-    return RunFacts(tuple(loaders.values()), tuple(annotation.items()))
+        elif key == "process" and isinstance(value.get("rank"), int):
+            ranks[int(pid)] = value["rank"]
+    return RunFacts(tuple(loaders.values()), tuple(annotation.items()), tuple(ranks.items()))
 
 
 def _number(value: object) -> float | None:

@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.annotate.names import DOMAIN, ITERATION
 from dlprof_lite.ingest.iterations import GUESSED, compile_ranges, in_iterations
 from dlprof_lite.ingest.key_ranges import key_regex
 from dlprof_lite.ingest.profile import Profile
@@ -31,7 +32,12 @@ from dlprof_lite.report.facts import (
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import busy_per_device, total
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.run_facts import annotation_summary, dataloader_summary, read_run_facts
+from dlprof_lite.report.run_facts import (
+    RunFacts,
+    annotation_summary,
+    dataloader_summary,
+    read_run_facts,
+)
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.writers import Table
 
@@ -73,7 +79,9 @@ def summarize(
     out["key_range"] = meta.key_range
     out["key_range_source"] = meta.key_range_source
     out["gpus"] = gpus
-    out["warnings"] = [*meta.warnings, *_report_warnings(profile, iterations)]
+    out["warnings"] = [
+        *meta.warnings, *_report_warnings(profile, iterations), *_merged_ranks(profile, facts)
+    ]
     return out
 
 
@@ -182,6 +190,22 @@ def _outside_compile_warning(ranges: pd.DataFrame, iterations: pd.DataFrame) -> 
         f"{int(outside.sum())} compilation(s), {ns / 1e6:.1f} ms, ran outside every "
         "iteration (before the first step): counted in compile_wall_ns, not in any step"
     ]
+
+
+def _merged_ranks(profile: Profile, facts: RunFacts) -> list[str]:
+    """A warning when iterations of several processes (ranks) are counted as one run."""
+    ranges = profile.ranges
+    ours = (ranges["name"] == ITERATION).to_numpy(dtype=bool) & (
+        ranges["domain"] == DOMAIN
+    ).to_numpy(dtype=bool)
+    pids = sorted(int(pid) for pid in pd.unique(ranges["pid"].to_numpy()[ours]))
+    if len(pids) < 2:
+        return []
+    ranks = dict(facts.ranks)
+    who = ", ".join(f"rank {ranks[p]} (pid {p})" if p in ranks else f"pid {p}" for p in pids)
+    return [f"{len(pids)} processes ran annotated iterations ({who}) and are analysed as one "
+            "run: iteration counts, step times and per-step figures mix the ranks (per-rank "
+            "reports are not supported yet)"]  # fmt: skip
 
 
 def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
