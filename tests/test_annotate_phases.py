@@ -9,7 +9,6 @@ count and the tiling of its phases. The ``nsys`` tests profile real scripts from
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -453,10 +452,6 @@ def test_compile_callbacks_are_registered_lazily_and_removed(tmp_path: Path) -> 
 
 
 def test_compiled_model_books_compile_inside_the_iteration(annotate, recorder) -> None:
-    from dlprof_lite.annotate import modules
-
-    if "is_compiling" not in inspect.getsource(modules):
-        pytest.skip("module hooks are traced by Dynamo until modules.py skips them (H1a)")
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     compiled = torch.compile(model, backend="aot_eager", dynamic=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -511,10 +506,6 @@ def test_lbfgs_and_accumulation_under_nsys(nsys: str, tmp_path: Path) -> None:
 @pytest.mark.nsys
 @pytest.mark.skipif(sys.platform != "linux", reason="nsys on linux")
 def test_inference_under_nsys(nsys: str, tmp_path: Path) -> None:
-    from dlprof_lite.annotate import modules
-
-    if "on_root_forward" not in inspect.getsource(modules):
-        pytest.skip("modules.py does not report root forwards yet (H1a wires on_root_forward)")
     for mode in ("no_grad", "inference_mode"):
         ranges, truth = profile_script(nsys, tmp_path, "inference.py", "--steps", "4",
                                        "--mode", mode)  # fmt: skip

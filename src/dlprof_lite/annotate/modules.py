@@ -210,21 +210,13 @@ class ModuleRanges:
         recompute = _graph_task_id() != _NO_TASK  # a forward run by a backward pass
         if root and not recompute and self._tracker is not None:
             self._watch.disarm()  # type: ignore[union-attr]
-            self._root_forward(module, grad)
+            self._tracker.on_root_forward(module, grad, module.training)
         pushed = self._ranges and (self._depth is None or name.depth <= self._depth)
         if pushed:
             self._backend.push(name.rec if recompute else name.fwd)
         floor = floor_of(args) if pushed and grad else -1
         frame.stack.append(_Open(module, pushed, floor=floor))
         frame.forwards += 1
-
-    def _root_forward(self, module: torch.nn.Module, grad: bool) -> None:
-        tracker = self._tracker
-        on_root = getattr(tracker, "on_root_forward", None)
-        if on_root is not None:
-            on_root(module, grad, module.training)
-        elif grad:
-            tracker.on_forward()  # type: ignore[union-attr]
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         """Forward hook, with or without kwargs (torch drops them when forward raised)."""
@@ -248,9 +240,7 @@ class ModuleRanges:
             frame.nodes.clear()
             tracker = self._tracker
             if tracker is not None and _graph_task_id() == _NO_TASK:
-                end = getattr(tracker, "on_root_forward_end", None)
-                if end is not None:
-                    end(module)
+                tracker.on_root_forward_end(module)
                 if grad:
                     self._watch.arm()  # type: ignore[union-attr]
 
@@ -348,7 +338,7 @@ class ModuleRanges:
             self._watch.disarm()
         if self.calls and not self._reported:
             self._reported = True
-            steps = getattr(self._tracker, "steps", None)
+            steps = self._tracker.steps if self._tracker is not None else None
             cost = calibrate(ModuleRanges)
             facts.record("annotation", {"module_calls": self.calls, "ns_per_call": cost,
                                         "steps": steps})  # fmt: skip

@@ -199,12 +199,6 @@ class PhaseTracker(StepBook):
 
     # --- root forwards and backward ----------------------------------------------------
 
-    def on_forward(self) -> None:
-        """A root module's forward starts with grad enabled, outside backward."""
-        self._probe()
-        with self._lock:
-            self._training_forward()
-
     def on_root_forward(self, module: Any, grad: bool, training: bool = True) -> None:
         """A root module's forward starts outside backward (``grad``: grad mode is on)."""
         self._probe()
