@@ -131,13 +131,9 @@ def _nest(
     without nesting is peeled level by level instead (:func:`_nest_peeled`), which also
     defines the answer for such broken traces.
     """
-    n = end.size
-    depth = np.zeros(n, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    rows = np.flatnonzero(push_pop)
+    depth, parent, rows = _unnested(thread, push_pop)
     if rows.size == 0:
         return depth, parent
-    rows = rows[np.argsort(thread[rows], kind="stable")]  # by thread, range order inside
     d, up, bad = _nest_counted(thread[rows], start[rows], end[rows])
     depth[rows] = d
     parent[rows] = np.where(up >= 0, rows[np.maximum(up, 0)], -1)
@@ -146,6 +142,15 @@ def _nest(
         d_broken, p_broken = _nest_peeled(thread, end, broken)
         depth[broken], parent[broken] = d_broken[broken], p_broken[broken]
     return depth, parent
+
+
+def _unnested(thread: np.ndarray, push_pop: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Depth 0 and no parent for every range, and the push/pop rows sorted by thread (range
+    order kept inside a thread): where both nesting rules start."""
+    depth = np.zeros(thread.size, dtype=np.int64)
+    parent = np.full(thread.size, -1, dtype=np.int64)
+    rows = np.flatnonzero(push_pop)
+    return depth, parent, rows[np.argsort(thread[rows], kind="stable")]
 
 
 def _nest_counted(
@@ -205,13 +210,9 @@ def _nest_peeled(
     of the previous level, which (being a maximal range of that level before it) encloses
     it and lies on the same thread.
     """
-    n = end.size
-    depth = np.zeros(n, dtype=np.int64)
-    parent = np.full(n, -1, dtype=np.int64)
-    rows = np.flatnonzero(push_pop)
+    depth, parent, rows = _unnested(thread, push_pop)
     if rows.size == 0:
         return depth, parent
-    rows = rows[np.argsort(thread[rows], kind="stable")]  # by thread, range order inside
     th = thread[rows]
     m = rows.size
     # "thread block, then end" as one int64, so one running maximum serves every thread.
