@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import copy
 import gc
+import threading
+import weakref
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -336,3 +338,116 @@ def test_functional_loss_phases_match_the_scripts_timing(nsys: str, tmp_path: An
         spans = [r.end - r.start for r in ranges if r.name == phase][1:]
         assert len(spans) == 5
         assert abs(sum(spans) - true[phase]) <= 0.08 * true[phase], (phase, sum(spans), true)
+
+
+class Tag(torch.autograd.Function):
+    """Identity whose backward records the backward ranges open on its thread (its layer)."""
+
+    seen: ClassVar[list[tuple[str, list[str]]]] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, tag: str) -> torch.Tensor:
+        ctx.tag = tag
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        backend = backend_module.get_backend()
+        stack = backend.stacks.get(threading.get_ident(), [])  # type: ignore[attr-defined]
+        Tag.seen.append((ctx.tag, [r.name for r in stack if r.name.startswith("bwd:")]))
+        return grad, None
+
+
+class Branch(nn.Module):
+    def __init__(self, tag: str) -> None:
+        super().__init__()
+        self.tag = tag
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Tag.apply(self.lin(x), self.tag)
+
+
+class Twin(nn.Module):
+    """Two branches and work of its own before, between and after them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = Branch("a"), Branch("b")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = Tag.apply(x * 2, "twin before")
+        both = Tag.apply(self.a(h) * self.b(h), "twin between")
+        return Tag.apply(both + 1, "twin after")
+
+
+def test_each_autograd_node_runs_inside_its_own_layers(recorder: Recorder) -> None:
+    """Every piece of backward work is inside exactly the ranges of the calls that made it:
+    a branch's inside its branch, the parent's own work inside the parent and no child."""
+    from dlprof_lite.annotate import install
+
+    model = nn.Sequential(nn.Linear(4, 4), Twin(), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    annotation = install("modules")
+    Tag.seen.clear()
+    for _ in range(2):
+        F.mse_loss(Tag.apply(model(torch.randn(3, 4)), "outside"), torch.zeros(3, 2)).backward()
+        opt.step()
+        opt.zero_grad()
+    annotation.remove()
+    root, twin = "bwd:model:Sequential", "bwd:1:Twin"
+    expected = {
+        "outside": [],
+        "twin after": [root, twin],
+        "twin between": [root, twin],
+        "a": [root, twin, "bwd:1.a:Branch"],
+        "b": [root, twin, "bwd:1.b:Branch"],
+        "twin before": [root, twin],
+    }
+    assert sorted(Tag.seen) == sorted(list(expected.items()) * 2)
+    parents(recorder.ranges)  # properly nested on every thread
+
+
+def test_graphs_never_used_for_backward_are_not_kept(recorder: Recorder) -> None:
+    """Evaluation with grad on (no backward): each forward's graph is freed as the user
+    drops it, not held by the annotation until a backward pass that never comes."""
+    from dlprof_lite.annotate import install
+
+    class Marker:
+        pass
+
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, marker: Marker) -> torch.Tensor:
+            ctx.marker = marker  # lives as long as the graph
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return grad, None
+
+    lin = nn.Linear(4, 4)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x: torch.Tensor, marker: Marker) -> torch.Tensor:
+            return Keep.apply(self.lin(x), marker)
+
+    model = Net().eval()
+    annotation = install("modules")
+    alive = []
+
+    def evaluate() -> None:  # the frame naming the model dies with each call (its locals too)
+        marker = Marker()
+        alive.append(weakref.ref(marker))
+        model(torch.randn(2, 4), marker).sum().item()
+
+    for _ in range(10):
+        evaluate()
+    gc.collect()
+    kept = sum(ref() is not None for ref in alive)
+    annotation.remove()
+    assert kept <= 1  # the last graph, until the next model forward or the end

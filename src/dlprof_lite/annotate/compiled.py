@@ -119,5 +119,3 @@ class CompiledRoots:
         if self._handler is not None and self._on_compile in self._handler.start_callbacks:
             self._handler.start_callbacks.remove(self._on_compile)
         self._handler = None
-
-

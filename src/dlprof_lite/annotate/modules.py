@@ -4,29 +4,29 @@ Forward ranges are pushed and popped by module forward pre/post hooks on the cal
 the post hook is registered with ``always_call=True``, so a forward that raises still pops
 its range.
 
-Backward ranges come from autograd graph hooks registered when the forward returns, not from
-``register_full_backward_hook``: full backward hooks wrap every module's inputs and outputs in
-a custom autograd Function, which makes in-place ops on them an error (``ReLU(inplace=True)``
-after a BatchNorm, as in torchvision's ResNet, raises) and which ends the backward of a module
-whose inputs need no grad (the first layer, the root model) before its work has run. Instead:
-
-- the range opens in a pre-hook of the autograd nodes that produced the module's outputs;
-- it closes when every *terminal* node of the module's subgraph has run (a post-hook on each):
-  the nodes of the subgraph are those created during the forward, found by walking
-  ``next_functions`` from the outputs and stopping at parameter leaves and at nodes with a
-  sequence number at most the largest of the inputs' nodes (older nodes: outside the module).
-
-Pre-hooks and post-hooks run on the thread autograd runs the nodes on, so each backward range
-is pushed and popped on that thread. Where a parent and its last child share an output node,
-one hook per node opens the parent first; where they share a terminal node the child closes
-first. Ranges left open when autograd skipped part of a graph are popped when the next
-backward pass starts on that thread.
+Backward ranges come from autograd graph hooks, not from ``register_full_backward_hook``:
+full backward hooks wrap every module's inputs and outputs in a custom autograd Function,
+which makes in-place ops on them an error (``ReLU(inplace=True)`` after a BatchNorm, as in
+torchvision's ResNet, raises) and which ends the backward of a module whose inputs need no
+grad (the first layer, the root model) before its work has run. Instead (:mod:`.backward`):
+each module call records the interval of autograd sequence numbers handed out while it ran;
+when the backward pass starts, the graph of the forward is walked once and each node's
+pre-hook opens exactly the ranges of the calls that created it (innermost interval first),
+popping the others; the ranges still open are popped when the graph's last nodes have run.
+Hooks run on the thread autograd runs the nodes on, so each backward range is pushed and
+popped on that thread. Ranges left open when autograd skipped part of a graph are popped
+when the next backward pass starts on that thread.
 
 Recomputation (activation checkpointing, reentrant or not, ``checkpoint_sequential``): a
 module forward that runs while a backward pass runs on its thread (autograd's graph task id
 is set) is pushed as ``rec:<qualname>:<type>``, never starts a forward phase, and nests in
 the backward range of the checkpointed module (non-reentrant: recomputed when a node needs
-a saved tensor; reentrant: recomputed first, then backward through the new graph).
+a saved tensor; reentrant: recomputed first, then backward through the new graph). Such a
+forward is hooked as it returns (its graph runs at once, inside the pass): the range opens
+in a pre-hook of the nodes that produced its outputs and closes when every *terminal* node
+of its subgraph has run (found by walking ``next_functions`` from the outputs down to the
+inputs' nodes), see :mod:`.nodehooks`. So is every forward on a torch without sequence
+numbers for Python (``torch._C._autograd._get_sequence_nr``).
 
 Phase events: a root forward outside backward calls ``tracker.on_root_forward`` (and
 ``on_root_forward_end``); the backward phase starts when ``torch.autograd.backward`` is
@@ -45,13 +45,14 @@ module with no known name is named by its parent's name and its own class.
 
 Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces).
 
-Cost (the hot path runs twice per module call, plus two node hooks in backward): names are
-cached per module id (a weak reference tells a reused id apart), single-tensor inputs and
-outputs take a path that builds no lists, and nothing kept per call refers back to an
-autograd node: the nodes are held in a per-thread list cleared when the root forward returns,
-so a step leaves no reference cycle for the garbage collector. The ``annotation`` fact
-(module calls, ns per call, steps) is written at exit; ns per call comes from
-:func:`~.calibrate.calibrate`, a measurement of this hook path in-process.
+Cost (the hot path runs twice per module call in forward, once per autograd node in
+backward): names are cached per module id (a weak reference tells a reused id apart), a
+forward call records a sequence-number interval and no hook (hooks are registered in the
+backward pass, one per node), and nothing kept after the pass starts refers to an autograd
+node, so a step leaves no reference cycle for the garbage collector. A graph no backward pass
+used is let go when the next model forward starts. The ``annotation`` fact (module calls, ns
+per call, steps) is written at exit; ns per call comes from :func:`~.calibrate.calibrate`, a
+measurement of this hook path in-process.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ import torch
 
 from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.backend import Backend
+from dlprof_lite.annotate.backward import Call, Forward, RootHook, bind
 from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
@@ -79,38 +81,61 @@ _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _engine = torch.autograd.Variable._execution_engine
+# The calling thread's next autograd sequence number (None: an older torch; every module
+# call is then hooked as its forward returns, as during recomputation).
+_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
 
 class _Name:
-    __slots__ = ("bwd", "depth", "fwd", "qualname", "rec", "ref")
+    __slots__ = ("bwd", "depth", "fwd", "model", "qualname", "rec", "ref")
 
     def __init__(self, module: torch.nn.Module, qualname: str, type_name: str, depth: int) -> None:
         self.ref = weakref.ref(module)  # names are keyed by id: this tells a reused id apart
         self.qualname = qualname
         self.depth = depth
+        self.model = is_model(unwrapped(module))  # not a loss module
         self.fwd = module_range(FORWARD, qualname, type_name)
         self.bwd = module_range(BACKWARD, qualname, type_name)
         self.rec = module_range(RECOMPUTE, qualname, type_name)
 
 
 class _Open:
-    """One range this layer pushed (or chose not to push) on a thread's NVTX stack."""
+    """One range this layer pushed (or chose not to push) on a thread's NVTX stack.
 
-    __slots__ = ("floor", "key", "pushed", "task")
+    ``forward``: a module's forward (else a backward range); ``call``: the module call's
+    backward record, ``scope``: the innermost such record open (see :mod:`.backward`);
+    ``floor``: the inputs' largest sequence number, for ranges hooked as the forward runs.
+    """
 
-    def __init__(self, key: object, pushed: bool, task: int = _NO_TASK, floor: int = -1) -> None:
+    __slots__ = ("call", "floor", "forward", "key", "pushed", "scope", "task")
+
+    def __init__(
+        self,
+        key: object,
+        pushed: bool,
+        forward: bool = True,
+        task: int = _NO_TASK,
+        floor: int = -1,
+        call: Call | None = None,
+        scope: Call | None = None,
+    ) -> None:
         self.key = key
         self.pushed = pushed
+        self.forward = forward
         self.task = task
         self.floor = floor
+        self.call = call
+        self.scope = scope
 
 
 class _Frame(threading.local):
-    """Per-thread state: the open ranges, and the node hooks registered during one forward."""
+    """Per-thread state: the open ranges, the root forward being recorded, and the node hooks
+    registered while a forward runs inside a backward pass (recomputation)."""
 
     def __init__(self) -> None:
         self.stack: list[_Open] = []
         self.forwards = 0
+        self.forward: Forward | None = None  # the root forward running on this thread
         self.starts: dict[int, NodeHooks] = {}
         self.ends: dict[int, NodeHooks] = {}
         # Keeps the hooked nodes alive until the root forward returns, so that an id in the
@@ -141,7 +166,8 @@ class ModuleRanges:
         self.calls = 0  # hooked forward calls, for the ``annotation`` fact
         self._queued = _NO_TASK  # the graph task whose end is queued for the tracker
         self._reported = False
-        self._watch = BackwardWatch(tracker.on_backward) if tracker is not None else None
+        self._pending: list[Forward] = []  # root forwards recorded, not yet bound
+        self._watch = BackwardWatch(self._backward_entered) if tracker is not None else None
         self.compiled = CompiledRoots(self)
 
     # --- names -------------------------------------------------------------------------
@@ -208,14 +234,33 @@ class ModuleRanges:
         self.calls += 1
         grad = _grad_enabled()
         recompute = _graph_task_id() != _NO_TASK  # a forward run by a backward pass
-        if root and not recompute and self._tracker is not None:
-            self._watch.disarm()  # type: ignore[union-attr]
-            self._tracker.on_root_forward(module, grad, module.training)
+        if root and not recompute:
+            if self._pending and name.model:
+                # A model's forward while the last graphs wait for a backward pass: one that
+                # may never come (evaluation with grad on); bind them now rather than hold
+                # their graphs. A loss module's forward (the usual next root) waits.
+                self.bind_pending()
+            if self._tracker is not None:
+                self._watch.disarm()  # type: ignore[union-attr]
+                self._tracker.on_root_forward(module, grad, module.training)
         pushed = self._ranges and (self._depth is None or name.depth <= self._depth)
         if pushed:
             self._backend.push(name.rec if recompute else name.fwd)
-        floor = floor_of(args) if pushed and grad else -1
-        frame.stack.append(_Open(module, pushed, floor=floor))
+        stack = frame.stack
+        if recompute or _sequence_nr is None:  # hooked as it runs (see _watch_backward)
+            floor = floor_of(args) if pushed and grad else -1
+            stack.append(_Open(module, pushed, True, _NO_TASK, floor))
+        else:
+            scope = stack[-1].scope if stack and not root else None
+            call = None
+            if pushed and grad:
+                if root:
+                    call = Call(name.bwd, None, _sequence_nr())
+                    frame.forward = Forward(call)
+                elif frame.forward is not None:
+                    call = Call(name.bwd, scope, _sequence_nr())
+                    frame.forward.calls.append(call)
+            stack.append(_Open(module, pushed, True, _NO_TASK, -1, call, call or scope))
         frame.forwards += 1
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
@@ -231,18 +276,44 @@ class ModuleRanges:
             return
         root = frame.forwards == 0
         grad = _grad_enabled()
-        if grad and (entry.pushed or root):
-            kwargs = rest[0] if len(rest) == 2 else None
-            self._watch_backward(module, entry, kwargs, rest[-1], root)
+        in_backward = _graph_task_id() != _NO_TASK
+        if in_backward or _sequence_nr is None:
+            if grad and (entry.pushed or root):
+                kwargs = rest[0] if len(rest) == 2 else None
+                self._watch_backward(module, entry, kwargs, rest[-1], root)
+            if root:
+                frame.starts.clear()
+                frame.ends.clear()
+                frame.nodes.clear()
+        else:
+            call = entry.call
+            if call is not None:
+                call.end = _sequence_nr()
+            if root:
+                self._root_done(frame, grad, rest[-1])
+            elif call is not None and grad and frame.forward is not None:
+                frame.forward.outputs.extend(grad_nodes(rest[-1]))
         if root:
-            frame.starts.clear()
-            frame.ends.clear()
-            frame.nodes.clear()
             tracker = self._tracker
-            if tracker is not None and _graph_task_id() == _NO_TASK:
+            if tracker is not None and not in_backward:
                 tracker.on_root_forward_end(module)
                 if grad:
                     self._watch.arm()  # type: ignore[union-attr]
+
+    def _root_done(self, frame: _Frame, grad: bool, output: Any) -> None:
+        """A root forward returned: hook its output nodes; its graph waits to be bound."""
+        forward, frame.forward = frame.forward, None
+        if not grad or (forward is None and self._tracker is None):
+            return
+        nodes = grad_nodes(output)
+        for node in nodes:
+            hook = RootHook(self, True)
+            node.register_prehook(hook)
+            if forward is not None:
+                forward.root_hooks[id(node)] = hook
+        if forward is not None:
+            forward.root_outputs = nodes
+            self._pending.append(forward)
 
     def _watch_backward(
         self, module: torch.nn.Module, entry: _Open, kwargs: Any, output: Any, root: bool
@@ -279,27 +350,90 @@ class ModuleRanges:
 
     # --- backward ----------------------------------------------------------------------
 
-    def _backward_started(self, call: BackwardCall) -> None:
+    def _backward_entered(self) -> None:
+        """``torch.autograd.backward`` was entered after a root forward (before the engine)."""
+        if self._pending:
+            self.bind_pending()
+        self._tracker.on_backward()  # type: ignore[union-attr]
+
+    def bind_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for forward in pending:
+            bind(self, forward)
+
+    def root_backward(self, hook: RootHook) -> None:
+        """Pre-hook of a root's output node: bind, report a top-level pass, open the chain."""
+        if self._pending:
+            self.bind_pending()  # the engine runs without torch.autograd.backward seen
         frame = self._frame
-        task = _graph_task_id()
-        if call.top_level and self._tracker is not None:
+        if hook.top_level:
+            task = _graph_task_id()
+            self._top_level_started(task)
+            if self._ranges:
+                self._drop_stale(frame, task)
+        if hook.owner is not None:
+            self.sync(hook.owner)
+
+    def _top_level_started(self, task: int) -> None:
+        if self._tracker is not None:
             self._tracker.on_backward()
             if task != self._queued:
                 # Once per graph task: two root models (a GAN's G and D) in one backward
                 # pass each start it, and the pass ends once.
                 self._queued = task
                 _queue_backward_end(self._tracker)
+
+    def sync(self, owner: Call) -> None:
+        """Make the backward ranges open on this thread ``owner``'s chain (a node's pre-hook)."""
+        stack = self._frame.stack
+        if stack and stack[-1].key is owner:
+            return  # the common case: the same call as the last node
+        level = -1
+        while stack:
+            key = stack[-1].key
+            if type(key) is not Call:
+                break
+            if key.level <= owner.level and owner.ancestor(key.level) is key:
+                level = key.level
+                break
+            stack.pop()
+            self._backend.pop()
+        missing = []
+        call: Call | None = owner
+        while call is not None and call.level > level:
+            missing.append(call)
+            call = call.parent
+        task = _graph_task_id()
+        for call in reversed(missing):
+            self._backend.push(call.name)
+            stack.append(_Open(call, True, False, task))
+
+    def end_forward(self, root: Call) -> None:
+        """The last nodes of a forward's graph ran: pop its ranges open on this thread."""
+        stack = self._frame.stack
+        while stack:
+            key = stack[-1].key
+            if type(key) is not Call or (key is not root and key.root is not root):
+                break
+            stack.pop()
+            self._backend.pop()
+
+    def _backward_started(self, call: BackwardCall) -> None:
+        frame = self._frame
+        task = _graph_task_id()
+        if call.top_level:
+            self._top_level_started(task)
         if call.name is None:
             return
         if call.top_level:
             self._drop_stale(frame, task)
         self._backend.push(call.name)
-        frame.stack.append(_Open(call, True, task))
+        frame.stack.append(_Open(call, True, False, task))
 
     def _drop_stale(self, frame: _Frame, task: int) -> None:
         """Pop backward ranges a finished backward pass left open on this thread."""
         stack = frame.stack
-        while stack and isinstance(stack[-1].key, BackwardCall) and stack[-1].task != task:
+        while stack and not stack[-1].forward and stack[-1].task != task:
             if stack.pop().pushed:
                 self._backend.pop()
 
@@ -312,7 +446,7 @@ class ModuleRanges:
             entry = stack.pop()
             if entry.pushed:
                 self._backend.pop()
-            if type(key) is not BackwardCall:
+            if entry.forward:
                 frame.forwards -= 1
             return entry
         for index in range(len(stack) - 1, -1, -1):
@@ -324,7 +458,7 @@ class ModuleRanges:
             entry = stack.pop()
             if entry.pushed:
                 self._backend.pop()
-            if not isinstance(entry.key, BackwardCall):
+            if entry.forward:
                 frame.forwards -= 1
             if entry.key is key:
                 return entry
@@ -336,6 +470,7 @@ class ModuleRanges:
             self._pop_to(frame, frame.stack[-1].key)
         if self._watch is not None:
             self._watch.disarm()
+        self._pending.clear()  # graphs never consumed: nothing to hook
         if self.calls and not self._reported:
             self._reported = True
             steps = self._tracker.steps if self._tracker is not None else None

@@ -1,6 +1,6 @@
-"""The autograd-node side of backward module ranges (rules in :mod:`.modules`).
+"""Backward ranges of forwards run inside a backward pass (recomputation; rules in :mod:`.modules`).
 
-One :class:`BackwardCall` per module call whose backward gets a range: opened by the first
+One :class:`BackwardCall` per such module call whose backward gets a range: opened by the first
 pre-hook of its output nodes, closed when the post-hooks of all its terminal nodes have run.
 One :class:`NodeHooks` per hooked node and direction, shared by every module call that
 starts (or ends) at that node: a registration costs ~1 us in torch's Python code, so a
