@@ -142,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--deep", action="store_true", help="add the deep-nesting cases")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="analyze runs per case; the fastest is shown (nsys stats runs once)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="analyze runs per case; the fastest is shown (nsys stats runs once)",
+    )
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     nsys = None if args.no_nsys else shutil.which("nsys")

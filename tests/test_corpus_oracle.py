@@ -52,12 +52,14 @@ def test_range_kernel_totals_equal_nvtxkernsum(corpus_dir: Path, nsys: str, path
     # twice (pipit: cudaLaunchKernel and cudaLaunchKernel_v7000) counts twice in its total.
     launches = profile.api.groupby(["pid", "correlation_id"]).size()
     weight = launches.reindex(pd.MultiIndex.from_frame(kernels[["pid", "correlation_id"]]))
-    frame = pd.DataFrame({
-        "range": _nsys_range_name(ranges).to_numpy(),
-        "style": ranges["style"].astype(str).to_numpy(),
-        "op": op,
-        "dur": kernels["dur_ns"].to_numpy()[op] * weight.to_numpy()[op],
-    })
+    frame = pd.DataFrame(
+        {
+            "range": _nsys_range_name(ranges).to_numpy(),
+            "style": ranges["style"].astype(str).to_numpy(),
+            "op": op,
+            "dur": kernels["dur_ns"].to_numpy()[op] * weight.to_numpy()[op],
+        }
+    )
     frame = frame[frame["style"] == "push_pop"]
     # "Kern Inst" counts distinct kernels; "Total Time" sums every (kernel, range) pair,
     # so a kernel under two nested ranges of one name counts once there and twice here.

@@ -42,23 +42,44 @@ EXAMPLES = [
         "xmma_f32_ffma",
         "tsv",
     ),
-    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false",
-     "float_template", "tsv"),
+    (
+        "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false",
+        "float_template",
+        "tsv",
+    ),
     ("void gemmk1_kernel<float, 256, 5, false, false, false, false", "float_template", "tsv"),
-    ("void cudnn::cnn::wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>",
-     "float_template", "tsv"),
+    (
+        "void cudnn::cnn::wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>",
+        "float_template",
+        "tsv",
+    ),
     ("void fft2d_r2c_32x32<float, false, 0u, false>", "float_template", "tsv"),
-    ("void cudnn::winograd_nonfused::winogradForwardOutput9x9_5x5<float, float>",
-     "float_template", DLPROF_FILE),
-    ("void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)4, (int)4",
-     "float_template", DLPROF_FILE),
+    (
+        "void cudnn::winograd_nonfused::winogradForwardOutput9x9_5x5<float, float>",
+        "float_template",
+        DLPROF_FILE,
+    ),
+    (
+        "void gemmSN_NN_kernel<float, (int)128, (int)2, (int)4, (int)8, (int)4, (int)4",
+        "float_template",
+        DLPROF_FILE,
+    ),
     # mangled: exports without a demangled name
-    ("_Z16gemmSN_NN_kernelIfLi128ELi2ELi4ELi8ELi3ELi4E30cublasGemvTensorStridedBatched",
-     "float_template", DLPROF_FILE),
-    ("_Z17gemv2T_kernel_valIii6float2S0_S0_Li128ELi16ELi2ELi2ELb0E16cublasGemvParams",
-     "float_template", "MohanadOdema__DLProf__nsys_profile.sqlite"),
-    ("_ZN5cudnn6detail23implicit_convolve_sgemmIffLi1024ELi5ELi5ELi3ELi3ELi3ELi1ELb1ELb0ELb1EEE",
-     "blas_sgemm", DLPROF_FILE),
+    (
+        "_Z16gemmSN_NN_kernelIfLi128ELi2ELi4ELi8ELi3ELi4E30cublasGemvTensorStridedBatched",
+        "float_template",
+        DLPROF_FILE,
+    ),
+    (
+        "_Z17gemv2T_kernel_valIii6float2S0_S0_Li128ELi16ELi2ELi2ELb0E16cublasGemvParams",
+        "float_template",
+        "MohanadOdema__DLProf__nsys_profile.sqlite",
+    ),
+    (
+        "_ZN5cudnn6detail23implicit_convolve_sgemmIffLi1024ELi5ELi5ELi3ELi3ELi3ELi1ELb1ELb0ELb1EEE",
+        "blas_sgemm",
+        DLPROF_FILE,
+    ),
 ]
 
 # Names no rule may call FP32 GEMM: half/TF32 Tensor Core GEMMs, double and half SIMT

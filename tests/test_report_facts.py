@@ -205,7 +205,7 @@ def test_fact_marks_survive_a_real_nsys_run(nsys: str, tmp_path: Path) -> None:
     assert facts.dataloaders == (
         dict(num_workers=3, batch_size=32, pin_memory=True, persistent_workers=False, length=10),
     )
-    (pid, annotation), = facts.annotation
+    ((pid, annotation),) = facts.annotation
     assert annotation == dict(module_calls=200, ns_per_call=1500, steps=4) and pid > 0
 
 

@@ -155,10 +155,18 @@ def build_analyze_parser() -> argparse.ArgumentParser:
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     _common(parser)
     many = parser.add_argument_group("several inputs").add_argument
-    many("--jobs", "-j", type=_count, metavar="N",
-         help="analyse up to N inputs at once in a process pool (default: one per core, max 8)")
-    many("--dask-scheduler", metavar="ADDRESS",
-         help="analyse on an existing Dask cluster (needs the [dask] extra)")
+    many(
+        "--jobs",
+        "-j",
+        type=_count,
+        metavar="N",
+        help="analyse up to N inputs at once in a process pool (default: one per core, max 8)",
+    )
+    many(
+        "--dask-scheduler",
+        metavar="ADDRESS",
+        help="analyse on an existing Dask cluster (needs the [dask] extra)",
+    )
     return parser
 
 

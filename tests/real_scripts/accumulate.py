@@ -1,6 +1,6 @@
 """Gradient accumulation over micro-batches, a cosine LR schedule, a DataLoader.
 
-    python accumulate.py --steps 4 --accum 3
+python accumulate.py --steps 4 --accum 3
 """
 
 import argparse

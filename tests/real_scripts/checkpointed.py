@@ -1,6 +1,6 @@
 """Activation checkpointing: the middle blocks recompute their forward in backward.
 
-    python checkpointed.py --steps 4 --reentrant 0
+python checkpointed.py --steps 4 --reentrant 0
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """A compiled model: ``torch.compile(model)`` (--how wrap) or ``model.compile()`` (--how method).
 
-    python compiled.py --steps 6 --how wrap
+python compiled.py --steps 6 --how wrap
 """
 
 import argparse

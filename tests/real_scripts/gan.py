@@ -1,6 +1,6 @@
 """A GAN: per batch one discriminator step and one generator step, two Adam optimizers.
 
-    python gan.py --steps 6
+python gan.py --steps 6
 """
 
 import argparse

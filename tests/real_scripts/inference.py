@@ -1,6 +1,6 @@
 """Inference only: a model evaluated on batches, no optimizer anywhere.
 
-    python inference.py --steps 10 --mode no_grad|inference_mode|grad
+python inference.py --steps 10 --mode no_grad|inference_mode|grad
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """A closure-driven optimizer step (LBFGS, as Lightning does for every optimizer).
 
-    python lbfgs.py --steps 5
+python lbfgs.py --steps 5
 """
 
 import argparse

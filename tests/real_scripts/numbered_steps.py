@@ -1,6 +1,6 @@
 """A loop that marks its own steps with numbered NVTX ranges, logging included.
 
-    python numbered_steps.py --steps 6 --style "step {}"
+python numbered_steps.py --steps 6 --style "step {}"
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Distillation: a frozen teacher, a student of the same class, and an EMA copy of the student.
 
-    python two_models.py --steps 4
+python two_models.py --steps 4
 """
 
 import argparse

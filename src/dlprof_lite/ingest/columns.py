@@ -123,7 +123,9 @@ RANGE_COLUMNS: tuple[Column, ...] = (
     _c("depth", "int64", "", "nesting depth on its thread (0 = top level)"),
     _c("parent_id", "int64", "", "range_id of the enclosing range, -1 at top level"),
     _c(
-        "path", "category", "",
+        "path",
+        "category",
+        "",
         "names from the top-level range down, joined by '/'; a deep chain's middle is elided "
         "(ingest/paths.py), the whole chain follows parent_id",
     ),

@@ -54,6 +54,7 @@ from dlprof_lite.ingest.nvtx import range_positions
 DIRECTIONS = ("forward", "backward", "recompute")
 PHASE_VALUES = (*PHASES, "other")
 
+
 class ModuleRange(NamedTuple):
     direction: str
     qualname: str

@@ -66,6 +66,7 @@ def _host_gaps(frames: Sequence[pd.DataFrame]) -> list[np.ndarray]:
     Plain numpy over the stacked columns (a lexsort, a grouped running max): no DataFrame
     of a million rows is built, sorted or split again.
     """
+
     def col(name: str) -> np.ndarray:
         return np.concatenate([f[name].to_numpy(dtype=np.int64) for f in frames])
 

@@ -166,8 +166,10 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-_REASON = re.compile(r"(?i)illegal|invalid|unrecogni[sz]ed|error|failed|no such|not found|"
-                     r"cannot|unable|not supported")
+_REASON = re.compile(
+    r"(?i)illegal|invalid|unrecogni[sz]ed|error|failed|no such|not found|"
+    r"cannot|unable|not supported"
+)
 _BOILERPLATE = re.compile(r"^(usage: nsys|Try 'nsys)")
 
 

@@ -203,7 +203,10 @@ def profile_program(
 
 
 def _exit_code(
-    statuses: list[dict[str, Any]], outcome: Outcome, launcher: bool, duration: float | None,
+    statuses: list[dict[str, Any]],
+    outcome: Outcome,
+    launcher: bool,
+    duration: float | None,
     annotated: bool,
 ) -> tuple[int, list[str]]:
     """The exit code to pass back, and warnings about how it was found."""

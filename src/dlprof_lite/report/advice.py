@@ -211,8 +211,8 @@ def _loader_flags(summary: Summary) -> str:
     """``, set pin_memory=True (now False)``... for the switches some DataLoader has off;
     pinning only where the profile has GPU work (it speeds host-to-device copies)."""
     loaders = listed(summary, "dataloaders")
-    switches = ("pin_memory", "persistent_workers") if _i(summary, "devices") else (
-        "persistent_workers",
+    switches = (
+        ("pin_memory", "persistent_workers") if _i(summary, "devices") else ("persistent_workers",)
     )
     flags = [
         f", set {flag}=True (now False)"

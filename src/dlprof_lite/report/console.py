@@ -96,8 +96,10 @@ def _step_lines(s: dict[str, object]) -> list[str]:
 
 
 def _nonzero(value: object) -> bool:
-    return value is not None and not (isinstance(value, float) and pd.isna(value)) and (
-        float(str(value)) != 0.0
+    return (
+        value is not None
+        and not (isinstance(value, float) and pd.isna(value))
+        and (float(str(value)) != 0.0)
     )
 
 

@@ -125,8 +125,12 @@ ITERATION_REPORT = _cols(
         for p in PHASE_COLUMNS
     ),
     *(
-        (f"{p}_wall_ns", "ns", f"host time in [start, end) inside '{p}' phase ranges (union; "
-         "overlaps go to the first of " + ", ".join(HOST_PRIORITY) + ")")
+        (
+            f"{p}_wall_ns",
+            "ns",
+            f"host time in [start, end) inside '{p}' phase ranges (union; "
+            "overlaps go to the first of " + ", ".join(HOST_PRIORITY) + ")",
+        )
         for p in PHASES
     ),
     ("other_wall_ns", "ns", "host time in [start, end) outside every phase range"),
@@ -197,8 +201,11 @@ SUMMARY_REPORT = _cols(
         for p in PHASE_COLUMNS
     ),
     *(
-        (f"step_{p}_host_gap_pct", "%",
-         f"{p}-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+        (
+            f"step_{p}_host_gap_pct",
+            "%",
+            f"{p}-phase host-bound gaps / (step wall x devices) x 100, analysed steps",
+        )
         for p in PHASE_COLUMNS
     ),
     ("kernel_median_ns", "ns", "median kernel GPU duration over all executions"),

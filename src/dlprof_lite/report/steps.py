@@ -140,9 +140,9 @@ def _phase_wall(
     ranges: pd.DataFrame, phases: tuple[str, ...], t0: np.ndarray, t1: np.ndarray
 ) -> np.ndarray:
     """Host time inside these phases' annotation ranges per window (union over threads)."""
-    mine = ranges["name"].isin(phases).to_numpy(dtype=bool) & (
-        ranges["domain"] == DOMAIN
-    ).to_numpy(dtype=bool)
+    mine = ranges["name"].isin(phases).to_numpy(dtype=bool) & (ranges["domain"] == DOMAIN).to_numpy(
+        dtype=bool
+    )
     segments = merge(ranges.loc[mine, "start_ns"].to_numpy(), ranges.loc[mine, "end_ns"].to_numpy())
     return covered_between(segments, t0, t1)
 

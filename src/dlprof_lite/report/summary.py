@@ -80,7 +80,9 @@ def summarize(
     out["key_range_source"] = meta.key_range_source
     out["gpus"] = gpus
     out["warnings"] = [
-        *meta.warnings, *_report_warnings(profile, iterations), *_merged_ranks(profile, facts)
+        *meta.warnings,
+        *_report_warnings(profile, iterations),
+        *_merged_ranks(profile, facts),
     ]
     return out
 
