@@ -58,9 +58,7 @@ measurement of this hook path in-process.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
-import weakref
 from typing import Any
 
 import torch
@@ -71,10 +69,10 @@ from dlprof_lite.annotate.backward import Call, Forward, RootHook, bind
 from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
-from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, ROOT_MODULE, module_range
+from dlprof_lite.annotate.module_names import ModuleNames
 from dlprof_lite.annotate.nodehooks import BackwardCall, NodeHooks
 from dlprof_lite.annotate.phases import PhaseTracker
-from dlprof_lite.annotate.roots import BackwardWatch, RootNames, generated, is_model, unwrapped
+from dlprof_lite.annotate.roots import BackwardWatch, generated
 
 _NO_TASK = -1
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
@@ -84,19 +82,6 @@ _engine = torch.autograd.Variable._execution_engine
 # The calling thread's next autograd sequence number (None: an older torch; every module
 # call is then hooked as its forward returns, as during recomputation).
 _sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
-
-
-class _Name:
-    __slots__ = ("bwd", "depth", "fwd", "model", "qualname", "rec", "ref")
-
-    def __init__(self, module: torch.nn.Module, qualname: str, type_name: str, depth: int) -> None:
-        self.ref = weakref.ref(module)  # names are keyed by id: this tells a reused id apart
-        self.qualname = qualname
-        self.depth = depth
-        self.model = is_model(unwrapped(module))  # not a loss module
-        self.fwd = module_range(FORWARD, qualname, type_name)
-        self.bwd = module_range(BACKWARD, qualname, type_name)
-        self.rec = module_range(RECOMPUTE, qualname, type_name)
 
 
 class _Open:
@@ -159,9 +144,8 @@ class ModuleRanges:
         self._tracker = tracker
         self._ranges = ranges
         self._depth = depth
-        self._names: dict[int, _Name] = {}
-        self._roots = RootNames()
-        self._model_named = False
+        self.names = ModuleNames()
+        self._names = self.names.table  # the hot path's lookup
         self._frame = _Frame()
         self.calls = 0  # hooked forward calls, for the ``annotation`` fact
         self._queued = _NO_TASK  # the graph task whose end is queued for the tracker
@@ -170,51 +154,9 @@ class ModuleRanges:
         self._watch = BackwardWatch(self._backward_entered) if tracker is not None else None
         self.compiled = CompiledRoots(self)
 
-    # --- names -------------------------------------------------------------------------
-
     def name_model(self, model: torch.nn.Module, prefix: str = "") -> None:
         """Learn the qualified names of ``model`` and its submodules (known names are kept)."""
-        for qual, module in model.named_modules():
-            if self._known(module) is not None:
-                continue
-            full = ".".join(part for part in (prefix, qual) if part).replace(":", "_")
-            depth = qual.count(".") + 1 if qual else 0
-            self._names[id(module)] = _Name(module, full, type(module).__name__, depth)
-        if not prefix:
-            self._model_named = True
-
-    def _known(self, module: torch.nn.Module) -> _Name | None:
-        name = self._names.get(id(module))
-        return name if name is not None and name.ref() is module else None
-
-    def _learn(self, module: torch.nn.Module, parent: torch.nn.Module | None) -> _Name:
-        if parent is None:
-            return self._learn_root(module)
-        type_name = type(module).__name__
-        outer = self._known(parent)
-        qual = f"{outer.qualname}.{type_name}" if outer and outer.qualname else type_name
-        name = _Name(module, qual, type_name, outer.depth + 1 if outer else 1)
-        self._names[id(module)] = name
-        return name
-
-    def _learn_root(self, module: torch.nn.Module) -> _Name:
-        """A root's names (rule in :mod:`.roots`); only ``model``'s children get no prefix."""
-        inner = unwrapped(module)
-        type_name = type(inner).__name__
-        if not is_model(inner):
-            root = _Name(module, type_name, type_name, 0)  # a loss module: its class
-            self._names[id(module)] = root
-            return root
-        own = self._roots.name(module, sys._getframe(2))
-        # Plain submodule names (``layer1.0.conv1``) for the one model named ``model``; every
-        # other model's carry its name, so two models never share a layer name.
-        prefix = "" if own == ROOT_MODULE and not self._model_named else own
-        self.name_model(inner, prefix)
-        root = _Name(module, own, type_name, 0)
-        self._names[id(module)] = root
-        if inner is not module:
-            self._names[id(inner)] = _Name(inner, root.qualname, type_name, 0)
-        return root
+        self.names.name_model(model, prefix)
 
     # --- forward hooks -----------------------------------------------------------------
 
@@ -230,7 +172,7 @@ class ModuleRanges:
         if name is None or name.ref() is not module:
             if generated(module):
                 return  # compiled code run eagerly: part of its compiled root's range
-            name = self._learn(module, None if root else _innermost_module(frame.stack))
+            name = self.names.learn(module, None if root else _innermost_module(frame.stack))
         self.calls += 1
         grad = _grad_enabled()
         recompute = _graph_task_id() != _NO_TASK  # a forward run by a backward pass
