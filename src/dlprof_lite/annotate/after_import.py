@@ -37,7 +37,8 @@ class AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return spec
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
+        created: ModuleType | None = self.loader.create_module(spec)
+        return created
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)

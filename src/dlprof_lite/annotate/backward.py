@@ -42,7 +42,7 @@ class Call:
         self.parent = parent
         # The root call of its forward (None for the root itself: no cycle to collect).
         self.root: Call | None = None if parent is None else parent.root or parent
-        self.level = 0 if parent is None else parent.level + 1
+        self.level: int = 0 if parent is None else parent.level + 1
         self.start = start
         self.end = start
 

@@ -54,4 +54,4 @@ def _calibration_pass(ranges: Any, root: Any, layers: list[Any]) -> None:
         y = out
     if ranges is not None:
         ranges.forward_post(root, (x,), {}, y)
-    y.sum().backward()
+    y.sum().backward()  # type: ignore[no-untyped-call]

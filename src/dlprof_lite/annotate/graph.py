@@ -12,7 +12,7 @@ import torch
 # Walking a module's autograd subgraph stops here; such a module gets no backward range.
 MAX_SUBGRAPH_NODES = 20_000
 _TENSOR = torch.Tensor
-_ACCUMULATE = torch._C._functions.AccumulateGrad
+_ACCUMULATE = torch._C._functions.AccumulateGrad  # type: ignore[attr-defined]
 
 
 def tensors(value: Any, depth: int = 2) -> Any:
