@@ -79,6 +79,7 @@ _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _engine = torch.autograd.Variable._execution_engine
+_TENSOR = torch.Tensor
 # The calling thread's next autograd sequence number (None: an older torch; every module
 # call is then hooked as its forward returns, as during recomputation).
 _sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
@@ -234,7 +235,13 @@ class ModuleRanges:
             if root:
                 self._root_done(frame, grad, rest[-1])
             elif call is not None and grad and frame.forward is not None:
-                frame.forward.outputs.extend(grad_nodes(rest[-1]))
+                output = rest[-1]  # walked from too: a side output may not lead to the root's
+                if type(output) is _TENSOR:
+                    node = output.grad_fn
+                    if node is not None:
+                        frame.forward.outputs.append(node)
+                else:
+                    frame.forward.outputs.extend(grad_nodes(output))
         if root:
             tracker = self._tracker
             if tracker is not None and not in_backward:
