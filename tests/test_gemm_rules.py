@@ -1,4 +1,4 @@
-"""FP32 GEMM/conv kernel rules (ingest/gemm_rules.py), each on real kernel names.
+"""FP32 GEMM/conv kernel rules (rules/gemm.py), each on real kernel names.
 
 Every example is a name from ../shared/tc_kernels.tsv or from a corpus export (the test
 checks that it is there), so a rule is only as broad as names real profiles carry.
@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlprof_lite.ingest.gemm_rules import FP32_GEMM_RULES, fp32_gemm_rule, is_fp32_gemm
 from dlprof_lite.ingest.tensorcore import classify_kernel_names
+from dlprof_lite.rules.gemm import FP32_GEMM_RULES, fp32_gemm_rule, is_fp32_gemm
 
 TRT = "NVIDIA__trt-samples-for-hackathon-cn__cookbook_09-Advance_MultiStream_calculation-bound"
 TRT_FILE = f"{TRT}.qdrep.sqlite"

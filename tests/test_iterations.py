@@ -10,12 +10,9 @@ import pytest
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import check_frame
-from dlprof_lite.ingest.iterations import (
-    HIGH_VARIANCE_CV,
-    assign_iterations,
-    find_iterations,
-    iteration_stats,
-)
+from dlprof_lite.ingest.iterations import assign_iterations, find_iterations
+from dlprof_lite.report.iteration_stats import iteration_stats
+from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV
 from range_rows import ranges
 
 NA = pd.NA

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.ingest.iterations import find_iterations
-from dlprof_lite.ingest.key_ranges import key_regex, step_key
+from dlprof_lite.report.iteration_stats import key_regex
+from dlprof_lite.rules.steps import step_key
 from range_rows import ranges
 
 OURS = {"domain": "dlprof-lite"}

@@ -15,10 +15,7 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.ingest.columns import base_columns, check_frame, coerce, used_categorical
-from dlprof_lite.ingest.gemm_rules import is_tc_eligible, tc_eligible_family
 from dlprof_lite.ingest.layers import (
-    DIRECTIONS,
-    ModuleRange,
     _levels,
     _nearest,
     _nearest_many,
@@ -26,8 +23,9 @@ from dlprof_lite.ingest.layers import (
     classify_range_names,
     layer_from_funcstack,
     module_direction_codes,
-    parse_module_range,
 )
+from dlprof_lite.rules.gemm import is_tc_eligible, tc_eligible_family
+from dlprof_lite.rules.names import DIRECTIONS, ModuleRange, parse_module_range
 from range_rows import ranges
 
 NA = pd.NA

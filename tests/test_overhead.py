@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
-from dlprof_lite.ingest.overhead import is_short_kernel, launch_overhead, overhead_summary
+from dlprof_lite.ingest.overhead import launch_overhead
+from dlprof_lite.report.overhead import is_short_kernel, overhead_summary
 
 NA = pd.NA
 

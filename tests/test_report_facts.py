@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 import dlprof_lite
-from dlprof_lite.ingest.gemm_rules import is_fp32_gemm
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.run_facts import read_run_facts
+from dlprof_lite.rules.gemm import is_fp32_gemm
 from nsys_db import NsysDb
 from nsys_oracle import nsys_report
 from profile_factory import (

@@ -1,7 +1,7 @@
 """Tensor Core classifier: accuracy on the labelled names, one test per rule, the kernels frame.
 
 (a) accuracy over ../shared/tc_kernels.tsv (tc vs no_tc, per architecture);
-(b) every rule of ``tc_rules.RULES`` wins, with its verdict, for real kernel names;
+(b) every rule of ``rules.tensor_cores.RULES`` wins, with its verdict, for real kernel names;
 (c) ``classify_kernels`` on a small frame with categorical names.
 """
 
@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.ingest import tensorcore
-from dlprof_lite.ingest.tc_rules import RULE_IDS, RULES, VERDICTS, WEAK_RULE_IDS, TcRule
 from dlprof_lite.ingest.tensorcore import (
     NO_NAME_RULE,
     classify_kernel_names,
     classify_kernels,
     classify_names_with_rules,
 )
+from dlprof_lite.rules.tensor_cores import RULE_IDS, RULES, VERDICTS, WEAK_RULE_IDS, TcRule
 
 MIN_PRECISION = 0.99
 MIN_RECALL = 0.98

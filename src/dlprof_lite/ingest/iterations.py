@@ -3,7 +3,8 @@
 Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`).
 :func:`find_iterations` reads the nested ``ranges`` and builds the ``iterations`` table of
 the column contract; :func:`assign_iterations` adds ``iteration`` to kernels and memops;
-the report calls :func:`iteration_stats` on its per-iteration table.
+their statistics are the report's (:mod:`dlprof_lite.report.iteration_stats`). Sources and
+thresholds are rules (:mod:`dlprof_lite.rules.iterations`).
 
 DLProf's key-node rule: iteration boundaries are the END times of the instances of one key
 range. Iteration ``i`` spans ``(end of instance i-1, end of instance i]``; iteration 0 has no
@@ -11,7 +12,7 @@ previous instance and spans ``[start, end]`` of the first key instance, so the t
 the first key range (imports, model build, data loader start-up) belongs to no iteration.
 Time between two key instances belongs to the later iteration (its data loading, say).
 
-The key range is, in this order (:data:`SOURCES`; the rules are in
+The key range is, in this order (:data:`dlprof_lite.rules.iterations.SOURCES`; the rules
 :mod:`dlprof_lite.ingest.key_ranges`):
 
 1. ``--key-range REGEX`` (``re.search`` on range names): "key-range";
@@ -27,7 +28,8 @@ The key range is, in this order (:data:`SOURCES`; the rules are in
 5. the top-level push/pop range name that repeats most on one thread: "most-repeated";
 6. none.
 
-Rules 2, 4 and 5 are guesses (:data:`GUESSED`): the report says which one was used.
+Rules 2, 4 and 5 are guesses (:data:`dlprof_lite.rules.iterations.GUESSED`): the report
+says which one was used.
 
 Warm-up: iteration 0 (CUDA context, cuDNN autotuning, allocator growth) with at least
 :data:`DEFAULT_WARMUP_MIN_ITERATIONS` iterations, and every iteration of the run's opening
@@ -42,29 +44,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import COMPILE, DOMAIN, ITERATION, PHASES
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import empty_frame
 from dlprof_lite.ingest.key_ranges import most_repeated, numbered_steps, root_model_calls
+from dlprof_lite.rules.iterations import DEFAULT_WARMUP_MIN_ITERATIONS
+from dlprof_lite.rules.names import COMPILE, DOMAIN, ITERATION, OPTIMIZER
 
-# Variance is "high" when the standard deviation of iteration wall times is at least 10 % of
-# their mean — the threshold at which pyperf (psf/pyperf, pyperf/_cli.py ``format_checks``)
-# warns "the benchmark result may be unstable". The same 10 % around the median bounds the
-# suggested steady window.
-HIGH_VARIANCE_CV = 0.10
-STEADY_TOLERANCE = 0.10
-# A steady window shorter than this is no window worth suggesting.
-STEADY_MIN_ITERATIONS = 2
-# Default warm-up: with no explicit window and at least this many iterations, iteration 0
-# (CUDA context, cuDNN autotuning, allocator growth) is reported separately as warm-up.
-DEFAULT_WARMUP_MIN_ITERATIONS = 3
-
-SOURCES = (
-    "key-range", "numbered-ranges", "annotation", "root-model-calls", "most-repeated", "none"
-)  # fmt: skip
-# Key rules that guess which range is the step: the summary warns and names --key-range.
-GUESSED = ("numbered-ranges", "root-model-calls", "most-repeated")
-OPTIMIZER = PHASES[3]  # the phase that closes a training step
 _GUESSES = (
     ("root-model-calls", root_model_calls),
     ("most-repeated", most_repeated),
@@ -242,25 +227,15 @@ def _iteration_table(
     )
 
 
-def compile_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+def _compile_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     """The annotation's ``compile`` phase ranges (one per Dynamo compilation)."""
     mine = (ranges["name"] == COMPILE).to_numpy(dtype=bool)
     return ranges[mine & (ranges["domain"] == DOMAIN).to_numpy(dtype=bool)]
 
 
-def in_iterations(times: np.ndarray, table: pd.DataFrame) -> np.ndarray:
-    """Whether each time falls in an iteration window (windows in order, never overlapping)."""
-    t0 = table["start_ns"].to_numpy(dtype=np.int64)
-    t1 = table["end_ns"].to_numpy(dtype=np.int64)
-    at = np.searchsorted(t0, times, side="right") - 1
-    found = at >= 0
-    found[found] = times[found] <= t1[at[found]]
-    return found
-
-
 def compiling(table: pd.DataFrame, ranges: pd.DataFrame) -> np.ndarray:
     """Whether each iteration window ``(start, end]`` overlaps a ``compile`` phase range."""
-    compiles = compile_ranges(ranges)
+    compiles = _compile_ranges(ranges)
     c0 = compiles["start_ns"].to_numpy(dtype=np.int64)
     c1 = compiles["end_ns"].to_numpy(dtype=np.int64)
     t0 = table["start_ns"].to_numpy(dtype=np.int64)
@@ -317,62 +292,3 @@ def _assign(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     data[inside] = iterations["iteration"].to_numpy(dtype=np.int64)[pos[inside]]
     out["iteration"] = pd.Series(pd.arrays.IntegerArray(data, ~inside), index=ops.index)
     return out
-
-
-def iteration_stats(per_iter: pd.DataFrame) -> dict[str, float | int | bool | None]:
-    """Wall-time statistics of the in-window, non-warm-up iterations of ``per_iter``.
-
-    ``per_iter`` needs ``iteration``, ``wall_ns``, ``warmup`` and ``in_window``. Keys:
-    ``count``; ``mean_ns``, ``median_ns``, ``std_ns`` (sample std, ddof=1; 0 for one
-    iteration), ``p90_ns`` (linear interpolation, numpy's default), ``cv`` (std / mean);
-    ``high_variance`` (cv >= :data:`HIGH_VARIANCE_CV`); and, only when variance is high,
-    ``steady_start``/``steady_stop`` (stop exclusive, as ``--iter-start/--iter-stop``): the
-    longest run of consecutive iterations within ±:data:`STEADY_TOLERANCE` of the median, the
-    earliest among equals, at least :data:`STEADY_MIN_ITERATIONS` long — else ``None``.
-    """
-    chosen = per_iter[
-        per_iter["in_window"].to_numpy(dtype=bool) & ~per_iter["warmup"].to_numpy(dtype=bool)
-    ].sort_values("iteration")
-    stats: dict[str, float | int | bool | None] = dict.fromkeys(
-        ("mean_ns", "median_ns", "std_ns", "p90_ns", "cv", "steady_start", "steady_stop")
-    )
-    stats["count"] = len(chosen)
-    stats["high_variance"] = False
-    if chosen.empty:
-        return stats
-    wall = chosen["wall_ns"].to_numpy(dtype=np.float64)
-    mean = float(wall.mean())
-    median = float(np.median(wall))
-    std = float(wall.std(ddof=1)) if len(wall) > 1 else 0.0
-    stats.update(
-        mean_ns=mean,
-        median_ns=median,
-        std_ns=std,
-        p90_ns=float(np.percentile(wall, 90)),
-        cv=std / mean if mean > 0 else None,
-    )
-    if stats["cv"] is not None and stats["cv"] >= HIGH_VARIANCE_CV:
-        stats["high_variance"] = True
-        near = np.abs(wall - median) <= STEADY_TOLERANCE * median
-        window = _longest_run(chosen["iteration"].to_numpy(dtype=np.int64), near)
-        if window is not None:
-            stats["steady_start"], stats["steady_stop"] = window
-    return stats
-
-
-def _longest_run(index: np.ndarray, ok: np.ndarray) -> tuple[int, int] | None:
-    """Longest run of consecutive iteration numbers that are all ``ok``: (start, stop)."""
-    # A run breaks where an iteration is not ok or where the numbering skips one.
-    breaks = np.ones(len(index), dtype=bool)
-    breaks[1:] = ~ok[1:] | ~ok[:-1] | (np.diff(index) != 1)
-    run_id = np.cumsum(breaks)
-    runs = (
-        pd.DataFrame({"run": run_id[ok], "i": index[ok]})
-        .groupby("run")["i"]
-        .agg(["min", "max", "size"])
-    )
-    runs = runs[runs["size"] >= STEADY_MIN_ITERATIONS]
-    if runs.empty:
-        return None
-    best = runs.sort_values(["size", "min"], ascending=[False, True], kind="stable").iloc[0]
-    return int(best["min"]), int(best["max"]) + 1

@@ -29,45 +29,14 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE, PHASES
 from dlprof_lite.ingest.levels import by_level, range_positions
+from dlprof_lite.rules.names import DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.rules.steps import MAYBE_STEP_RE, OP_MARKER_RE, step_key
 
 # A key must repeat on one thread at least this often: one instance is no loop.
 MIN_REPEATS = 2
-# Words that name a training step in a range name (compared lower-case, whole words;
-# camelCase and snake_case are split, so ``ProfilerStep`` and ``train_step`` count).
-STEP_WORDS = frozenset({"iter", "iteration", "step", "batch"})
-NUMBER = "#"  # what each number of a numbered name becomes in its key
-
-_WORD_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
-_DIGITS_RE = re.compile(r"\d+")
-_MAYBE_STEP_RE = re.compile(r"(?is)(?:iter|step|batch).*\d|\d.*(?:iter|step|batch)")
-# Names that mark one op call, never a training step: PyProf/DLProf payloads ("{'mod': ...}"),
-# emit_nvtx op and backward-node ranges ("aten::addmm, seq = 8", "autograd::engine::..."),
-# our module ranges ("fwd:conv1:Conv2d", "rec:...").
-OP_MARKER_RE = re.compile(
-    r"^\{|^(?:aten|autograd|torch|c10d)::|, (?:stashed )?seq ?=|, op_id ?=|^(?:fwd|bwd|rec):"
-)
 _MODULE_PREFIX_RE = re.compile(r"^(?:fwd|bwd|rec):")
 _FORWARD = PHASES[1]
-
-
-def step_key(name: str) -> str | None:
-    """``name`` with each number written ``#`` when it names a numbered step, else None."""
-    if not _DIGITS_RE.search(name) or OP_MARKER_RE.search(name):
-        return None
-    words = {w.lower() for w in _WORD_RE.findall(name)}
-    return _DIGITS_RE.sub(NUMBER, name) if words & STEP_WORDS else None
-
-
-def key_regex(names: pd.Series, key: str) -> str:
-    """A ``--key-range`` regex matching the names of numbered key ``key`` (from an example:
-    a ``#`` in the key may be a literal one, as in ``Step#12`` -> ``Step##``)."""
-    for name in pd.unique(names.astype("object")):
-        if isinstance(name, str) and step_key(name) == key:
-            parts = _DIGITS_RE.split(name)
-            return "^" + r"\d+".join(re.escape(p) for p in parts) + "$"
-    return "^" + re.escape(key) + "$"
 
 
 def _per_name(names: pd.Series, test: Callable[[str], object], maybe: re.Pattern) -> np.ndarray:
@@ -91,7 +60,7 @@ def _closed(ranges: pd.DataFrame) -> np.ndarray:
 
 def numbered_steps(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     """Instances of the numbered step key with the most distinct names on one thread."""
-    keys = _per_name(ranges["name"], step_key, _MAYBE_STEP_RE)
+    keys = _per_name(ranges["name"], step_key, MAYBE_STEP_RE)
     numbered = pd.notna(keys) & (ranges["domain"] != DOMAIN).to_numpy()
     if not numbered.any():
         return ranges.iloc[:0], None

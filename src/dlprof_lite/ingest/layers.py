@@ -8,7 +8,7 @@ launch call started in (``range_id``). It adds ``layer``, ``layer_type``, ``dire
 Layer names come from three kinds of NVTX range, in this order of priority:
 
 a. our annotation layer's module ranges ``fwd:<qualname>:<Type>`` / ``bwd:...`` / ``rec:...``
-   (:data:`dlprof_lite.annotate.names.MODULE_RANGE_RE`): the innermost one enclosing the op.
+   (:func:`dlprof_lite.rules.names.parse_module_range`): the innermost one enclosing the op.
    A ``rec:`` range, and a ``fwd:`` range nested in a ``bwd:``/``rec:`` range on its thread
    (what profiles made before ``rec:`` show for activation checkpointing), is a recompute:
    its ops get direction ``recompute`` and phase ``backward``, the layer recomputed.
@@ -42,36 +42,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import BACKWARD, DOMAIN, MODULE_RANGE_RE, PHASES, RECOMPUTE
 from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.nvtx import range_positions
+from dlprof_lite.rules.names import DIRECTIONS, DOMAIN, PHASES, parse_module_range
 
-DIRECTIONS = ("forward", "backward", "recompute")
 PHASE_VALUES = (*PHASES, "other")
-
-
-class ModuleRange(NamedTuple):
-    direction: str
-    qualname: str
-    type_name: str
-
-
-def parse_module_range(name: str) -> ModuleRange | None:
-    """``fwd:layer1.0.conv1:Conv2d`` -> ``('forward', 'layer1.0.conv1', 'Conv2d')``, else None.
-
-    The direction is the name's own (``rec:`` -> ``recompute``); a ``fwd:`` range is also a
-    recompute when it nests in a backward (:func:`module_direction_codes`).
-    """
-    m = MODULE_RANGE_RE.match(name)
-    if m is None:
-        return None
-    direction = {BACKWARD: "backward", RECOMPUTE: "recompute"}.get(m["dir"], "forward")
-    return ModuleRange(direction, m["layer"], m["type"])
 
 
 # "aten::addmm, seq = 8, op_id = 3", "AddmmBackward0, seq = 8", "AddBackward, stashed seq=3"

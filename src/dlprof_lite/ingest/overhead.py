@@ -3,7 +3,7 @@
 Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`),
 run after ``correlate.attach_launches`` has joined each GPU op to the API call that launched
 it. It adds the derived columns ``api_ns``, ``queue_ns`` and ``host_gap_ns``; the report
-aggregates them with :func:`overhead_summary` per iteration, layer and phase.
+aggregates them per kernel, iteration, layer and phase (:mod:`dlprof_lite.report.overhead`).
 
 Definitions (DESIGN.md "Launch overhead"):
 
@@ -15,7 +15,8 @@ Definitions (DESIGN.md "Launch overhead"):
   it ``launch_delay``). A negative value means the op started before the call returned and
   has no queue time.
 - short kernel: GPU duration < ``api_ns``, HTA's "short GPU kernels" — the CPU took longer
-  to launch the kernel than the GPU took to run it.
+  to launch the kernel than the GPU took to run it (counted by the report:
+  :func:`dlprof_lite.report.overhead.is_short_kernel`).
 - ``host_gap_ns``: on one device of one process, over kernels *and* memops sorted by GPU
   start, the idle time before an op (``start_ns`` minus the latest end of every earlier op)
   when positive *and* the op's launch call started after that earlier work had ended:
@@ -88,58 +89,3 @@ def _host_gaps(frames: Sequence[pd.DataFrame]) -> list[np.ndarray]:
     gap[order] = np.where(host_bound, start - prev_end, 0)
     bounds = np.cumsum([0, *(len(f) for f in frames)])
     return [gap[a:b] for a, b in pairwise(bounds)]
-
-
-def is_short_kernel(ops: pd.DataFrame) -> pd.Series:
-    """True for a kernel whose GPU duration is shorter than its launch call (HTA's short kernel).
-
-    ``ops`` needs ``dur_ns`` and ``api_ns``. False without an API row, and False for memop rows
-    when ``ops`` mixes kernels and memops (memops carry a non-null ``kind``).
-    """
-    api = _as_float(ops["api_ns"])
-    short = ops["dur_ns"].to_numpy(dtype=np.float64) < api  # NaN compares False
-    if "kind" in ops.columns:
-        short &= ops["kind"].isna().to_numpy()
-    return pd.Series(short, index=ops.index, name="short_kernel")
-
-
-def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Launch-overhead totals per group of ``by`` columns (an empty ``by``: one total row).
-
-    Columns: the ``by`` columns, ``ops`` (row count), ``host_gap_ns`` (sum, int64),
-    ``api_ns_mean`` and ``queue_ns_mean`` (float64, NaN where no op has the value) and
-    ``short_kernels`` (int64, see :func:`is_short_kernel`). Null group keys form their own
-    group (an op outside every iteration is still overhead).
-    """
-    data = pd.DataFrame(
-        {
-            "host_gap_ns": ops["host_gap_ns"].to_numpy(dtype=np.int64),
-            "api_ns": _as_float(ops["api_ns"]),
-            "queue_ns": _as_float(ops["queue_ns"]),
-            "short_kernels": is_short_kernel(ops).to_numpy(dtype=np.int64),
-        },
-        index=ops.index,
-    )
-    keys = list(by) if by else ["_all"]
-    for col in by:
-        data[col] = ops[col]
-    if not by:
-        data["_all"] = 0
-    out = (
-        data.groupby(keys, observed=True, dropna=False, sort=True)
-        .agg(
-            ops=("host_gap_ns", "size"),
-            host_gap_ns=("host_gap_ns", "sum"),
-            api_ns_mean=("api_ns", "mean"),
-            queue_ns_mean=("queue_ns", "mean"),
-            short_kernels=("short_kernels", "sum"),
-        )
-        .reset_index()
-    )
-    if not by:
-        out = out.drop(columns="_all")
-    return out.astype({"ops": "int64", "host_gap_ns": "int64", "short_kernels": "int64"})
-
-
-def _as_float(series: pd.Series) -> np.ndarray:
-    return _int64(series).to_numpy(dtype=np.float64, na_value=np.nan)

@@ -5,7 +5,7 @@ adds the derived columns ``tc_class`` (tc / no_tc / unknown), ``uses_tensor_core
 ``tc_rule`` (:mod:`dlprof_lite.ingest.columns`); report turns them into the TC share of
 kernels, ranges and layers, and into the advice about TC-eligible layers.
 
-The rules themselves are data in :mod:`dlprof_lite.ingest.tc_rules`. A profile has millions
+The rules themselves are data in :mod:`dlprof_lite.rules.tensor_cores`. A profile has millions
 of kernel rows but a few hundred distinct names, so each distinct name is classified once
 and the verdicts are spread to the rows through the categorical codes of ``name``.
 """
@@ -19,7 +19,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.tc_rules import RULE_IDS, RULES, VERDICTS, WEAK_RULE_IDS, TcRule
+from dlprof_lite.rules.tensor_cores import RULE_IDS, RULES, VERDICTS, WEAK_RULE_IDS, TcRule
 
 # Pseudo rule id for a kernel without any name (NULL / empty in the export).
 NO_NAME_RULE = "no_name"

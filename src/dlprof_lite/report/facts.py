@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.gemm_rules import is_fp32_gemm
-from dlprof_lite.ingest.overhead import is_short_kernel
 from dlprof_lite.report.frames import cat_mask
 from dlprof_lite.report.intervals import in_windows
 from dlprof_lite.report.metrics import threshold
+from dlprof_lite.report.overhead import is_short_kernel
 from dlprof_lite.report.steps import analysed
+from dlprof_lite.rules.gemm import is_fp32_gemm
 
 SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlprof_lite.annotate.names import PHASES
-from dlprof_lite.ingest.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
+from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
 
 SCHEMA = "dlprof-lite/1"
 

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
-from dlprof_lite.ingest.iterations import iteration_stats
 from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
+from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 
 _OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns", "phase"]

@@ -19,8 +19,6 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION
-from dlprof_lite.ingest.iterations import GUESSED, compile_ranges, in_iterations
-from dlprof_lite.ingest.key_ranges import key_regex
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.facts import (
     fp32_gemm_facts,
@@ -31,6 +29,7 @@ from dlprof_lite.report.facts import (
 )
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import busy_per_device, total
+from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations, key_regex
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -40,6 +39,7 @@ from dlprof_lite.report.run_facts import (
 )
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.writers import Table
+from dlprof_lite.rules.iterations import GUESSED
 
 
 def summarize(

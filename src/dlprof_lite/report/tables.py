@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.gemm_rules import is_tc_eligible
-from dlprof_lite.ingest.layers import DIRECTIONS, classify_range_names, module_direction_codes
-from dlprof_lite.ingest.overhead import overhead_summary
+from dlprof_lite.ingest.layers import module_direction_codes
 from dlprof_lite.report.frames import empty_report, ordered, share
+from dlprof_lite.report.overhead import overhead_summary
+from dlprof_lite.rules.gemm import is_tc_eligible
+from dlprof_lite.rules.names import DIRECTIONS, parse_module_range
 
 
 def kernels_table(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -112,7 +113,9 @@ def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
     # Parse each distinct name once, then broadcast to rows through the category codes.
-    parsed = classify_range_names(list(names.cat.categories.astype(str)))
+    parsed = [parse_module_range(n) for n in names.cat.categories.astype(str)]
+    layer_of = np.array([m.qualname if m else None for m in parsed], dtype=object)
+    type_of = np.array([m.type_name if m else None for m in parsed], dtype=object)
     codes = names.cat.codes.to_numpy()
     direction = module_direction_codes(ranges)
     rows = np.flatnonzero(direction >= 0)
@@ -123,8 +126,8 @@ def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
     at = codes[rows]
     work = pd.DataFrame(
         {
-            "layer": parsed["module_layer"].to_numpy(dtype=object)[at],
-            "type": parsed["module_type"].to_numpy(dtype=object)[at],
+            "layer": layer_of[at],
+            "type": type_of[at],
             "forward_wall_ns": np.where(fwd, dur, 0),
             "backward_wall_ns": np.where(direction[rows] == 1, dur, 0),
             "recompute_wall_ns": np.where(rec, dur, 0),

@@ -2,7 +2,7 @@
 names are FP32 GEMMs or convolutions running on CUDA cores.
 
 Place in the pipeline: cited classification data next to the Tensor Core rule table
-(:mod:`dlprof_lite.ingest.tc_rules`); the layers table marks TC-eligible modules with
+(:mod:`dlprof_lite.rules.tensor_cores`); the layers table marks TC-eligible modules with
 :func:`is_tc_eligible`, and the summary sums the GPU time of FP32 GEMM/conv kernels with
 :func:`is_fp32_gemm` to advise mixed precision (or TF32) from kernel names alone, when a
 profile has no layer ranges to say which modules ran them.

@@ -1,7 +1,8 @@
 """The NVTX range names the annotation layer writes and the analysis reads.
 
 This module is the single definition of the naming convention (documented in the README):
-it imports nothing heavy, so ``dlprof_lite.ingest`` may read it without torch or nvtx.
+it imports nothing heavy, so every stage may read it without torch, nvtx or pandas
+(:mod:`dlprof_lite.annotate.names` re-exports it for the annotate stage).
 
 - domain: ``dlprof-lite`` for every range the annotation layer pushes;
 - one ``iteration`` range per training step (one optimizer step), the default key range;
@@ -44,12 +45,14 @@ How they are written (:mod:`dlprof_lite.annotate`):
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 DOMAIN = "dlprof-lite"
 ITERATION = "iteration"
 # Training order; ``compile`` last so that the first four keep their positions.
 PHASES = ("data", "forward", "backward", "optimizer", "compile")
 COMPILE = "compile"
+OPTIMIZER = PHASES[3]  # the phase that closes a training step
 ROOT_MODULE = "model"
 FORWARD = "fwd"
 BACKWARD = "bwd"
@@ -71,3 +74,26 @@ def module_range(direction: str, qualname: str, type_name: str) -> str:
     if direction not in (FORWARD, BACKWARD, RECOMPUTE):
         raise ValueError(f"direction must be fwd, bwd or rec, not {direction!r}")
     return f"{direction}:{qualname or ROOT_MODULE}:{type_name}"
+
+
+# What a module range's prefix means, in the words the tables use (``rec:`` -> recompute).
+DIRECTIONS = ("forward", "backward", "recompute")
+
+
+class ModuleRange(NamedTuple):
+    direction: str
+    qualname: str
+    type_name: str
+
+
+def parse_module_range(name: str) -> ModuleRange | None:
+    """``fwd:layer1.0.conv1:Conv2d`` -> ``('forward', 'layer1.0.conv1', 'Conv2d')``, else None.
+
+    The direction is the name's own (``rec:`` -> ``recompute``); ingest also makes a ``fwd:``
+    range a recompute when it nests in a backward (``ingest.layers.module_direction_codes``).
+    """
+    m = MODULE_RANGE_RE.match(name)
+    if m is None:
+        return None
+    direction = {BACKWARD: DIRECTIONS[1], RECOMPUTE: DIRECTIONS[2]}.get(m["dir"], DIRECTIONS[0])
+    return ModuleRange(direction, m["layer"], m["type"])

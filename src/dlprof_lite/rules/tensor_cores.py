@@ -1,7 +1,8 @@
 """The Tensor Core rule table: cited data that says, from a kernel's name alone, whether it
 runs on Tensor Cores (``tc``), on CUDA cores (``no_tc``), or cannot be told (``unknown``).
 
-Place in the pipeline: ingest. :mod:`dlprof_lite.ingest.tensorcore` applies this table to
+Place in the pipeline: rules (cited data every stage may read). The ingest step
+:mod:`dlprof_lite.ingest.tensorcore` applies this table to
 the distinct kernel names of a profile and adds ``tc_class`` / ``uses_tensor_cores`` /
 ``tc_rule`` to ``kernels``; report reads those columns for the TC share and the advice.
 

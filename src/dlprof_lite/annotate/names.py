@@ -1,0 +1,40 @@
+"""The NVTX naming convention, as the annotate stage writes it.
+
+The definitions live in :mod:`dlprof_lite.rules.names` (one place, read by ingest and
+report too); this module re-exports them so annotate code keeps importing from its own
+stage. Neither module imports torch, nvtx or pandas.
+"""
+
+from __future__ import annotations
+
+from dlprof_lite.rules.names import (
+    BACKWARD,
+    COMPILE,
+    DOMAIN,
+    FACT_KEYS,
+    FACT_PREFIX,
+    FORWARD,
+    ITERATION,
+    MODULE_RANGE_RE,
+    OPTIMIZER,
+    PHASES,
+    RECOMPUTE,
+    ROOT_MODULE,
+    module_range,
+)
+
+__all__ = [
+    "BACKWARD",
+    "COMPILE",
+    "DOMAIN",
+    "FACT_KEYS",
+    "FACT_PREFIX",
+    "FORWARD",
+    "ITERATION",
+    "MODULE_RANGE_RE",
+    "OPTIMIZER",
+    "PHASES",
+    "RECOMPUTE",
+    "ROOT_MODULE",
+    "module_range",
+]

@@ -1,0 +1,67 @@
+"""Launch-overhead aggregations: short kernels and per-group overhead totals.
+
+Place in the pipeline: report. Ingest labelled every kernel and memop with ``api_ns``,
+``queue_ns`` and ``host_gap_ns`` (:mod:`dlprof_lite.ingest.overhead`, where the definitions
+are cited); these pure functions aggregate them for the kernels table and the summary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def is_short_kernel(ops: pd.DataFrame) -> pd.Series:
+    """True for a kernel whose GPU duration is shorter than its launch call (HTA's short kernel).
+
+    ``ops`` needs ``dur_ns`` and ``api_ns``. False without an API row, and False for memop rows
+    when ``ops`` mixes kernels and memops (memops carry a non-null ``kind``).
+    """
+    api = _as_float(ops["api_ns"])
+    short = ops["dur_ns"].to_numpy(dtype=np.float64) < api  # NaN compares False
+    if "kind" in ops.columns:
+        short &= ops["kind"].isna().to_numpy()
+    return pd.Series(short, index=ops.index, name="short_kernel")
+
+
+def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Launch-overhead totals per group of ``by`` columns (an empty ``by``: one total row).
+
+    Columns: the ``by`` columns, ``ops`` (row count), ``host_gap_ns`` (sum, int64),
+    ``api_ns_mean`` and ``queue_ns_mean`` (float64, NaN where no op has the value) and
+    ``short_kernels`` (int64, see :func:`is_short_kernel`). Null group keys form their own
+    group (an op outside every iteration is still overhead).
+    """
+    data = pd.DataFrame(
+        {
+            "host_gap_ns": ops["host_gap_ns"].to_numpy(dtype=np.int64),
+            "api_ns": _as_float(ops["api_ns"]),
+            "queue_ns": _as_float(ops["queue_ns"]),
+            "short_kernels": is_short_kernel(ops).to_numpy(dtype=np.int64),
+        },
+        index=ops.index,
+    )
+    keys = list(by) if by else ["_all"]
+    for col in by:
+        data[col] = ops[col]
+    if not by:
+        data["_all"] = 0
+    out = (
+        data.groupby(keys, observed=True, dropna=False, sort=True)
+        .agg(
+            ops=("host_gap_ns", "size"),
+            host_gap_ns=("host_gap_ns", "sum"),
+            api_ns_mean=("api_ns", "mean"),
+            queue_ns_mean=("queue_ns", "mean"),
+            short_kernels=("short_kernels", "sum"),
+        )
+        .reset_index()
+    )
+    if not by:
+        out = out.drop(columns="_all")
+    return out.astype({"ops": "int64", "host_gap_ns": "int64", "short_kernels": "int64"})
+
+
+def _as_float(series: pd.Series) -> np.ndarray:
+    values = series if str(series.dtype) == "Int64" else series.astype("Int64")
+    return values.to_numpy(dtype=np.float64, na_value=np.nan)
