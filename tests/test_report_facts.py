@@ -36,7 +36,7 @@ LOADER = dict(num_workers=4, batch_size=64, pin_memory=False, persistent_workers
 
 
 def advice_of(report, metric: str) -> dict | None:
-    rows = [a for a in report.summary["advice"] if a["metric"] == metric]
+    rows = [dataclasses.asdict(a) for a in report.summary.advice if a.metric == metric]
     return rows[0] if rows else None
 
 
@@ -172,7 +172,7 @@ def test_fp32_gemm_advice_on_a_real_export_without_layer_ranges(corpus_dir: Path
     s = report.summary
     assert report.layers.empty
     assert s["fp32_gemm_share"] > 0.9
-    assert s["fp32_gemm_kernels"][0]["name"].startswith("trt_maxwell_scudnn_winograd")
+    assert s.fp32_gemm_kernels[0].name.startswith("trt_maxwell_scudnn_winograd")
     assert advice_of(report, "fp32_gemm_share") is None  # Pascal: no Tensor Cores
     # The same kernels on a Tensor Core GPU get the advice.
     volta = dataclasses.replace(profile, gpus=build_gpus([(0, "Tesla V100", 80, 7, 0)]))

@@ -51,6 +51,7 @@ def test_in_windows() -> None:
 def test_busy_is_per_device_then_summed() -> None:
     ops = pd.DataFrame(
         {
+            "pid": [7, 7, 7],
             "device_id": [0, 0, 1],
             "start_ns": [0, 5, 0],
             "end_ns": [10, 15, 10],
@@ -58,5 +59,5 @@ def test_busy_is_per_device_then_summed() -> None:
     )
     busy = busy_per_device(ops)
     # device 0: [0,15) = 15; device 1: [0,10) = 10 (overlap across devices is not merged).
-    assert {d: total(s) for d, s in busy.items()} == {0: 15, 1: 10}
+    assert {d: total(s) for d, s in busy.items()} == {(7, 0): 15, (7, 1): 10}
     assert busy_in_windows(ops, arr(0, 10), arr(10, 20)).tolist() == [20, 5]

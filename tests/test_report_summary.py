@@ -11,7 +11,8 @@ import pytest
 from dlprof_lite.report import advice as rules
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import REPORTS, THRESHOLDS, column_names, definitions
-from profile_factory import make_profile, training_profile
+from dlprof_lite.report.summary_types import Gpu, Summary, build_summary
+from profile_factory import PID, make_profile, training_profile
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +22,14 @@ def report():
 
 def test_summary_totals_and_utilization(report) -> None:
     s = report.summary
-    assert set(column_names("summary")) - {"advice_count"} <= set(s)
+    # the groups hold every flat metric; the row adds the folded lists
+    assert set(s.metrics()) | {"warnings", "advice_count"} == set(column_names("summary"))
     assert (s["source"], s["nsys_version"], s["devices"], s["wall_ns"]) == (
         "test.sqlite", "2024.5.1", 1, 10_000,
     )  # fmt: skip
-    assert s["gpus"] == [
-        dict(device_id=0, name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability="9.0",
-             busy_ns=1220, utilization=0.122)
+    assert [dataclasses.asdict(g) for g in s.gpus] == [
+        dict(pid=PID, device_id=0, name="NVIDIA H100 80GB HBM3", sm_count=132,
+             compute_capability="9.0", busy_ns=1220, utilization=0.122)
     ]  # fmt: skip
     # kernels 3 x 370; memcpy 3 x 20 + the 40 ns DtoH copy; one 10 ns memset.
     assert (s["kernel_ns"], s["kernel_count"], s["tc_gpu_ns"]) == (1110, 12, 300)
@@ -92,11 +94,24 @@ def test_advice_on_the_training_profile(report) -> None:
     assert tc["threshold"] == THRESHOLDS["tc_nontc_share_high"].value
     assert "TensorBoard" in tc["citation"] and "dlprof-lite choice" in tc["citation"]
     assert "CUDA graphs" in advice.iloc[1]["recommendation"]
-    assert report.summary["advice"] == advice.to_dict("records")
+    assert [dataclasses.asdict(a) for a in report.summary.advice] == advice.to_dict("records")
 
 
-def _summary(**values) -> dict:
-    return dict(values)
+def _gpu(index: int, values: dict) -> Gpu:
+    fields = dict(pid=1, device_id=index, name=None, sm_count=None, compute_capability=None,
+                  busy_ns=0, utilization=None)  # fmt: skip
+    return Gpu(**{**fields, **values})
+
+
+def _summary(gpus: list[dict] | None = None, **values) -> Summary:
+    """A summary holding only the given metrics (the others unknown), for one advice rule."""
+    return build_summary(values, gpus=[_gpu(i, g) for i, g in enumerate(gpus or [])])
+
+
+def _with(s: Summary, gpus: list[dict] | None = None, **values) -> Summary:
+    """``s`` with some metrics (or its GPUs) changed: a new summary, ``s`` is frozen."""
+    listed = [_gpu(i, g) for i, g in enumerate(gpus)] if gpus is not None else s.gpus
+    return build_summary({**s.metrics(), **values}, gpus=listed)
 
 
 def test_graded_thresholds_fire_at_the_boundary() -> None:
@@ -128,8 +143,8 @@ def test_tensor_core_advice_needs_tensor_cores() -> None:
     s = _summary(eligible_non_tc_share=1.0, eligible_non_tc_ns=100, gpus=volta)
     assert "conv (Conv2d) 100 ns" in rules.tensor_cores(s, layers).evidence
     pascal = [dict(compute_capability="6.1"), dict(compute_capability="8.0")]
-    assert rules.tensor_cores({**s, "gpus": pascal}, layers) is None
-    assert rules.tensor_cores({**s, "eligible_non_tc_share": 0.04}, layers) is None
+    assert rules.tensor_cores(_with(s, gpus=pascal), layers) is None
+    assert rules.tensor_cores(_with(s, eligible_non_tc_share=0.04), layers) is None
 
 
 def test_iteration_variance_suggests_the_steady_window() -> None:
@@ -140,10 +155,10 @@ def test_iteration_variance_suggests_the_steady_window() -> None:
     found = rules.iteration_variance(s, pd.DataFrame())
     assert "--iter-start 2 --iter-stop 7" in found.recommendation
     assert "cv 30%" in found.evidence
-    unsteady = rules.iteration_variance({**s, "steady_start": None, "steady_stop": None}, None)
+    unsteady = rules.iteration_variance(_with(s, steady_start=None, steady_stop=None), None)
     assert "No run of iterations stays within 10% of the median" in unsteady.recommendation
-    assert rules.iteration_variance({**s, "iterations_analysed": 2}, pd.DataFrame()) is None
-    assert rules.iteration_variance({**s, "iterations_cv": 0.09}, pd.DataFrame()) is None
+    assert rules.iteration_variance(_with(s, iterations_analysed=2), pd.DataFrame()) is None
+    assert rules.iteration_variance(_with(s, iterations_cv=0.09), pd.DataFrame()) is None
 
 
 def test_tiny_kernels() -> None:
@@ -152,9 +167,9 @@ def test_tiny_kernels() -> None:
     found = rules.tiny_kernels(s, pd.DataFrame())
     assert (found.severity, found.metric) == ("info", "kernel_median_ns")
     assert "400 (40%)" in found.evidence
-    assert rules.tiny_kernels({**s, "launch_overhead_pct": 5.0}, pd.DataFrame()).severity == "warn"
-    assert rules.tiny_kernels({**s, "kernel_count": 99}, pd.DataFrame()) is None
-    assert rules.tiny_kernels({**s, "kernel_median_ns": 10_000.0}, pd.DataFrame()) is None
+    assert rules.tiny_kernels(_with(s, launch_overhead_pct=5.0), pd.DataFrame()).severity == "warn"
+    assert rules.tiny_kernels(_with(s, kernel_count=99), pd.DataFrame()) is None
+    assert rules.tiny_kernels(_with(s, kernel_median_ns=10_000.0), pd.DataFrame()) is None
 
 
 def test_sync_memcpy_selection_follows_the_nsys_rule() -> None:

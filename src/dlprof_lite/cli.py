@@ -260,7 +260,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     files.check_target(target.absolute(), force=options.force)  # fail before any work
     with _progress(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
-    _show(args, result["report"], result["report_dir"])
+    _show(args, result.report, result.report_dir)
     return 0
 
 
@@ -363,7 +363,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             with _progress(args, target.name) as progress:
                 report = analyze_profile(Path(run.sqlite_path), options, progress)
             # Name the export where it will be once the report folder is in place.
-            report.summary["source"] = str(target / Path(run.sqlite_path).name)
+            report = report.with_source(str(target / Path(run.sqlite_path).name))
             if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
             files.write_tables(files.report_tables(report), stage, options.formats)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dlprof_lite.report.build import Report
+    from dlprof_lite.report.summary_types import Scalar
 
 FORMATS = ("csv", "json")
 Progress = Callable[[str], None]
@@ -37,40 +38,48 @@ def analyze_profile(
     from dlprof_lite.ingest.load import load
     from dlprof_lite.report.build import build_report
 
-    kwargs = {"progress": progress} if progress is not None else {}
     profile = load(
         path,
         key_range=options.key_range,
         iter_start=options.iter_start,
         iter_stop=options.iter_stop,
-        **kwargs,
+        **({"progress": progress} if progress is not None else {}),
     )
     if progress is not None:
         progress("writing reports")
-    report = build_report(profile)
-    return report
+    return build_report(profile)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """One input's report and the folder it was written to."""
+
+    source: str
+    report_dir: Path
+    report: Report
+
+    def row(self) -> dict[str, Scalar]:
+        """The flat summary row of the combined ``summary.csv``, with its report folder."""
+        return {**self.report.summary.row(), "report_dir": str(self.report_dir), "error": None}
 
 
 def analyze_one(
     path: Path, out_dir: Path, options: AnalyzeOptions, progress: Progress | None = None
-) -> dict:
+) -> PipelineResult:
     """Analyse one input and write its complete report folder at ``out_dir``.
 
-    Top-level and free of open resources so that a process pool can call it. Returns
-    ``{"source", "report_dir", "row" (the flat summary row), "report"}``.
+    Top-level and free of open resources so that a process pool can call it.
     """
     from dlprof_lite.report.output import write_report
-    from dlprof_lite.report.summary import summary_row
 
     report = analyze_profile(Path(path), options, progress)
     final = write_report(report, Path(out_dir), options.formats, force=options.force)
-    row = {**summary_row(report.summary), "report_dir": str(final), "error": None}
-    return {"source": str(path), "report_dir": final, "row": row, "report": report}
+    return PipelineResult(str(path), final, report)
 
 
-def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict:
+def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict[str, Scalar]:
     """:func:`analyze_one` for a worker process: returns only the summary row (picklable)."""
-    return analyze_one(path, out_dir, options)["row"]
+    return analyze_one(path, out_dir, options).row()
 
 
 def has_annotation(report: Report) -> bool:

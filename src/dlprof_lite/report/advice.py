@@ -8,27 +8,15 @@ returns at most one :class:`Advice`. Thresholds and citations live in
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import pandas as pd
 
 from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
-from dlprof_lite.report.summary import listed, min_compute_capability
+from dlprof_lite.report.summary import min_compute_capability
+from dlprof_lite.report.summary_types import Advice, Summary
 
-Summary = dict[str, object]
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
-
-
-@dataclass(frozen=True)
-class Advice:
-    problem: str
-    severity: str
-    evidence: str
-    recommendation: str
-    metric: str
-    value: float
-    threshold: float
-    citation: str
 
 
 def ms(ns: float) -> str:
@@ -91,8 +79,8 @@ def _has_tensor_cores(summary: Summary) -> bool:
     Devices that ran no kernel or memop, and a compute capability of 0.0 (exports that list
     a placeholder device), do not count.
     """
-    gpus = [g for g in listed(summary, "gpus") if g.get("compute_capability") not in (None, "0.0")]
-    busy = [g for g in gpus if g.get("busy_ns")]
+    gpus = [g for g in summary.gpus if g.compute_capability not in (None, "0.0")]
+    busy = [g for g in gpus if g.busy_ns]
     cc = min_compute_capability(busy or gpus)
     return cc is None or cc >= threshold("tc_min_compute_capability")
 
@@ -138,7 +126,7 @@ def fp32_gemm(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     grade = _graded(share, "fp32_gemm_share_warn", "fp32_gemm_share_high")
     if grade is None or tensor_cores(summary, layers) is not None:
         return None
-    top = ", ".join(f"{k['name']} {ms(k['gpu_ns'])}" for k in listed(summary, "fp32_gemm_kernels"))
+    top = ", ".join(f"{k.name} {ms(k.gpu_ns)}" for k in summary.fp32_gemm_kernels)
     evidence = (
         f"{ms(_f(summary, 'fp32_gemm_ns'))} ({share:.0%} of kernel time) in FP32 GEMM/"
         f"convolution kernels on CUDA cores (from kernel names); largest: {top}"
@@ -210,7 +198,7 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 def _loader_flags(summary: Summary) -> str:
     """``, set pin_memory=True (now False)``... for the switches some DataLoader has off;
     pinning only where the profile has GPU work (it speeds host-to-device copies)."""
-    loaders = listed(summary, "dataloaders")
+    loaders = summary.dataloaders
     switches = (
         ("pin_memory", "persistent_workers") if _i(summary, "devices") else ("persistent_workers",)
     )

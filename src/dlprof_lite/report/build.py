@@ -7,7 +7,7 @@ pickles (a process pool may build it) and re-renders without the Profile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -16,7 +16,8 @@ from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.steps import device_count, iterations_table
-from dlprof_lite.report.summary import summarize, summary_row
+from dlprof_lite.report.summary import summarize
+from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.report.tables import kernels_table, layers_table, ranges_table
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice")
@@ -24,7 +25,7 @@ TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice")
 
 @dataclass(frozen=True)
 class Report:
-    summary: dict[str, object]
+    summary: Summary
     kernels: pd.DataFrame
     ranges: pd.DataFrame
     layers: pd.DataFrame
@@ -34,8 +35,14 @@ class Report:
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""
         if name == "summary":
-            return pd.DataFrame([summary_row(self.summary)], columns=column_names("summary"))
-        return getattr(self, name)
+            return pd.DataFrame([self.summary.row()], columns=column_names("summary"))
+        frame: pd.DataFrame = getattr(self, name)
+        return frame
+
+    def with_source(self, source: str) -> Report:
+        """The same report naming another input file (a new Report; this one is unchanged)."""
+        system = replace(self.summary.system, source=source)
+        return replace(self, summary=replace(self.summary, system=system))
 
 
 def build_report(profile: Profile) -> Report:
@@ -44,9 +51,9 @@ def build_report(profile: Profile) -> Report:
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices
     )
-    summary = summarize(profile, iterations, layers, devices)
-    rows = advice_rows(advise(summary, layers))
-    summary["advice"] = rows
+    found = summarize(profile, iterations, layers, devices)
+    summary = replace(found, advice=tuple(advise(found, layers)))
+    rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
     return Report(
         summary=summary,

@@ -16,7 +16,7 @@ from rich.table import Table as RichTable
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.summary import listed
+from dlprof_lite.report.summary_types import Summary
 
 TOP = 5
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -35,12 +35,14 @@ def _pct(value: object, scale: float = 100.0) -> str:
     return f"{float(str(value)) * scale:.1f}%"
 
 
-def _header_lines(s: dict[str, object]) -> list[str]:
+def _header_lines(s: Summary) -> list[str]:
     lines = [f"[bold]dlprof-lite[/] {s['source']}  (nsys {s.get('nsys_version') or '?'})"]
-    for g in listed(s, "gpus"):
+    several = len({g.pid for g in s.gpus if g.pid is not None}) > 1
+    for g in s.gpus:
+        who = f" (pid {g.pid})" if several and g.pid is not None else ""
         lines.append(
-            f"GPU {g['device_id']}: {g['name'] or '?'} ({g['sm_count'] or '?'} SMs, "
-            f"cc {g['compute_capability'] or '?'}), busy {_pct(g['utilization'])} of the session"
+            f"GPU {g.device_id}{who}: {g.name or '?'} ({g.sm_count or '?'} SMs, "
+            f"cc {g.compute_capability or '?'}), busy {_pct(g.utilization)} of the session"
         )
     lines.append(
         f"session {_t(s['wall_ns'])} · kernels {s['kernel_count']} in {_t(s['kernel_ns'])}"
@@ -70,7 +72,7 @@ _KEY_RULES = {
 }
 
 
-def _step_lines(s: dict[str, object]) -> list[str]:
+def _step_lines(s: Summary) -> list[str]:
     """Which rule found the steps, then the mean step on the GPU and on the host.
 
     A phase the step does not hold (no data phase in the script, none at all without the
@@ -175,7 +177,7 @@ def render(report: Report, out_dir: Path | None, console: Console) -> None:
             console.print()
             console.print(table)
     _advice(report.advice, console)
-    for warning in listed(report.summary, "warnings"):
+    for warning in report.summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     if out_dir is not None:
         console.print(f"report: {out_dir}", highlight=False)

@@ -60,21 +60,28 @@ def total(segments: Segments) -> int:
     return int((seg_e - seg_s).sum())
 
 
-def busy_per_device(ops: pd.DataFrame) -> dict[int, Segments]:
-    """Merged busy segments of each device, from ``start_ns``/``end_ns``/``device_id``.
+# A GPU timeline: (process id, CUDA device id). Two processes that each see "device 0" (one
+# per rank, or CUDA_VISIBLE_DEVICES remapping) are two timelines, as host gaps are.
+Timeline = tuple[int, int]
 
-    One merge per device (a loop over devices, not events).
+
+def busy_per_device(ops: pd.DataFrame) -> dict[Timeline, Segments]:
+    """Merged busy segments of each ``(pid, device_id)`` timeline, from ``start_ns``/``end_ns``.
+
+    One merge per timeline (a loop over timelines, not events).
     """
-    out: dict[int, Segments] = {}
+    out: dict[Timeline, Segments] = {}
     if ops.empty:
         return out
-    for device, group in ops.groupby("device_id", sort=True):
-        out[int(device)] = merge(group["start_ns"].to_numpy(), group["end_ns"].to_numpy())
+    for (pid, device), group in ops.groupby(["pid", "device_id"], sort=True):
+        out[(int(pid), int(device))] = merge(
+            group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
+        )
     return out
 
 
 def busy_in_windows(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """Busy device time inside each window, summed over devices."""
+    """Busy device time inside each window, summed over ``(pid, device)`` timelines."""
     acc = np.zeros(len(t0), dtype=np.int64)
     for segments in busy_per_device(ops).values():
         acc += covered_between(segments, t0, t1)

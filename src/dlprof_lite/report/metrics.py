@@ -152,7 +152,7 @@ SUMMARY_REPORT = _cols(
     ("source", "", "input file analysed"),
     ("nsys_version", "", "Nsight Systems version that wrote the export"),
     ("gpu_names", "", "GPU product names, '; '-separated (summary.json: gpus list)"),
-    ("devices", "", "GPUs with at least one kernel or memop"),
+    ("devices", "", "GPU timelines (process, device) with at least one kernel or memop"),
     ("wall_ns", "ns", "session duration (profile start to end)"),
     ("kernel_ns", "ns", "sum of kernel GPU durations"),
     ("kernel_count", "", "kernel executions"),
@@ -238,11 +238,12 @@ SUMMARY_REPORT = _cols(
 )
 
 GPU_FIELDS = _cols(
+    ("pid", "", "process that used the device (empty: listed by the export, no work)"),
     ("device_id", "", "CUDA device id"),
     ("name", "", "GPU product name"),
     ("sm_count", "", "number of SMs"),
     ("compute_capability", "", "major.minor"),
-    ("busy_ns", "ns", "union of the device's busy intervals"),
+    ("busy_ns", "ns", "union of the busy intervals of this process on this device"),
     ("utilization", "", "busy_ns / wall_ns"),
 )
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from dlprof_lite.errors import OutputError
 from dlprof_lite.report.build import TABLES, Report
-from dlprof_lite.report.summary import listed, summary_row
 from dlprof_lite.report.writers import WRITERS, Table
 
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
@@ -129,16 +128,9 @@ def _commit(stage: Path, target: Path, *, force: bool) -> None:
 def report_tables(report: Report) -> list[Table]:
     tables = []
     for name in TABLES:
-        document = _summary_document(report.summary) if name == "summary" else None
+        document = report.summary.document() if name == "summary" else None
         tables.append(Table(name, report.table(name), document))
     return tables
-
-
-def _summary_document(summary: dict[str, object]) -> dict[str, object]:
-    doc: dict[str, object] = dict(summary_row(summary))
-    for key in ("gpus", "advice", "warnings"):
-        doc[key] = listed(summary, key)
-    return doc
 
 
 def write_tables(tables: Iterable[Table], folder: Path, formats: Iterable[str]) -> list[Path]:

@@ -27,13 +27,15 @@ from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 
-_OP_COLUMNS = ["start_ns", "end_ns", "device_id", "iteration", "host_gap_ns", "phase"]
+_OP_COLUMNS = ["start_ns", "end_ns", "pid", "device_id", "iteration", "host_gap_ns", "phase"]
 
 
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
-    """Devices that ran GPU work; else the devices the export lists; at least 1."""
-    used = pd.concat([kernels["device_id"], memops["device_id"]]).nunique()
-    return max(int(used) or len(gpus), 1)
+    """GPU timelines, ``(pid, device)``, that ran work; else the devices the export lists;
+    at least 1."""
+    keys = ["pid", "device_id"]
+    used = len(pd.concat([kernels[keys], memops[keys]]).drop_duplicates())
+    return max(used or len(gpus), 1)
 
 
 def iterations_table(

@@ -1,19 +1,20 @@
 """The run summary: system, totals, utilization, launch overhead, iterations, step breakdown.
 
-``summarize`` returns one flat dict whose scalar keys are exactly the ``summary`` columns of
-:mod:`dlprof_lite.report.metrics`, plus the lists ``gpus``, ``warnings``, ``dataloaders``
-and ``fp32_gemm_kernels`` (the advice's evidence; the advice list is added by
-:mod:`dlprof_lite.report.build`). Run facts (data loaders, annotation cost) come from the
-profile's NVTX marks (:mod:`dlprof_lite.report.run_facts`).
+``summarize`` computes the flat metrics (keys exactly the ``summary`` columns of
+:mod:`dlprof_lite.report.metrics`) and returns them as a typed, frozen
+:class:`~dlprof_lite.report.summary_types.Summary` with the lists (GPUs, warnings, DataLoaders,
+FP32 GEMM kernels); :mod:`dlprof_lite.report.build` adds the advice. Run facts (data loaders,
+annotation cost) come from the profile's NVTX marks (:mod:`dlprof_lite.report.run_facts`).
 
-GPU utilization is defined per device as the union of its busy intervals (kernels, memcpy,
-memset; overlapping streams counted once) divided by the session wall time; the summary's
-``gpu_utilization`` is their mean over the devices that ran GPU work.
+GPU utilization is defined per GPU timeline, ``(pid, device)``, as the union of its busy
+intervals (kernels, memcpy, memset; overlapping streams counted once) divided by the session
+wall time; the summary's ``gpu_utilization`` is their mean over the timelines that ran work.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,7 @@ from dlprof_lite.report.facts import (
     tc_miss_facts,
 )
 from dlprof_lite.report.frames import gpu_ops
-from dlprof_lite.report.intervals import busy_per_device, total
+from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations, key_regex
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.run_facts import (
@@ -38,24 +39,27 @@ from dlprof_lite.report.run_facts import (
     read_run_facts,
 )
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
+from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary
 from dlprof_lite.report.writers import Table
 from dlprof_lite.rules.iterations import GUESSED
 
 
 def summarize(
     profile: Profile, iterations: pd.DataFrame, layers: pd.DataFrame, devices: int
-) -> dict[str, object]:
+) -> Summary:
+    """The summary without advice (:func:`dlprof_lite.report.build.build_report` adds it
+    with ``dataclasses.replace`` before anyone sees the summary)."""
     meta = profile.meta
-    ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "device_id"])
+    ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "pid", "device_id"])
     busy = busy_per_device(ops)
     wall = meta.duration_ns
     gpus = _gpus(profile.gpus, busy, wall)
     busy_ns = sum(total(s) for s in busy.values())
     totals = _totals(profile)
-    out: dict[str, object] = {
+    flat: dict[str, object] = {
         "source": meta.source,
         "nsys_version": meta.nsys_version,
-        "gpu_names": "; ".join(g["name"] for g in gpus if g["name"]),
+        "gpu_names": "; ".join(g.name for g in gpus if g.name),
         "devices": len(busy),
         "wall_ns": wall,
         **totals,
@@ -64,27 +68,39 @@ def summarize(
         "gpu_utilization": busy_ns / (wall * len(busy)) if wall and busy else None,
         "active_utilization": _active_utilization(busy),
     }
-    out.update(_launch_overhead(profile, iterations, busy, devices))
-    out.update(_compile_totals(profile.ranges))
-    out.update(iteration_summary(iterations))
-    out.update(step_breakdown(iterations, devices))
-    out.update(memcpy_facts(profile.memops))
-    out.update(sync_api_facts(profile.api, iterations, wall))
-    out.update(kernel_facts(profile.kernels))
-    out.update(tc_miss_facts(layers, totals["kernel_ns"]))
-    out.update(fp32_gemm_facts(profile.kernels, totals["kernel_ns"]))
+    flat.update(_launch_overhead(profile, iterations, busy, devices))
+    flat.update(_compile_totals(profile.ranges))
+    flat.update(iteration_summary(iterations))
+    flat.update(step_breakdown(iterations, devices))
+    flat.update(memcpy_facts(profile.memops))
+    flat.update(sync_api_facts(profile.api, iterations, wall))
+    kernels = kernel_facts(profile.kernels)
+    flat.update(kernels)
+    flat.update(tc_miss_facts(layers, totals["kernel_ns"]))
+    fp32 = fp32_gemm_facts(profile.kernels, totals["kernel_ns"])
+    flat.update(fp32)
     facts = read_run_facts(profile.marks)
-    out.update(dataloader_summary(facts))
-    out.update(annotation_summary(facts, _number(out.get("iterations_mean_ns"))))
-    out["key_range"] = meta.key_range
-    out["key_range_source"] = meta.key_range_source
-    out["gpus"] = gpus
-    out["warnings"] = [
+    flat.update(dataloader_summary(facts))
+    flat.update(annotation_summary(facts, _number(flat.get("iterations_mean_ns"))))
+    flat["key_range"] = meta.key_range
+    flat["key_range_source"] = meta.key_range_source
+    warnings = [
         *meta.warnings,
         *_report_warnings(profile, iterations),
         *_merged_ranks(profile, facts),
     ]
-    return out
+    return build_summary(
+        flat,
+        gpus=gpus,
+        warnings=warnings,
+        dataloaders=list(facts.dataloaders),
+        fp32_gemm_kernels=_kernel_times(fp32.get("fp32_gemm_kernels")),
+    )
+
+
+def _kernel_times(value: object) -> list[KernelTime]:
+    items = value if isinstance(value, list) else []
+    return [KernelTime(str(k["name"]), int(k["gpu_ns"])) for k in items]
 
 
 def _number(value: object) -> float | None:
@@ -107,24 +123,38 @@ def _totals(profile: Profile) -> dict[str, int]:
     }
 
 
-def _gpus(gpus: pd.DataFrame, busy: dict, wall: int) -> list[dict[str, object]]:
-    """One entry per device: the export's GPU info joined with the busy time we measured."""
+def _gpus(gpus: pd.DataFrame, busy: dict[Timeline, Segments], wall: int) -> list[Gpu]:
+    """One entry per ``(pid, device)`` timeline that ran work, with the export's GPU info for
+    its device; a listed device no process used is one entry with ``pid`` None."""
     listed = {int(r.device_id): r for r in gpus.itertuples(index=False)}
+    used = {device for _, device in busy}
+    keys: list[tuple[int | None, int]] = [*busy, *((None, d) for d in listed if d not in used)]
     out = []
-    for device in sorted(set(listed) | set(busy)):
+    for pid, device in sorted(keys, key=lambda k: (k[1], -1 if k[0] is None else k[0])):
         info = listed.get(device)
-        busy_ns = total(busy[device]) if device in busy else 0
+        busy_ns = total(busy[(pid, device)]) if pid is not None else 0
         out.append(
-            {
-                "device_id": device,
-                "name": None if info is None else _scalar(info.name),
-                "sm_count": None if info is None else _scalar(info.sm_count),
-                "compute_capability": None if info is None else _cc(info.cc_major, info.cc_minor),
-                "busy_ns": busy_ns,
-                "utilization": busy_ns / wall if wall else None,
-            }
+            Gpu(
+                pid=pid,
+                device_id=device,
+                name=None if info is None else _text(info.name),
+                sm_count=None if info is None else _int(info.sm_count),
+                compute_capability=None if info is None else _cc(info.cc_major, info.cc_minor),
+                busy_ns=busy_ns,
+                utilization=busy_ns / wall if wall else None,
+            )
         )
     return out
+
+
+def _text(value: object) -> str | None:
+    value = _scalar(value)
+    return None if value is None else str(value)
+
+
+def _int(value: object) -> int | None:
+    value = _scalar(value)
+    return None if value is None else int(str(value))
 
 
 def _scalar(value: object) -> object:
@@ -138,24 +168,24 @@ def _cc(major: object, minor: object) -> str | None:
     return None if major is None else f"{major}.{minor if minor is not None else 0}"
 
 
-def min_compute_capability(gpus: list[dict[str, object]]) -> float | None:
-    ccs = [float(str(g["compute_capability"])) for g in gpus if g["compute_capability"]]
+def min_compute_capability(gpus: Sequence[Gpu]) -> float | None:
+    ccs = [float(g.compute_capability) for g in gpus if g.compute_capability]
     return min(ccs) if ccs else None
 
 
-def _active_span(busy: dict) -> int:
+def _active_span(busy: dict[Timeline, Segments]) -> int:
     """Sum over devices of the time from their first op's start to their last op's end."""
     return sum(int(ends[-1] - starts[0]) for starts, ends in busy.values() if len(starts))
 
 
-def _active_utilization(busy: dict) -> float | None:
+def _active_utilization(busy: dict[Timeline, Segments]) -> float | None:
     """Busy share of each device's active span (first op start to last op end)."""
     span = _active_span(busy)
     return sum(total(s) for s in busy.values()) / span if span else None
 
 
 def _launch_overhead(
-    profile: Profile, iterations: pd.DataFrame, busy: dict, devices: int
+    profile: Profile, iterations: pd.DataFrame, busy: dict[Timeline, Segments], devices: int
 ) -> dict[str, object]:
     """Host-bound gap time over the analysed steps, else over each device's active span."""
     window = analysed(iterations)
@@ -269,21 +299,7 @@ def _compile_warnings(iterations: pd.DataFrame) -> list[str]:
     return out
 
 
-def summary_row(summary: dict[str, object]) -> dict[str, object]:
-    """The summary as one flat CSV row (lists folded into strings and counts)."""
-    row = {key: summary.get(key) for key in column_names("summary")}
-    row["warnings"] = "; ".join(str(w) for w in listed(summary, "warnings"))
-    row["advice_count"] = len(listed(summary, "advice"))
-    return row
-
-
-def listed(summary: dict[str, object], key: str) -> list:
-    """A list-valued summary entry (``gpus``, ``advice``, ``warnings``), [] when absent."""
-    value = summary.get(key)
-    return value if isinstance(value, list) else []
-
-
-def combined_table(rows: list[dict[str, object]]) -> Table:
+def combined_table(rows: Sequence[Mapping[str, object]]) -> Table:
     """The ``runs`` table (one summary row per input), written as ``summary.*``."""
     frame = pd.DataFrame(rows).reindex(columns=column_names("runs"))
     return Table("runs", frame, file="summary")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,33 +50,34 @@ class CsvWriter:
 
 
 class JsonWriter:
+    """``{"schema", "table", "definitions", "dtypes", "rows": [...]}``, by the ``json`` module.
+
+    ``dtypes`` (pandas dtype names) lets :func:`dlprof_lite.report.reader.open_report` give a
+    table back with the dtypes it was written with; NaN, infinities and NA become null.
+    """
+
     suffix = "json"
 
     def render(self, table: Table) -> str:
-        head = {"schema": SCHEMA, "table": table.name, "definitions": _definitions(table.name)}
+        head: dict[str, object] = {
+            "schema": SCHEMA,
+            "table": table.name,
+            "definitions": _definitions(table.name),
+        }
         if table.document is not None:
             doc = plain({**head, **dict(table.document)})
-            return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-        return _with_rows(head, table.frame)
+        else:
+            dtypes = {str(c): str(t) for c, t in table.frame.dtypes.items()}
+            doc = {**head, "dtypes": dtypes, "rows": records(table.frame)}
+        return json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _with_rows(head: dict[str, object], frame: pd.DataFrame) -> str:
-    """``head`` indented, then ``"rows"`` with one compact object per line.
+def records(frame: pd.DataFrame) -> list[object]:
+    """The rows as plain JSON-ready dicts (orient records); floats keep every digit."""
+    columns = [str(c) for c in frame.columns]
+    rows = zip(*(frame[c].tolist() for c in frame.columns), strict=True)
+    return [{c: plain(v) for c, v in zip(columns, row, strict=True)} for row in rows]
 
-    The rows are encoded by pandas' C encoder (NaN, infinities and NA become null): a
-    table of a million rows is written in about a second instead of ten.
-    """
-    text = json.dumps(plain(head), indent=2, ensure_ascii=False, allow_nan=False)
-    if frame.empty:
-        return text[:-2] + ',\n  "rows": []\n}\n'
-    lines = frame.to_json(orient="records", lines=True, force_ascii=False, double_precision=15)
-    lines = _ESCAPED_SLASH.sub(r"\1/", lines)  # pandas writes "/" as "\/"; both are valid
-    rows = ",\n".join("    " + line for line in lines.rstrip("\n").split("\n"))
-    return text[:-2] + ',\n  "rows": [\n' + rows + "\n  ]\n}\n"
-
-
-# A "\/" that is not itself an escaped backslash followed by "/".
-_ESCAPED_SLASH = re.compile(r"(?<!\\)((?:\\\\)*)\\/")
 
 WRITERS: dict[str, Writer] = {w.suffix: w for w in (CsvWriter(), JsonWriter())}
 
@@ -89,6 +89,8 @@ def _definitions(table: str) -> dict[str, str]:
         defs.update({f"gpus[].{c.name}": c.doc for c in GPU_FIELDS})
         defs.update({f"advice[].{c.name}": c.doc for c in ADVICE_REPORT})
         defs["warnings"] = "warnings from reading and analysis"
+        defs["dataloaders"] = "each DataLoader's recorded settings (the data-loading advice)"
+        defs["fp32_gemm_kernels"] = "top FP32 GEMM/conv kernels, {name, gpu_ns} (the advice)"
     return defs
 
 
