@@ -30,19 +30,30 @@ from dlprof_lite.ingest.columns import coerce
 from dlprof_lite.ingest.profile import Meta, Profile
 
 PID, TID = 1, 10
+PUSH_POP, START_END = "push_pop", "start_end"
 
 
 @dataclass
 class R:
-    """A range spec: ``R(name, start, end, [children])`` (push/pop on PID/TID by default)."""
+    """A range spec: ``R(name, start, end, [children])`` (push/pop on PID/TID by default).
+
+    A start/end range (``style=START_END``, see :func:`phase`) takes no children: the ingest
+    stage puts such ranges at depth 0 with no parent and never under or over a push/pop one.
+    """
 
     name: str
     start: int
     end: int
     children: list[R] = field(default_factory=list)
     domain: str = DOMAIN
-    style: str = "push_pop"
+    style: str = PUSH_POP
     tid: int = TID
+
+
+def phase(name: str, start: int, end: int, tid: int = TID) -> R:
+    """``iteration`` or a phase range as the annotation writes them: NVTX start/end
+    (``range_start``/``range_end``), not push/pop (annotate/phases.py)."""
+    return R(name, start, end, style=START_END, tid=tid)
 
 
 def _flatten(specs: Sequence[R]) -> pd.DataFrame:
@@ -51,10 +62,13 @@ def _flatten(specs: Sequence[R]) -> pd.DataFrame:
     def walk(spec: R, depth: int, parent: int, path: str) -> None:
         me = len(rows)
         full = f"{path}/{spec.name}" if path else spec.name
+        start_end = spec.style == START_END
+        if start_end and (spec.children or depth):
+            raise ValueError(f"start/end range {spec.name!r} nested: ingest keeps them top-level")
         rows.append(
             dict(name=spec.name, domain=spec.domain, style=spec.style, pid=PID, tid=spec.tid,
-                 end_tid=pd.NA, start_ns=spec.start, end_ns=spec.end, closed=True,
-                 depth=depth, parent=parent, path=full)
+                 end_tid=spec.tid if start_end else pd.NA, start_ns=spec.start,
+                 end_ns=spec.end, closed=True, depth=depth, parent=parent, path=full)
         )  # fmt: skip
         for child in spec.children:
             walk(child, depth + 1, me, full)
@@ -84,12 +98,19 @@ def build_ranges(specs: Sequence[R]) -> pd.DataFrame:
 
 
 def _innermost(ranges: pd.DataFrame, tid: int, t: int, pick=None) -> dict | None:
-    """The deepest range on ``tid`` holding time ``t`` (and matching ``pick``), as a dict."""
-    best = None
+    """The range holding time ``t`` (and matching ``pick``) as the ingest stage picks it, as a
+    dict: the deepest push/pop range on ``tid``, else the latest-started start/end range (those
+    are process-wide: one may begin and end on different threads)."""
+    pushed = started = None
     for r in ranges.itertuples(index=False):
-        holds = r.tid == tid and r.start_ns <= t < r.end_ns and (pick is None or pick(r))
-        if holds and (best is None or r.depth > best.depth):
-            best = r
+        if not (r.start_ns <= t < r.end_ns) or (pick is not None and not pick(r)):
+            continue
+        if r.style == START_END:
+            if started is None or r.range_id > started.range_id:
+                started = r
+        elif r.tid == tid and (pushed is None or r.depth > pushed.depth):
+            pushed = r
+    best = pushed if pushed is not None else started
     return None if best is None else best._asdict()
 
 
@@ -262,17 +283,20 @@ def make_profile(
     )  # fmt: skip
 
 
-def _step(b: int, wall: int) -> R:
-    """One annotated training step starting at ``b`` (offsets below are from ``b``)."""
-    return R("iteration", b, b + wall, [
-        R("data", b, b + 200),
-        R("forward", b + 200, b + 800, [
-            R("fwd:fc1:Linear", b + 300, b + 450),
-            R("fwd:act:ReLU", b + 450, b + 600),
-        ]),
-        R("backward", b + 800, b + 1600, [R("bwd:fc1:Linear", b + 900, b + 1300)]),
-        R("optimizer", b + 1600, b + 1900),
-    ])  # fmt: skip
+def _step(b: int, wall: int) -> list[R]:
+    """One annotated training step starting at ``b`` (offsets below are from ``b``): the
+    iteration and its phases are start/end ranges, the module ranges push/pop, so, as in a
+    real export, each is a top-level range of its own."""
+    return [
+        phase("iteration", b, b + wall),
+        phase("data", b, b + 200),
+        phase("forward", b + 200, b + 800),
+        R("fwd:fc1:Linear", b + 300, b + 450),
+        R("fwd:act:ReLU", b + 450, b + 600),
+        phase("backward", b + 800, b + 1600),
+        R("bwd:fc1:Linear", b + 900, b + 1300),
+        phase("optimizer", b + 1600, b + 1900),
+    ]
 
 
 def _step_ops(b: int, copy_gap: int) -> tuple[list[dict], list[dict]]:
@@ -325,7 +349,7 @@ def training_profile(**overrides) -> Profile:
              api_end_ns=8200, host_gap_ns=1470),
     ]  # fmt: skip
     spec = dict(
-        ranges=[_step(1000, 2000), _step(3000, 2000), _step(5000, 3000)],
+        ranges=[*_step(1000, 2000), *_step(3000, 2000), *_step(5000, 3000)],
         kernels=kernels,
         memops=memops,
         api=[

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from builders import training_profile
 from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
 from dlprof_lite.report.build import TABLES
-from profile_factory import training_profile
 
 ALL_FILES = sorted(f"{t}.{f}" for t in TABLES for f in ("csv", "json"))
 

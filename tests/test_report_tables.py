@@ -10,10 +10,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from builders import R, make_profile, training_profile
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.tables import kernels_table, layers_table, ranges_table
-from profile_factory import R, make_profile, training_profile
 
 
 @pytest.fixture(scope="module")
@@ -80,31 +80,34 @@ def test_kernel_statistics_sample_std_median_and_most_frequent_api() -> None:
 def test_ranges_table(profile) -> None:
     table = ranges_table(profile.kernels, profile.memops, profile.ranges)
     assert list(table.columns) == column_names("ranges")
-    # Sorted by kernel GPU time, then wall time.
+    # Sorted by kernel GPU time, then wall time. The iteration and its phases are start/end
+    # ranges, as the annotation writes them, and module ranges push/pop: ingest nests neither
+    # under the other, so each is a top-level path of its own.
     assert table["path"].tolist() == [
         "iteration",
-        "iteration/backward",  # 600, wall 2400
-        "iteration/backward/bwd:fc1:Linear",  # 600, wall 1200
-        "iteration/forward",
-        "iteration/forward/fwd:fc1:Linear",
-        "iteration/optimizer",
-        "iteration/forward/fwd:act:ReLU",  # 60, wall 450
-        "iteration/data",  # 0
+        "backward",  # 600, wall 2400
+        "bwd:fc1:Linear",  # 600, wall 1200
+        "forward",
+        "fwd:fc1:Linear",
+        "optimizer",
+        "fwd:act:ReLU",  # 60, wall 450
+        "data",  # 0
     ]
     by = rows(table, "path")
     it = by["iteration"]
     # walls 2000 + 2000 + 3000; kernels 3 x 370; the copies are memops (3 x 20).
     assert (it["instances"], it["wall_ns"], it["gpu_ns"], it["self_gpu_ns"]) == (3, 7000, 1110, 0)
+    assert (it["style"], it["depth"], by["forward"]["style"]) == ("start_end", 0, "start_end")
     assert (it["kernels"], it["memops"], it["memop_ns"]) == (12, 3, 60)
     # projected: first GPU start (copy, +120) to last end (adam, +1680) = 1560 per step.
     assert it["projected_ns"] == 3 * 1560
     assert it["tc_gpu_ns"] == 300
     assert it["tc_share"] == pytest.approx(300 / 1110)
-    fwd = by["iteration/forward"]
+    fwd = by["forward"]
     # gemm 100 + relu 20 per step; projected 330..550 = 220 per step; TC 300 of 360.
     assert (fwd["wall_ns"], fwd["gpu_ns"], fwd["projected_ns"]) == (1800, 360, 660)
     assert fwd["tc_share"] == pytest.approx(300 / 360)
-    fc1 = by["iteration/forward/fwd:fc1:Linear"]
+    fc1 = by["fwd:fc1:Linear"]
     assert (fc1["name"], fc1["domain"], fc1["style"]) == (
         "fwd:fc1:Linear",
         "dlprof-lite",
@@ -116,7 +119,7 @@ def test_ranges_table(profile) -> None:
         300,
         1.0,
     )
-    data = by["iteration/data"]
+    data = by["data"]
     assert (data["gpu_ns"], data["memops"], data["memop_ns"], data["projected_ns"]) == (
         0,
         3,

@@ -13,17 +13,11 @@ import io
 import pytest
 from rich.console import Console
 
+from builders import R, make_profile, phase
 from dlprof_lite.ingest.iterations import find_iterations
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.console import render
 from dlprof_lite.report.metrics import GPU_PRIORITY, PHASE_COLUMNS
-from profile_factory import R, make_profile
-
-SE = "start_end"
-
-
-def phase(name: str, start: int, end: int, tid: int = 10) -> R:
-    return R(name, start, end, style=SE, tid=tid)
 
 
 def kernel(name: str, launch: int, start: int, dur: int) -> dict:
@@ -44,14 +38,12 @@ def compiled_profile(**meta):
     2750-2790; and a kernel launched at 2900 in the logging (2910-2930): other.
     """
     ranges = [
-        R("iteration", 1000, 2000, [
-            phase("compile", 1000, 1300), phase("forward", 1300, 1600),
-            phase("backward", 1600, 1800), phase("optimizer", 1800, 1900),
-        ], style=SE),
-        R("iteration", 2000, 3000, [
-            phase("data", 2000, 2100), phase("forward", 2100, 2400),
-            phase("backward", 2400, 2700), phase("optimizer", 2700, 2800),
-        ], style=SE),
+        phase("iteration", 1000, 2000),
+        phase("compile", 1000, 1300), phase("forward", 1300, 1600),
+        phase("backward", 1600, 1800), phase("optimizer", 1800, 1900),
+        phase("iteration", 2000, 3000),
+        phase("data", 2000, 2100), phase("forward", 2100, 2400),
+        phase("backward", 2400, 2700), phase("optimizer", 2700, 2800),
     ]  # fmt: skip
     kernels = [
         kernel("triton_autotune", 1100, 1150, 50),
@@ -167,9 +159,8 @@ def test_compile_inside_an_unended_phase_is_still_compile() -> None:
     # overlap over data), data 400 - 200 - 50 = 150, other 900-1000 = 100.
     profile = make_profile(
         ranges=[
-            R("iteration", 0, 1000, [phase("data", 0, 400), phase("compile", 100, 300)],
-              style=SE),
-            R("forward", 350, 900, style=SE, tid=11),
+            phase("iteration", 0, 1000), phase("data", 0, 400), phase("compile", 100, 300),
+            phase("forward", 350, 900, tid=11),
         ],
         iterations=[(0, 1000, False, True)],
     )  # fmt: skip
@@ -181,8 +172,9 @@ def test_compile_inside_an_unended_phase_is_still_compile() -> None:
 
 def test_no_gpu_line_without_gpu_work() -> None:
     profile = make_profile(
-        ranges=[R("iteration", 0, 1000, [phase("forward", 0, 600), phase("optimizer", 600, 900)],
-                  style=SE)],
+        ranges=[
+            phase("iteration", 0, 1000), phase("forward", 0, 600), phase("optimizer", 600, 900)
+        ],
         iterations=[(0, 1000, False, True)],
     )  # fmt: skip
     text = console_text(build_report(profile))
@@ -196,10 +188,9 @@ def test_host_phases_come_from_the_process_the_iterations_follow() -> None:
     # count (data 300, forward 700); the union of both would give data 100.
     profile = make_profile(
         ranges=[
-            R("iteration", 0, 1000, [phase("data", 0, 300), phase("forward", 300, 1000)],
-              style=SE),
-            R("iteration", 0, 990, [phase("data", 0, 100, 20), phase("forward", 100, 990, 20)],
-              style=SE, tid=20),
+            phase("iteration", 0, 1000), phase("data", 0, 300), phase("forward", 300, 1000),
+            phase("iteration", 0, 990, 20), phase("data", 0, 100, 20),
+            phase("forward", 100, 990, 20),
         ],
         iterations=[(0, 1000, False, True)],
     )  # fmt: skip
@@ -214,11 +205,10 @@ def test_compilations_before_the_first_step_are_counted_and_named() -> None:
     # compile 100-400 and 500-700 stand alone; the first step's own compile is 1000-1300.
     ranges = [
         phase("compile", 100, 400), phase("compile", 500, 700),
-        R("iteration", 1000, 2000, [
-            phase("compile", 1000, 1300), phase("forward", 1300, 1600),
-            phase("backward", 1600, 1800), phase("optimizer", 1800, 1900),
-        ], style=SE),
-        R("iteration", 2000, 3000, [phase("data", 2000, 2100)], style=SE),
+        phase("iteration", 1000, 2000),
+        phase("compile", 1000, 1300), phase("forward", 1300, 1600),
+        phase("backward", 1600, 1800), phase("optimizer", 1800, 1900),
+        phase("iteration", 2000, 3000), phase("data", 2000, 2100),
     ]  # fmt: skip
     profile = make_profile(
         ranges=ranges, iterations=[(1000, 2000, False, True), (2000, 3000, False, True)]
