@@ -1,16 +1,22 @@
-"""Hand-built :class:`Profile` objects with round numbers, for report and CLI tests.
+"""Fixture builders shared by the tests: hand-built frames and Profiles with round numbers.
 
-A test names only what it cares about: a few kernels, memops and a nested NVTX range tree.
-The factory fills every other contract column (base and derived) the way the ingest stage
-defines them, so the result passes the Profile's column checks:
+Two levels, both shaped like the product's output (phases and ``iteration`` are NVTX
+start/end ranges, top-level; module ranges push/pop):
 
-- ranges get ids in start order, depth, parent and path from the nesting given;
-- an op's ``range_id`` is the innermost range on its thread whose span holds its launch
-  call's start; ``layer``/``layer_type``/``direction`` come from the innermost
-  ``fwd:``/``bwd:`` range,
-  ``phase`` from the innermost phase range (else ``other``), ``iteration`` from the window
-  ``(start, end]`` holding the launch;
-- ``api_ns``/``queue_ns`` follow from the times given; ``host_gap_ns`` is stated by the test.
+- :func:`ranges`: a contract ``ranges`` table from compact rows, for the ingest-step tests
+  (iterations, key ranges, layers) that call one function on it;
+- :func:`make_profile`: a whole :class:`Profile`. A test names only what it cares about: a
+  few kernels, memops and NVTX range specs :class:`R` (:func:`phase` for start/end ones).
+  The factory fills every other contract column (base and derived) the way the ingest
+  stage defines them, so the result passes the Profile's column checks:
+
+  - ranges get ids in start order, depth, parent and path from the nesting given;
+  - an op's ``range_id`` is the innermost push/pop range on its thread whose span holds its
+    launch call's start, else the latest-started start/end range holding it;
+    ``layer``/``layer_type``/``direction`` come from the innermost ``fwd:``/``bwd:`` range,
+    ``phase`` from the innermost phase range (else ``other``), ``iteration`` from the window
+    ``(start, end]`` holding the launch;
+  - ``api_ns``/``queue_ns`` follow from the times given; ``host_gap_ns`` is stated by the test.
 
 :func:`training_profile` is the shared example: three iterations of a two-layer model, with
 every number chosen so the expected report can be worked out by hand (see its docstring).
@@ -26,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE, PHASES
-from dlprof_lite.ingest.columns import coerce
+from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
 from dlprof_lite.ingest.profile import Meta, Profile
 
 PID, TID = 1, 10
@@ -95,6 +101,32 @@ def build_ranges(specs: Sequence[R]) -> pd.DataFrame:
     for col in ("name", "domain", "style", "path"):
         frame[col] = frame[col].astype("category")
     return coerce(frame, "ranges")
+
+
+def ranges(rows: Sequence[tuple]) -> pd.DataFrame:
+    """A contract ``ranges`` table from rows ``(name, start, end, parent_index[, extras])``
+    in start order.
+
+    Depth and path follow the parent chain; pid 1, tid 1, push/pop, default domain, closed,
+    unless the ``extras`` dict says otherwise. A start/end range (``extras`` style
+    ``START_END``) must have parent -1 and parent nothing, as ingest builds them.
+    """
+    out: list[dict] = []
+    for i, (name, start, end, parent, *more) in enumerate(rows):
+        depth = 0 if parent < 0 else out[parent]["depth"] + 1
+        path = name if parent < 0 else f"{out[parent]['path']}/{name}"
+        rec = {
+            "range_id": i, "name": name, "domain": "", "style": PUSH_POP, "pid": 1,
+            "tid": 1, "end_tid": pd.NA, "start_ns": start, "end_ns": end, "closed": True,
+            "depth": depth, "parent_id": parent, "path": path,
+        }  # fmt: skip
+        rec.update(more[0] if more else {})
+        if parent >= 0 and START_END in (rec["style"], out[parent]["style"]):
+            raise ValueError(f"start/end nesting at {name!r}: ingest keeps them top-level")
+        out.append(rec)
+    frame = coerce(pd.DataFrame(out, columns=[c.name for c in base_columns("ranges")]), "ranges")
+    check_frame(frame, "ranges", derived=False)
+    return frame
 
 
 def _innermost(ranges: pd.DataFrame, tid: int, t: int, pick=None) -> dict | None:
