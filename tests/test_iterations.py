@@ -8,22 +8,23 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from builders import START_END, ranges
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import check_frame
 from dlprof_lite.ingest.iterations import assign_iterations, find_iterations
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV
-from range_rows import ranges
 
 NA = pd.NA
 OURS = "dlprof-lite"
 
 
 def annotated(optimizer: bool = True) -> pd.DataFrame:
-    it = {"domain": OURS}
+    """Our iterations and phases, start/end ranges (top-level) as the annotation writes them."""
+    it = {"domain": OURS, "style": START_END}
     rows: list[tuple] = [
         ("iteration", 100, 190, -1, it),  # instance 0: [100, 190]
-        ("forward", 110, 150, 0, it),
+        ("forward", 110, 150, -1, it),
         ("iteration", 200, 310, -1, it),  # instance 1 ends at 310
         ("iteration", 310, 400, -1, it),  # instance 2 ends at 400
         ("iteration", 400, 520, -1, it),  # instance 3 ends at 520
@@ -32,7 +33,7 @@ def annotated(optimizer: bool = True) -> pd.DataFrame:
     ]
     if optimizer:  # one optimizer phase at the end of each instance (a training step)
         steps = [i for i, r in enumerate(rows) if r[0] == "iteration" and r[4:]]
-        rows += [("optimizer", rows[i][2] - 5, rows[i][2], i, it) for i in steps]
+        rows += [("optimizer", rows[i][2] - 5, rows[i][2], -1, it) for i in steps]
     return ranges(rows)
 
 
@@ -89,7 +90,7 @@ def test_windows_and_warmup() -> None:
 
 
 def test_two_iterations_have_no_default_warmup() -> None:
-    it = {"domain": OURS}
+    it = {"domain": OURS, "style": START_END}
     table, _, _ = find_iterations(
         ranges([("iteration", 0, 10, -1, it), ("iteration", 10, 30, -1, it)])
     )

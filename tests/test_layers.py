@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from builders import START_END, ranges
 from dlprof_lite.ingest.columns import base_columns, check_frame, coerce, used_categorical
 from dlprof_lite.ingest.layers import (
     _levels,
@@ -26,7 +27,6 @@ from dlprof_lite.ingest.layers import (
 )
 from dlprof_lite.rules.gemm import is_tc_eligible, tc_eligible_family
 from dlprof_lite.rules.names import DIRECTIONS, ModuleRange, parse_module_range
-from range_rows import ranges
 
 NA = pd.NA
 OURS = {"domain": "dlprof-lite"}
@@ -68,18 +68,19 @@ def no_ops(rng: pd.DataFrame) -> pd.DataFrame:
 
 def annotated() -> pd.DataFrame:
     auto = {**OURS, "tid": 2}  # autograd's backward thread: no phase range there
+    se = {**OURS, "style": START_END}  # iteration and phases: start/end, top-level
     return ranges(
         [
-            ("iteration", 0, 1000, -1, OURS),  # 0
-            ("data", 0, 100, 0, OURS),  # 1
-            ("forward", 100, 400, 0, OURS),  # 2
-            ("fwd:model:Net", 110, 390, 2, OURS),  # 3
+            ("iteration", 0, 1000, -1, se),  # 0
+            ("data", 0, 100, -1, se),  # 1
+            ("forward", 100, 400, -1, se),  # 2
+            ("fwd:model:Net", 110, 390, -1, OURS),  # 3
             ("fwd:conv1:Conv2d", 120, 200, 3, OURS),  # 4
             ("fwd:fc:Linear", 210, 300, 3, OURS),  # 5
-            ("backward", 400, 800, 0, OURS),  # 6
+            ("backward", 400, 800, -1, se),  # 6
             ("bwd:fc:Linear", 450, 550, -1, auto),  # 7
             ("bwd:conv1:Conv2d", 560, 700, -1, auto),  # 8
-            ("optimizer", 800, 1000, 0, OURS),  # 9
+            ("optimizer", 800, 1000, -1, se),  # 9
             # "forward" in the default domain is somebody else's range, not a phase.
             ("forward", 1200, 1300, -1),  # 10
         ]
