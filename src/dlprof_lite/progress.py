@@ -2,41 +2,61 @@
 
 Silent unless stderr is a terminal, and always silent with ``--quiet``; the reports and
 the console summary never depend on it.
+
+:class:`Stage` is the one list of stages: ingest announces the first four, the pipeline the
+last one, and the CLI, the process pool and Dask all pass the same members, never strings.
+This module imports no stage (rich only when a bar is drawn), so every stage may import it,
+like :mod:`dlprof_lite.errors` and :mod:`dlprof_lite.rules`.
 """
 
 from __future__ import annotations
 
+import enum
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
-
-# The stages ``ingest.load`` announces, then the report stage's own.
-STAGES = ("reading", "nesting NVTX ranges", "correlating", "analysing", "writing reports")
 
 
-class StageProgress(Protocol):
-    def __call__(self, stage: str) -> None: ...
+class Stage(enum.StrEnum):
+    """The pipeline's stages in order; the value is what the bar shows."""
+
+    READING = "reading"
+    NESTING = "nesting NVTX ranges"
+    CORRELATING = "correlating"
+    ANALYSING = "analysing"
+    WRITING = "writing reports"
+
+
+# A stage callback: what ``ingest.load`` and the pipeline call as they advance.
+StageProgress = Callable[[Stage], None]
+
+
+def no_progress(_: Stage) -> None:
+    """The callback that shows nothing (the default everywhere)."""
 
 
 @contextmanager
 def stage_progress(label: str, *, quiet: bool = False) -> Iterator[StageProgress | None]:
-    """Yield a callback that advances a bar to the named stage (``None`` when silent)."""
+    """Yield a callback that advances a bar to the given stage (``None`` when silent)."""
     if quiet or not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    stages = list(Stage)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=len(STAGES))
+        task = bar.add_task(label, total=len(stages))
 
-        def advance(stage: str) -> None:
-            done = STAGES.index(stage) if stage in STAGES else 0
+        def advance(stage: Stage) -> None:
+            # Stage(...) also takes a member's value: a caller still passing the text
+            # (until every caller passes members) advances the same bar, never a KeyError.
+            current = Stage(stage)
             # Drawn at once: a stage shorter than the refresh interval is still shown.
-            bar.update(task, completed=done, description=f"{label}: {stage}", refresh=True)
+            bar.update(task, completed=stages.index(current),
+                       description=f"{label}: {current.value}", refresh=True)  # fmt: skip
 
         yield advance
-        bar.update(task, completed=len(STAGES))
+        bar.update(task, completed=len(stages))

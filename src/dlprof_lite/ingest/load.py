@@ -7,7 +7,7 @@ the order in which columns appear is visible in one place.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -21,15 +21,8 @@ from dlprof_lite.ingest.overhead import launch_overhead
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.ingest.reader import read_export
 from dlprof_lite.ingest.tensorcore import classify_kernels
-
-Progress = Callable[[str], None]
-
-# Report files that are exported to SQLite with the local nsys first.
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
-
-
-def _quiet(_: str) -> None:
-    return None
+from dlprof_lite.progress import Stage, StageProgress, no_progress
+from dlprof_lite.rules.inputs import is_report
 
 
 def load(
@@ -38,25 +31,25 @@ def load(
     key_range: str | None = None,
     iter_start: int | None = None,
     iter_stop: int | None = None,
-    progress: Progress = _quiet,
+    progress: StageProgress = no_progress,
 ) -> Profile:
     """Read an nsys SQLite export (or a report, exported first) and run every analysis step.
 
     ``key_range`` is a regular expression naming the iteration range (DLProf's key node);
     ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive).
     """
-    progress("reading")
+    progress(Stage.READING)
     with sqlite_of(Path(path)) as sqlite:
         raw = read_export(sqlite)
     raw = replace(raw, meta=replace(raw.meta, source=str(path)))
-    progress("nesting NVTX ranges")
+    progress(Stage.NESTING)
     ranges = build_ranges(raw.nvtx, session_end_ns=raw.meta.session_end_ns)
-    progress("correlating")
+    progress(Stage.CORRELATING)
     kernels = attach_launches(raw.kernels, raw.api)
     memops = attach_launches(raw.memops, raw.api)
     kernels = attribute_ranges(kernels, ranges)
     memops = attribute_ranges(memops, ranges)
-    progress("analysing")
+    progress(Stage.ANALYSING)
     kernels = classify_kernels(kernels)
     kernels, memops = launch_overhead(kernels, memops)
     kernels, memops = assign_layers(kernels, memops, ranges)
@@ -83,7 +76,7 @@ def sqlite_of(path: Path) -> Iterator[Path]:
 
     The user's report is never modified, and the temporary export is removed afterwards.
     """
-    if path.suffix.lower() not in REPORT_SUFFIXES:
+    if not is_report(path):
         yield path
         return
     from dlprof_lite.launch.nsys import export_sqlite

@@ -23,6 +23,7 @@ from dlprof_lite.ingest.columns import coerce, empty_frame
 from dlprof_lite.ingest.fetch import Fetcher, SplitFetcher, connect_readonly, open_fetcher
 from dlprof_lite.ingest.profile import Meta
 from dlprof_lite.ingest.raw import RawExport
+from dlprof_lite.rules.inputs import is_report
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 READ_THREADS = 2  # the machines this was measured on have two cores
@@ -68,7 +69,7 @@ def check_sqlite_file(path: Path) -> None:
         raise InputError(f"{path}: empty file")
     if not header.startswith(SQLITE_MAGIC):
         hint = ""
-        if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
+        if is_report(path):
             hint = " (a report: export it with `nsys export --type sqlite`)"
         raise InputError(f"{path}: not a SQLite file{hint}")
     if len(header) < 100:

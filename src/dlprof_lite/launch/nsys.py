@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlprof_lite.errors import InputError, NsysError
+from dlprof_lite.rules.inputs import PROFILE_SUFFIXES, QDSTRM_SUFFIX, suffix_of
 
 # DLProf's defaults (``-t cuda,nvtx -s none``) plus the OS runtime and math libraries.
 PROFILE_DEFAULTS = (
@@ -29,7 +30,6 @@ PROFILE_DEFAULTS = (
     "--sample=none",
     "--cpuctxsw=none",
 )
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_TIMEOUT_S = 600.0
 IMPORT_TIMEOUT_S = 600.0
 VERSION_TIMEOUT_S = 30.0
@@ -200,14 +200,14 @@ def export_sqlite(
     if not report.is_file():
         raise InputError(f"{report}: no such file")
     tool = nsys if isinstance(nsys, Nsys) else find_nsys(nsys)
-    if report.suffix == ".qdstrm":
+    if suffix_of(report) == QDSTRM_SUFFIX:
         staged = out.with_name(f".{out.stem}.{os.getpid()}.imported.nsys-rep")
         try:
             import_qdstrm(report, tool, output=staged, timeout=timeout)
             return export_sqlite(staged, out, nsys=tool, timeout=timeout)
         finally:
             staged.unlink(missing_ok=True)
-    if report.suffix not in REPORT_SUFFIXES:
+    if suffix_of(report) not in PROFILE_SUFFIXES:
         raise InputError(f"{report}: not an nsys report (.nsys-rep, .qdrep or .qdstrm)")
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.stem}.{os.getpid()}.partial.sqlite")

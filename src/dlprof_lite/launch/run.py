@@ -41,7 +41,6 @@ from dlprof_lite.launch.launchers import (
     torchrun_command,
 )
 from dlprof_lite.launch.nsys import (
-    REPORT_SUFFIXES,
     Nsys,
     export_sqlite,
     find_nsys,
@@ -57,6 +56,7 @@ from dlprof_lite.launch.supervise import (
     redirected,
     supervise,
 )
+from dlprof_lite.rules.inputs import PROFILE_SUFFIXES
 
 FINALIZE_TIMEOUT_S = 600.0
 STATUS_PATTERN = "status-{rank}.json"
@@ -262,7 +262,7 @@ def _read_status(path: Path) -> dict[str, Any]:
 
 def _find_report(base: Path, outcome: Outcome, tool: Nsys) -> Path:
     """The report nsys wrote, importing a ``.qdstrm`` it could not import itself."""
-    for suffix in REPORT_SUFFIXES:
+    for suffix in PROFILE_SUFFIXES:
         report = base.with_name(base.name + suffix)
         if report.is_file():
             return report
