@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 
 import dlprof_lite
+from builders import (
+    build_gpus,
+    build_marks,
+    fact_mark,
+    make_profile,
+    phase,
+    training_profile,
+)
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.run_facts import read_run_facts
 from dlprof_lite.rules.gemm import is_fp32_gemm
 from nsys_db import NsysDb
 from nsys_oracle import nsys_report
-from profile_factory import (
-    R,
-    build_gpus,
-    build_marks,
-    fact_mark,
-    make_profile,
-    training_profile,
-)
 
 LOADER = dict(num_workers=4, batch_size=64, pin_memory=False, persistent_workers=False,
               length=100)  # fmt: skip
@@ -88,7 +88,7 @@ def test_data_stall_advice_reads_the_workers_the_script_used() -> None:
     assert "set pin_memory=True (now False)" in found["recommendation"]
     assert "set persistent_workers=True (now False)" in found["recommendation"]
     cpu_only = build_report(make_profile(
-        ranges=[R("iteration", 0, 1000, [R("data", 0, 500), R("forward", 500, 1000)])],
+        ranges=[phase("iteration", 0, 1000), phase("data", 0, 500), phase("forward", 500, 1000)],
         iterations=[(0, 1000, False, True)], marks=[fact_mark("dataloader", LOADER, 10)],
     ))  # fmt: skip
     rec = advice_of(cpu_only, "step_data_wall_pct")["recommendation"]
