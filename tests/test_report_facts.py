@@ -1,7 +1,7 @@
 """Run facts (DataLoader settings, annotation cost) and the advice that reads them; FP32
 GEMM/conv advice from kernel names alone, on hand-built profiles and the corpus.
 
-The training profile (:func:`profile_factory.training_profile`) has a 200 ns data phase
+The training profile (:func:`builders.training_profile`) has a 200 ns data phase
 in steps of 2000 and 3000 ns: 8 % of the 2500 ns mean step, so the data-stall rule warns.
 Fact marks are written with the annotation layer's own ``fact_text``.
 """

@@ -1,6 +1,6 @@
 """Kernel, range, layer and iteration tables on hand-built profiles, checked by hand.
 
-The shared profile is :func:`profile_factory.training_profile` (its docstring has the
+The shared profile is :func:`builders.training_profile` (its docstring has the
 timeline). Per step: copy 20 ns (data), gemm 100 (TC, fc1 forward), relu 20 (act forward),
 sgemm 200 (fc1 backward), adam 50 (optimizer); three steps.
 """
