@@ -25,8 +25,11 @@ every number chosen so the expected report can be worked out by hand (see its do
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -101,6 +104,42 @@ def build_ranges(specs: Sequence[R]) -> pd.DataFrame:
     for col in ("name", "domain", "style", "path"):
         frame[col] = frame[col].astype("category")
     return coerce(frame, "ranges")
+
+
+def query(path: Path, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    """Rows of ``sql`` on an export opened read-only: the tests read what nsys wrote straight
+    from its tables (an oracle independent of our reader) and never change the file."""
+    with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)) as db:
+        return db.execute(sql, tuple(params)).fetchall()
+
+
+def query_frame(path: Path, sql: str) -> pd.DataFrame:
+    """:func:`query` as a DataFrame with the query's column names."""
+    with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)) as db:
+        return pd.read_sql_query(sql, db)
+
+
+def ops(table: str, rows: Sequence[Mapping[str, object]], **defaults: object) -> pd.DataFrame:
+    """A contract-shaped ``kernels`` or ``memops`` frame of base columns (no derived ones but
+    ``range_id``/``range_path`` when given): each row's own keys, then ``defaults``, then
+    zero for every other integer column, pid 1, device 0, stream 7, correlation id = row
+    index and ``dur_ns = end_ns - start_ns``. Checked against the contract."""
+    full = []
+    for i, row in enumerate(rows):
+        rec: dict[str, object] = {c.name: 0 for c in base_columns(table) if c.dtype == "int64"}
+        rec.update(name="k", short_name="k", kind="memcpy", copy_kind="HtoD")
+        rec.update(src_mem="pageable", dst_mem="device", graph_node_id=pd.NA, tid=pd.NA)
+        rec.update(api_name=pd.NA, api_start_ns=pd.NA, api_end_ns=pd.NA)
+        rec.update(pid=1, device_id=0, stream_id=7, correlation_id=i)
+        rec.update(defaults)
+        rec.update(row)
+        rec["dur_ns"] = int(rec["end_ns"]) - int(rec["start_ns"])  # type: ignore[call-overload]
+        full.append(rec)
+    names = [c.name for c in base_columns(table)]
+    extra = [c for c in ("range_id", "range_path") if c in defaults or any(c in r for r in rows)]
+    frame = coerce(pd.DataFrame(full, columns=names + extra), table)
+    check_frame(frame, table, derived=False)
+    return frame
 
 
 def ranges(rows: Sequence[tuple]) -> pd.DataFrame:

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from builders import START_END, ranges
-from dlprof_lite.ingest.columns import base_columns, check_frame, coerce, used_categorical
+from builders import START_END, ops, ranges
+from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.layers import (
     _levels,
     _nearest,
@@ -33,24 +33,18 @@ OURS = {"domain": "dlprof-lite"}
 
 
 def gpu_ops(table: str, rng: pd.DataFrame, rows: list[dict]) -> pd.DataFrame:
-    """Contract-shaped kernels or memops; each row gives ``range_id`` (or None), ``tid``,
-    ``api_start_ns``; ``range_path`` is looked up as the correlate step would."""
+    """Contract-shaped kernels or memops (:func:`builders.ops`); each row gives ``range_id``
+    (or None), ``tid``, ``api_start_ns``; ``range_path`` is looked up as the correlate step
+    would."""
     paths = dict(zip(rng["range_id"], rng["path"].astype(object), strict=True))
     full = []
-    for i, row in enumerate(rows):
-        rec = {c.name: 0 for c in base_columns(table) if c.dtype == "int64"}
-        rec.update(name="k", short_name="k", kind="memcpy", copy_kind="HtoD")
-        rec.update(src_mem="pageable", dst_mem="device", graph_node_id=NA, pid=1, tid=1)
-        rec.update(correlation_id=i, api_name="cudaLaunchKernel", range_id=None)
-        rec.update(row)
-        rec["api_end_ns"] = rec["api_start_ns"] + 1
-        rec["start_ns"], rec["end_ns"], rec["dur_ns"] = rec["api_start_ns"] + 2, 10**6, 10**6
+    for row in rows:
+        rec = {"tid": 1, "api_name": "cudaLaunchKernel", "range_id": None, **row}
+        launch = rec["api_start_ns"]
+        rec.update(api_end_ns=launch + 1, start_ns=launch + 2, end_ns=10**6)
         rec["range_path"] = paths.get(rec["range_id"]) if rec["range_id"] is not None else NA
         full.append(rec)
-    cols = [c.name for c in base_columns(table)] + ["range_id", "range_path"]
-    frame = coerce(pd.DataFrame(full, columns=cols), table)
-    check_frame(frame, table, derived=False)
-    return frame
+    return ops(table, full, range_id=None, range_path=NA)
 
 
 def labels(frame: pd.DataFrame) -> list[tuple]:

@@ -9,50 +9,31 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
+import builders
 from dlprof_lite.ingest.overhead import launch_overhead
 from dlprof_lite.report.overhead import is_short_kernel, overhead_summary
 
 NA = pd.NA
 
-_DEFAULTS = {
-    "kernels": {"name": "k", "short_name": "k"},
-    "memops": {
-        "kind": "memcpy",
-        "copy_kind": "HtoD",
-        "src_mem": "pageable",
-        "dst_mem": "device",
-    },
-}
-
 
 def ops(table: str, rows: list[dict]) -> pd.DataFrame:
-    """A contract-shaped kernels/memops frame: given columns, defaults for the rest.
+    """A contract-shaped kernels/memops frame (:func:`builders.ops`) with no range.
 
     ``api`` is ``(api_start_ns, api_end_ns)`` or None for an op without an API row.
     """
     full = []
-    for i, row in enumerate(rows):
+    for row in rows:
         row = dict(row)
         api = row.pop("api", None)
-        base = {c.name: 0 for c in base_columns(table) if c.dtype == "int64"}
-        base.update(_DEFAULTS[table])
-        base.update(correlation_id=i, graph_node_id=NA, tid=NA, api_name=NA)
-        base.update(api_start_ns=NA, api_end_ns=NA, range_id=NA, range_path=NA)
         if api is not None:
-            base.update(api_start_ns=api[0], api_end_ns=api[1], tid=1)
-            base["api_name"] = "cudaLaunchKernel_v7000"
-        base.update(pid=1, device_id=0, stream_id=7)
-        base.update(row)
-        base["dur_ns"] = base["end_ns"] - base["start_ns"]
-        full.append(base)
-    frame = coerce(pd.DataFrame(full), table)
-    check_frame(frame, table, derived=False)
-    return frame
+            launch = {"api_start_ns": api[0], "api_end_ns": api[1], "tid": 1}
+            row = {**launch, "api_name": "cudaLaunchKernel_v7000", **row}
+        full.append(row)
+    return builders.ops(table, full, range_id=NA, range_path=NA)
 
 
 def no_memops() -> pd.DataFrame:
-    return coerce(pd.DataFrame({c.name: [] for c in base_columns("memops")}), "memops")
+    return builders.ops("memops", [])
 
 
 def test_api_queue_and_host_bound_gaps_on_one_stream() -> None:
