@@ -44,6 +44,17 @@ class Profile:
     iterations: pd.DataFrame
     meta: Meta
 
+    def __repr__(self) -> str:
+        # Shapes, not frames: a notebook shows this for a profile of millions of events.
+        frames = ("kernels", "memops", "api", "ranges", "marks", "gpus", "iterations")
+        shapes = ", ".join(f"{n}={len(getattr(self, n))}" for n in frames)
+        meta = self.meta
+        return (
+            f"<Profile of {meta.source} (nsys {meta.nsys_version or '?'}, "
+            f"{meta.duration_ns / 1e9:.3f} s): {shapes} rows; key range "
+            f"{meta.key_range!r} ({meta.key_range_source})>"
+        )
+
     def __post_init__(self) -> None:
         check_frame(self.kernels, "kernels", derived=True)
         check_frame(self.memops, "memops", derived=True)

@@ -7,10 +7,13 @@ pickles (a process pool may build it) and re-renders without the Profile.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 
+from dlprof_lite.errors import OutputError
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.frames import empty_report
@@ -21,6 +24,7 @@ from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.report.tables import kernels_table, layers_table, ranges_table
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice")
+FORMATS = ("csv", "json")
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,26 @@ class Report:
             return pd.DataFrame([self.summary.row()], columns=column_names("summary"))
         frame: pd.DataFrame = getattr(self, name)
         return frame
+
+    def save(
+        self,
+        folder: str | Path,
+        *,
+        formats: Sequence[str] = ("csv", "json"),
+        force: bool = False,
+    ) -> Path:
+        """Write this report as a folder, the way the command line does: staged and renamed
+        into place (never half written), an existing folder replaced only with ``force``."""
+        from dlprof_lite.report.output import write_report
+
+        unknown = sorted(set(formats) - set(FORMATS))
+        if unknown or not formats:
+            raise OutputError(f"unknown report format(s) {unknown or list(formats)}; "
+                              f"choose from {', '.join(FORMATS)}")  # fmt: skip
+        return write_report(self, Path(folder), tuple(formats), force=force)
+
+    def __repr__(self) -> str:
+        return "\n".join(describe(self))
 
     def with_source(self, source: str) -> Report:
         """The same report naming another input file (a new Report; this one is unchanged)."""
@@ -63,3 +87,43 @@ def build_report(profile: Profile) -> Report:
         iterations=iterations,
         advice=advice,
     )
+
+
+def describe(report: Report) -> list[str]:
+    """The short ``repr``: source, GPUs, iterations, steady step time, top layer, top advice
+    (at most 8 lines; the tables hold the rest)."""
+    s = report.summary
+    gpus = ", ".join(
+        f"{g.name or '?'} (device {g.device_id}" + (f", pid {g.pid}" if g.pid is not None else "")
+        + (f", busy {g.utilization:.0%})" if g.utilization is not None else ")")
+        for g in s.gpus[:4]
+    ) + (f", ... ({len(s.gpus)} in all)" if len(s.gpus) > 4 else "")  # fmt: skip
+    it = s.iterations
+    steps = "no iterations found"
+    if it.iterations_count:
+        steps = (f"{it.iterations_count} iterations ({it.iterations_warmup} warm-up, "
+                 f"{s.window.iterations_analysed} analysed) of {s.window.key_range!r}")  # fmt: skip
+    return [
+        f"<Report of {s.system.source}>",
+        f"  GPUs: {gpus or 'none with GPU work'}",
+        f"  iterations: {steps}",
+        f"  steady step: {_duration(it.iterations_median_ns)} median"
+        f" ({_duration(it.iterations_mean_ns)} mean)",
+        f"  top layer: {_top_layer(report.layers)}",
+        "  top advice: " + (f"[{s.advice[0].severity}] {s.advice[0].problem}" if s.advice
+                            else "nothing stands out"),
+        "  tables: " + ", ".join(f"{n} {len(report.table(n))}" for n in TABLES[1:]),
+    ]  # fmt: skip
+
+
+def _duration(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f} ms"
+
+
+def _top_layer(layers: pd.DataFrame) -> str:
+    if layers.empty:
+        return "- (no layer ranges)"
+    gpu = pd.to_numeric(layers["gpu_ns"], errors="coerce").fillna(0)
+    row = layers.loc[gpu.idxmax()]
+    kind = f" ({row['type']})" if isinstance(row["type"], str) and row["type"] else ""
+    return f"{row['layer']}{kind}, {_duration(float(gpu.max()))} GPU"

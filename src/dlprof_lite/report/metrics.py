@@ -247,6 +247,13 @@ GPU_FIELDS = _cols(
     ("utilization", "", "busy_ns / wall_ns"),
 )
 
+# The lists of summary.json beside the flat row (report/summary_types.py).
+SUMMARY_LISTS = {
+    "warnings": "warnings from reading and analysis, one string each",
+    "dataloaders": "each DataLoader's recorded settings (the data-loading advice's evidence)",
+    "fp32_gemm_kernels": "top FP32 GEMM/conv kernels as {name, gpu_ns} (FP32 advice evidence)",
+}
+
 # Several inputs: one summary row per input, with where its report went or why it failed.
 RUNS_REPORT = (
     *SUMMARY_REPORT,
@@ -394,6 +401,11 @@ def markdown_reference() -> str:
         out += [f"**{name}**", "", "| column | unit | meaning |", "| --- | --- | --- |"]
         out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in columns]
         out.append("")
+    out += ["**summary.json lists**", "", "| field | meaning |", "| --- | --- |"]
+    out += [f"| `gpus[].{c.name}` | {c.doc} |" for c in GPU_FIELDS]
+    out += [f"| `advice[].{c.name}` | as advice.csv `{c.name}` |" for c in ADVICE_REPORT]
+    out += [f"| `{key}` | {doc} |" for key, doc in SUMMARY_LISTS.items()]
+    out.append("")
     out += [
         "**Advice thresholds**",
         "",

@@ -16,7 +16,13 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.metrics import ADVICE_REPORT, GPU_FIELDS, SCHEMA, definitions
+from dlprof_lite.report.metrics import (
+    ADVICE_REPORT,
+    GPU_FIELDS,
+    SCHEMA,
+    SUMMARY_LISTS,
+    definitions,
+)
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,12 @@ class CsvWriter:
 
 
 class JsonWriter:
-    """``{"schema", "table", "definitions", "dtypes", "rows": [...]}``, by the ``json`` module.
+    """``{"schema", "table", "definitions", "dtypes", "categories", "rows": [...]}``, written
+    by the ``json`` module.
 
-    ``dtypes`` (pandas dtype names) lets :func:`dlprof_lite.report.reader.open_report` give a
-    table back with the dtypes it was written with; NaN, infinities and NA become null.
+    ``dtypes`` (pandas dtype names) and the categories of categorical columns let
+    :func:`dlprof_lite.report.reader.open_report` give a table back with the dtypes it was
+    written with; NaN, infinities and NA become null.
     """
 
     suffix = "json"
@@ -67,8 +75,14 @@ class JsonWriter:
         if table.document is not None:
             doc = plain({**head, **dict(table.document)})
         else:
-            dtypes = {str(c): str(t) for c, t in table.frame.dtypes.items()}
-            doc = {**head, "dtypes": dtypes, "rows": records(table.frame)}
+            frame = table.frame
+            dtypes = {str(c): str(t) for c, t in frame.dtypes.items()}
+            categories = {
+                str(c): plain(list(frame[c].cat.categories))
+                for c, t in frame.dtypes.items()
+                if isinstance(t, pd.CategoricalDtype)
+            }
+            doc = {**head, "dtypes": dtypes, "categories": categories, "rows": records(frame)}
         return json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -88,9 +102,7 @@ def _definitions(table: str) -> dict[str, str]:
         # summary.json nests the GPUs and the advice rows: define their fields too.
         defs.update({f"gpus[].{c.name}": c.doc for c in GPU_FIELDS})
         defs.update({f"advice[].{c.name}": c.doc for c in ADVICE_REPORT})
-        defs["warnings"] = "warnings from reading and analysis"
-        defs["dataloaders"] = "each DataLoader's recorded settings (the data-loading advice)"
-        defs["fp32_gemm_kernels"] = "top FP32 GEMM/conv kernels, {name, gpu_ns} (the advice)"
+        defs.update(SUMMARY_LISTS)
     return defs
 
 
