@@ -1,0 +1,141 @@
+"""Imports follow the pipeline: annotate < launch < ingest < report < pipeline/cli/batch.
+
+DESIGN.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
+modules (``errors``, ``rules``, ``progress``), which import no stage themselves. ``report``
+imports only the ``Profile`` type from ``ingest``. Every import statement counts, inside
+functions and under ``TYPE_CHECKING`` too: each is read with ``ast``, nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dlprof_lite"
+STAGES = ("annotate", "launch", "ingest", "report")
+TOP = len(STAGES)  # pipeline, cli, batch, memory, the package itself: right of every stage
+SHARED = ("errors", "rules", "progress")  # leaves: any module may import them
+REPORT_MAY_IMPORT_FROM_INGEST = {"dlprof_lite.ingest.profile"}
+
+# Imports against the order that are still there, each with what it waits for. The list may
+# only shrink: a test fails when an entry is no longer needed, so it cannot go stale.
+KNOWN: dict[tuple[str, str], str] = {
+    ("dlprof_lite.report.tables", "dlprof_lite.ingest.correlate"): (
+        "range_gpu_totals: per-range GPU totals need ingest's range search; they become "
+        "per-range columns of Profile.ranges (nvtx_gpu_proj_trace-like) in ingest"
+    ),
+    ("dlprof_lite.report.tables", "dlprof_lite.ingest.paths"): (
+        "path_groups: chain ids per range, to become path_id/parent_path_id columns of "
+        "Profile.ranges written by ingest.nvtx.build_ranges"
+    ),
+    ("dlprof_lite.report.tables", "dlprof_lite.ingest.layers"): (
+        "module_direction_codes: a per-range direction label (recompute from nesting), to "
+        "become a column of Profile.ranges"
+    ),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every ``dlprof_lite`` module named by an import statement anywhere in the file."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the importing package
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            # ``from dlprof_lite.ingest import columns``: the submodule is the import
+            found.update(f"{base}.{alias.name}" for alias in node.names
+                         if f"{base}.{alias.name}" in modules())  # fmt: skip
+    return {m for m in found if m == "dlprof_lite" or m.startswith("dlprof_lite.")}
+
+
+def part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def rank(module: str) -> int | None:
+    """Stage position of a module; None for a shared leaf."""
+    first = part(module)
+    if first in SHARED:
+        return None
+    return STAGES.index(first) if first in STAGES else TOP
+
+
+def violations() -> set[tuple[str, str]]:
+    bad: set[tuple[str, str]] = set()
+    for name, path in modules().items():
+        for target in imports(path, name):
+            if target == "dlprof_lite" and rank(name) == TOP:
+                continue  # the CLI reads the package's __version__
+            if rank(name) is None:
+                # A shared leaf imports only itself and the other leaves below it.
+                ok = part(target) == part(name) or part(target) == "errors"
+            elif rank(target) is None:
+                ok = True
+            else:
+                ok = rank(target) <= rank(name)
+                if part(name) == "report" and part(target) == "ingest":
+                    ok = target in REPORT_MAY_IMPORT_FROM_INGEST
+            if not ok:
+                bad.add((name, target))
+    return bad
+
+
+def test_the_parser_sees_every_kind_of_import() -> None:
+    tables = modules()["dlprof_lite.report.tables"]
+    assert "dlprof_lite.rules.gemm" in imports(tables, "dlprof_lite.report.tables")
+    load = modules()["dlprof_lite.ingest.load"]
+    found = imports(load, "dlprof_lite.ingest.load")
+    assert "dlprof_lite.launch.nsys" in found  # imported inside a function
+    assert "dlprof_lite.progress" in found
+    assert len(modules()) > 50
+
+
+def test_no_import_against_the_stage_order() -> None:
+    unexpected = violations() - set(KNOWN)
+    assert not unexpected, "\n".join(f"{a} imports {b}" for a, b in sorted(unexpected))
+
+
+@pytest.mark.parametrize("pair", sorted(KNOWN))
+def test_known_exceptions_are_still_needed(pair: tuple[str, str]) -> None:
+    assert pair in violations(), f"{pair} is fixed: remove it from KNOWN"
+
+
+def test_report_imports_only_the_profile_type_from_ingest() -> None:
+    names: set[str] = set()
+    for name, path in modules().items():
+        if part(name) != "report":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if module.startswith("dlprof_lite.ingest") and (name, module) not in KNOWN:
+                names.update(alias.name for alias in node.names)
+    assert names == {"Profile"}, names
+
+
+def test_shared_leaves_import_no_stage() -> None:
+    for name, path in modules().items():
+        if rank(name) is None:
+            stages = {part(t) for t in imports(path, name)} - {part(name), "errors"}
+            assert not stages, (name, stages)
