@@ -18,27 +18,25 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlprof_lite import __version__
-from dlprof_lite.batch import default_jobs, run_all
+from dlprof_lite.batch import default_jobs
 from dlprof_lite.errors import DlprofError, InputError
 from dlprof_lite.memory import keep_freed_memory
 from dlprof_lite.pipeline import (
     FORMATS,
     AnalyzeOptions,
     Progress,
+    analyze_many,
     analyze_one,
-    analyze_profile,
-    analyze_row,
     has_annotation,
+    report_profiled,
 )
 
 if TYPE_CHECKING:
@@ -53,7 +51,6 @@ NSYS_ARGS_HELP = (
     "--sample=none --cpuctxsw=none); a switch you give replaces the default of the same name, "
     "e.g. --nsys-args='--trace=cuda,nvtx --cuda-graph-trace=node'"
 )
-MULTI_DIR = "dlprof-lite-reports"
 
 
 # --- parsers ------------------------------------------------------------------------------
@@ -277,42 +274,20 @@ def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
 
 def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
     """One report folder per input inside one parent folder, plus a combined summary."""
-    from dlprof_lite.report import output as files
-    from dlprof_lite.report.summary import combined_table
-
-    first = args.paths[0].absolute()
-    parent = (args.output or files.unique_dir(first.parent, MULTI_DIR)).absolute()
-    files.check_target(parent, force=options.force)
-    rows, failed = [], []
-    with files.staged_folder(parent, force=options.force) as stage:
-        items = []
-        for path in args.paths:
-            name = files.unique_dir(stage, files.report_stem(path) + files.REPORT_SUFFIX).name
-            (stage / name).mkdir()  # reserve the name; the report replaces the empty folder
-            items.append((path, stage / name, replace(options, force=True)))
-        jobs = args.jobs or default_jobs()
-        outcomes = run_all(analyze_row, items, jobs=jobs, scheduler=args.dask_scheduler)
-        for (path, out, _), outcome in zip(items, outcomes):
-            if outcome.error is not None:
-                where = "" if str(path) in outcome.error else f"{path}: "
-                _error(where + outcome.error, False)
-                failed.append(outcome.exit_code)
-                rows.append({"source": str(path), "error": outcome.error})
-                shutil.rmtree(out, ignore_errors=True)
-                continue
-            rows.append({**outcome.result, "report_dir": str(parent / out.name)})
-        if len(failed) == len(args.paths):  # nothing to keep: the staging folder goes
-            none = DlprofError(f"none of the {len(failed)} inputs could be analysed")
-            none.exit_code = failed[0]
-            raise none
-        files.write_tables([combined_table(rows)], stage, options.formats)
+    result = analyze_many(
+        args.paths, args.output, options, jobs=args.jobs or default_jobs(),
+        scheduler=args.dask_scheduler,
+    )  # fmt: skip
+    for failure in result.failures:
+        where = "" if failure.source in failure.error else f"{failure.source}: "
+        _error(where + failure.error, False)
     console = _console(args)
     if console is not None:
         from dlprof_lite.report.console import render_many
 
-        render_many(rows, console)
-    print(f"reports: {parent}", flush=True)
-    return failed[0] if failed else 0
+        render_many(result.rows, console)
+    print(f"reports: {result.folder}", flush=True)
+    return result.failures[0].exit_code if result.failures else 0
 
 
 # --- run ----------------------------------------------------------------------------------
@@ -361,12 +336,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             _warn(warning)
         try:
             with _progress(args, target.name) as progress:
-                report = analyze_profile(Path(run.sqlite_path), options, progress)
-            # Name the export where it will be once the report folder is in place.
-            report = report.with_source(str(target / Path(run.sqlite_path).name))
+                report = report_profiled(Path(run.sqlite_path), stage, target, options, progress)
             if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
-            files.write_tables(files.report_tables(report), stage, options.formats)
         except DlprofError as err:  # keep what nsys captured; report the error after
             failure = err
     if failure is not None:

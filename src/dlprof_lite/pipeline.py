@@ -1,14 +1,18 @@
-"""One input through the pipeline: read and analyse (ingest), tabulate (report), write.
+"""The pipeline: read and analyse (ingest), tabulate (report), write, for one input or many.
 
-The command line (:mod:`dlprof_lite.cli`) and the process pool or Dask cluster of
-:mod:`dlprof_lite.batch` call the same functions here; :func:`analyze_row` is top-level and
-takes plain values so that a worker process can be handed it.
+    path -> ingest.load -> Profile -> report.build_report -> Report -> report.output (folder)
+
+The command line (:mod:`dlprof_lite.cli`) only parses arguments, calls these functions and
+prints; the notebook API (``dlprof_lite.analyze``) calls :func:`analyze_profile`; the process
+pool or Dask cluster of :mod:`dlprof_lite.batch` calls :func:`analyze_row`, which is
+top-level and takes plain values so that a worker process can be handed it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,3 +91,85 @@ def has_annotation(report: Report) -> bool:
     from dlprof_lite.annotate.names import DOMAIN
 
     return bool((report.ranges["domain"].astype(str) == DOMAIN).any())
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One input that could not be analysed, and why (its error line and exit code)."""
+
+    source: str
+    error: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Several inputs: the parent folder, one summary row per input, the failures."""
+
+    folder: Path
+    rows: tuple[dict[str, Scalar], ...]
+    failures: tuple[Failure, ...]
+
+
+MULTI_DIR = "dlprof-lite-reports"
+
+
+def analyze_many(
+    paths: Sequence[Path],
+    parent: Path | None,
+    options: AnalyzeOptions,
+    *,
+    jobs: int,
+    scheduler: str | None = None,
+) -> BatchResult:
+    """One report folder per input inside one parent folder, plus a combined ``summary``.
+
+    Inputs are analysed by :func:`analyze_row` serially, in a process pool or on Dask; an
+    input's failure is its row's ``error`` and the others go on. When every input fails,
+    nothing is kept and the first failure is raised.
+    """
+    from dlprof_lite.batch import run_all
+    from dlprof_lite.errors import DlprofError
+    from dlprof_lite.report import output as files
+    from dlprof_lite.report.summary import combined_table
+
+    first = paths[0].absolute()
+    parent = (parent or files.unique_dir(first.parent, MULTI_DIR)).absolute()
+    files.check_target(parent, force=options.force)
+    rows: list[dict[str, Scalar]] = []
+    failures: list[Failure] = []
+    with files.staged_folder(parent, force=options.force) as stage:
+        items = []
+        for path in paths:
+            name = files.unique_dir(stage, files.report_stem(path) + files.REPORT_SUFFIX).name
+            (stage / name).mkdir()  # reserve the name; the report replaces the empty folder
+            items.append((path, stage / name, replace(options, force=True)))
+        outcomes = run_all(analyze_row, items, jobs=jobs, scheduler=scheduler)
+        for (path, out, _), outcome in zip(items, outcomes, strict=True):
+            if outcome.error is not None:
+                failures.append(Failure(str(path), outcome.error, outcome.exit_code))
+                rows.append({"source": str(path), "error": outcome.error})
+                shutil.rmtree(out, ignore_errors=True)
+                continue
+            rows.append({**outcome.result, "report_dir": str(parent / out.name)})
+        if len(failures) == len(paths):  # nothing to keep: the staging folder goes
+            none = DlprofError(f"none of the {len(failures)} inputs could be analysed")
+            none.exit_code = failures[0].exit_code
+            raise none
+        files.write_tables([combined_table(rows)], stage, options.formats)
+    return BatchResult(parent, tuple(rows), tuple(failures))
+
+
+def report_profiled(
+    export: Path, stage: Path, target: Path, options: AnalyzeOptions,
+    progress: Progress | None = None,
+) -> Report:  # fmt: skip
+    """The ``run`` form's last stages: analyse the export nsys wrote into the staging folder
+    and write the report beside it, naming the export where it will be once ``stage``
+    becomes ``target``."""
+    from dlprof_lite.report.output import report_tables, write_tables
+
+    report = analyze_profile(export, options, progress)
+    report = report.with_source(str(target / export.name))
+    write_tables(report_tables(report), stage, options.formats)
+    return report

@@ -6,7 +6,7 @@ everything shown here is also in the report files.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -197,7 +197,7 @@ def _advice(advice: pd.DataFrame, console: Console) -> None:
         )
 
 
-def render_many(rows: Sequence[dict[str, object]], console: Console) -> None:
+def render_many(rows: Sequence[Mapping[str, object]], console: Console) -> None:
     """One line per input when several were analysed: file and report folder by name (their
     full paths are in the combined summary), so that the table stays readable."""
     table = RichTable(title="dlprof-lite", title_justify="left", show_edge=False)
