@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,8 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+
+import builders
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -94,15 +95,14 @@ class Recorder:
 
 def load_export(path: Path) -> list[Range]:
     """Push/pop and start/end ranges of our domain and of the default one, from an export."""
-    query = """
+    sql = """
         SELECT e.start, e.end, e.eventType, coalesce(e.text, s.value), e.globalTid,
                coalesce(d.text, '')
         FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
         LEFT JOIN (SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75) d
                ON d.domainId = e.domainId
         WHERE e.eventType IN (59, 60) ORDER BY e.start, e.end DESC"""
-    with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
-        rows = db.execute(query).fetchall()
+    rows = builders.query(path, sql)
     return [Range(name if dom in (DOMAIN, "") else f"{dom}/{name}", start, end,
                   tid if kind == 59 else None)
             for start, end, kind, name, tid, dom in rows]  # fmt: skip

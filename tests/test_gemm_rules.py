@@ -6,13 +6,12 @@ checks that it is there), so a rule is only as broad as names real profiles carr
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from builders import query
 from dlprof_lite.ingest.tensorcore import classify_kernel_names
 from dlprof_lite.rules.gemm import FP32_GEMM_RULES, fp32_gemm_rule, is_fp32_gemm
 
@@ -114,8 +113,7 @@ def test_not_fp32_gemm(name: str) -> None:
 
 
 def _corpus_names(path: Path) -> set[str]:
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        return {row[0] for row in db.execute("SELECT value FROM StringIds")}
+    return {row[0] for row in query(path, "SELECT value FROM StringIds")}
 
 
 def test_examples_are_real_names(shared_dir: Path, corpus_dir: Path) -> None:

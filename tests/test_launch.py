@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import builders
 import dlprof_lite
 from dlprof_lite.annotate.names import DOMAIN
 from dlprof_lite.cli import main
@@ -47,11 +48,10 @@ def count_annotation_ranges(sqlite_path: Path) -> int:
         "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND domainId IN "
         "(SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?)"
     )
-    with sqlite3.connect(f"{sqlite_path.resolve().as_uri()}?mode=ro", uri=True) as db:
-        try:
-            return int(db.execute(query, (DOMAIN,)).fetchone()[0])
-        except sqlite3.OperationalError:  # no NVTX_EVENTS table at all
-            return 0
+    try:
+        return int(builders.query(sqlite_path, query, (DOMAIN,))[0][0])
+    except sqlite3.OperationalError:  # no NVTX_EVENTS table at all
+        return 0
 
 
 # --- command lines ---------------------------------------------------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import query
 from dlprof_lite.annotate import bootstrap
 from dlprof_lite.annotate.facts import parse_fact
 from dlprof_lite.annotate.names import DOMAIN
@@ -204,13 +204,13 @@ def test_nsys_warnings_are_kept() -> None:
 def nvtx_by_pid(sqlite_path: Path) -> tuple[dict[int, int], list[dict]]:
     """Iteration ranges of our domain per process id, and the process facts, read straight
     from the export's tables."""
-    with sqlite3.connect(f"{sqlite_path.resolve().as_uri()}?mode=ro", uri=True) as db:
-        domain = "(SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?)"
-        text = "coalesce(e.text, (SELECT value FROM StringIds WHERE id = e.textId))"
-        rows = db.execute(
-            f"SELECT (e.globalTid >> 24) & 16777215, {text}, e.eventType FROM NVTX_EVENTS e "
-            f"WHERE e.eventType IN (34, 59, 60) AND e.domainId IN {domain}", (DOMAIN,)
-        ).fetchall()  # fmt: skip
+    domain = "(SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = ?)"
+    text = "coalesce(e.text, (SELECT value FROM StringIds WHERE id = e.textId))"
+    rows = query(
+        sqlite_path,
+        f"SELECT (e.globalTid >> 24) & 16777215, {text}, e.eventType FROM NVTX_EVENTS e "
+        f"WHERE e.eventType IN (34, 59, 60) AND e.domainId IN {domain}", (DOMAIN,)
+    )  # fmt: skip
     steps: dict[int, int] = {}
     facts = []
     for pid, name, kind in rows:

@@ -6,15 +6,13 @@ would: the innermost range the launch started in), and the real DLProf export of
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from builders import START_END, ops, ranges
+from builders import START_END, ops, query_frame, ranges
 from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.layers import (
     _levels,
@@ -338,11 +336,6 @@ def test_layer_from_funcstack(stack: str, expected: tuple[str, str] | None) -> N
     assert layer_from_funcstack(stack) == expected
 
 
-def query(path: Path, sql: str) -> pd.DataFrame:
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
-        return pd.read_sql_query(sql, con)
-
-
 NVTX_TEXTS = (
     "SELECT start, end, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) AS name"
     " FROM NVTX_EVENTS ORDER BY start, end DESC"
@@ -361,7 +354,7 @@ NVTX_TEXTS = (
     ],
 )
 def test_dlprof_corpus_layer_names(corpus_dir: Path, file: str, layers: set[str]) -> None:
-    names = query(corpus_dir / file, NVTX_TEXTS)["name"].unique()
+    names = query_frame(corpus_dir / file, NVTX_TEXTS)["name"].unique()
     info = classify_range_names(list(names))
     found = set(info["pyprof_layer"].dropna())
     # The root module's own ops (flatten, relu) belong to the root module.
@@ -377,7 +370,7 @@ def test_dlprof_corpus_layer_names(corpus_dir: Path, file: str, layers: set[str]
 @pytest.mark.corpus
 def test_dlprof_corpus_kernels_get_their_conv_layer(corpus_dir: Path) -> None:
     path = corpus_dir / "MohanadOdema__DLProf__nsys_profile.sqlite"
-    events = query(path, NVTX_TEXTS)
+    events = query_frame(path, NVTX_TEXTS)
     start, end = events["start"].to_numpy(), events["end"].to_numpy()
     # One thread, properly nested: the parent is the latest earlier range that encloses one.
     parents = [
@@ -385,7 +378,7 @@ def test_dlprof_corpus_kernels_get_their_conv_layer(corpus_dir: Path) -> None:
         for i in range(len(events))
     ]
     rng = ranges(list(zip(events["name"], start, end, parents, strict=True)))
-    launches = query(
+    launches = query_frame(
         path,
         "SELECT r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r"
         " ON r.correlationId = k.correlationId",

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from builders import query
 from make_profile import GroundTruth, main, make_profile
 from nsys_db import NsysDb
 from nsys_oracle import nsys_report
@@ -26,11 +27,7 @@ SMALL = {"iterations": 6, "layers": 4, "kernels_per_layer": 2, "per_kernel_range
 
 
 def _rows(path: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+    return query(path, sql)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from builders import query
 from conftest import corpus_files
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import check_frame
@@ -54,11 +55,10 @@ def test_kernel_totals_equal_nsys_gpukernsum(corpus_dir: Path, nsys: str, path: 
 @pytest.mark.corpus
 def test_oldest_schema_mixes_inline_and_registered_nvtx_text(corpus_dir: Path) -> None:
     raw = read_export(corpus_dir / "quasiben__nvtx-examples__cudf.sqlite")
-    con = sqlite3.connect(f"file:{corpus_dir / 'quasiben__nvtx-examples__cudf.sqlite'}?mode=ro",
-                          uri=True)  # fmt: skip
-    registered = con.execute(
-        "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text IS NULL"
-    ).fetchone()[0]
+    registered = query(
+        corpus_dir / "quasiben__nvtx-examples__cudf.sqlite",
+        "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text IS NULL",
+    )[0][0]
     assert registered > 0
     assert (raw.nvtx["name"].astype(str) != "").all()
     # The cuDF ranges live in a named domain, created by an eventType-75 row.
@@ -175,15 +175,15 @@ def test_sqlite3_and_arrow_drivers_read_the_same(
 @pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
 def test_launch_configuration_survives_packing(corpus_dir: Path, path: Path) -> None:
     kernels = read_export(path).kernels
-    con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+    tables = {r[0] for r in query(path, "SELECT name FROM sqlite_master")}
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         assert kernels.empty
         return
-    raw = con.execute(
+    raw = query(
+        path,
         "SELECT gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
-        "staticSharedMemory, dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL"
-    ).fetchall()
+        "staticSharedMemory, dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    )
     cols = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
             "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]  # fmt: skip
     assert [tuple(r) for r in kernels[cols].to_numpy().tolist()] == raw
