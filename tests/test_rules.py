@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from dlprof_lite.annotate import names as annotate_names
-from dlprof_lite.rules import comm, inputs, iterations, names, steps
+from dlprof_lite.rules import apis, comm, inputs, iterations, names, steps
 
 MFU_2GPU = "GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite"
 
@@ -213,3 +213,35 @@ def test_rules_import_no_pandas_numpy_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- CUDA API names ----------------------------------------------------------------------
+
+
+def _api_names(path: Path) -> set[str]:
+    sql = (
+        "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "JOIN StringIds s ON s.id = r.nameId"
+    )
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        try:
+            return {row[0] for row in db.execute(sql)}
+        except sqlite3.OperationalError:
+            return set()
+
+
+def test_launch_and_sync_apis_on_real_api_names(corpus_dir: Path) -> None:
+    seen: set[str] = set()
+    for path in sorted(corpus_dir.glob("*.sqlite")):
+        seen |= _api_names(path)
+    frame = pd.Series(sorted(seen))
+    launch = set(frame[frame.str.contains(apis.LAUNCH_API_PATTERN)])
+    # Kernel launches, with and without nsys's version suffix, and copies.
+    assert {"cudaLaunchKernel", "cudaLaunchKernel_v7000", "cudaMemcpyAsync_v3020"} <= launch
+    assert not [n for n in launch if "Synchronize" in n or n.startswith("cudaMalloc")]
+    assert {n for n in seen if n.startswith("cudaLaunchKernel")} <= launch
+    sync = {n for n in seen if n.startswith(apis.SYNC_APIS)}
+    assert "cudaDeviceSynchronize_v3020" in sync and "cudaStreamSynchronize_v3020" in sync
+    assert not (sync & launch)
+    versioned = set(frame[frame.str.contains(apis.VERSION_SUFFIX_PATTERN)])
+    assert "cudaLaunchKernel_v7000" in versioned and "cudaLaunchKernel" not in versioned

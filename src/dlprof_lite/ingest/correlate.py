@@ -20,10 +20,10 @@ Rules (DESIGN.md, "Definitions"):
   launches"). No corpus file has graph-launched kernels: tested on hand-built frames.
 * **Duplicate API rows** for one ``(pid, correlation_id)`` (the pipit saxpy export has
   ``cudaLaunchKernel`` *and* ``cudaLaunchKernel_v7000``): keep, in order of preference, a
-  name that looks like a launch (:data:`LAUNCH_API_PATTERN`), then a name with nsys'
-  version suffix (``_v7000``: the record nsys itself writes; the bare twin in that file has
-  an unusual ``eventClass`` 67 and wraps the real call), then the earliest start, then the
-  longest call, then the first row.
+  name that looks like a launch (:data:`dlprof_lite.rules.apis.LAUNCH_API_PATTERN`), then a
+  name with nsys' version suffix (``_v7000``: the record nsys itself writes; the bare twin
+  in that file has an unusual ``eventClass`` 67 and wraps the real call), then the earliest
+  start, then the longest call, then the first row.
 * **Op ↔ NVTX range** (as ``nvtxkernsum``): an op belongs to a push/pop range when its
   launch call *starts* inside that range (closed interval) on the launching thread (nsys
   asks for the whole call inside: the same thing, as a thread cannot push or pop during
@@ -48,9 +48,7 @@ from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.levels import accumulate_up, by_level, consistent_depth
 from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, range_positions, value_offsets
 from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
-
-LAUNCH_API_PATTERN = r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy|Memset)"
-VERSION_SUFFIX_PATTERN = r"_v\d+$"
+from dlprof_lite.rules.apis import LAUNCH_API_PATTERN, VERSION_SUFFIX_PATTERN
 
 
 def attach_launches(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:

@@ -15,9 +15,8 @@ from dlprof_lite.report.intervals import in_windows
 from dlprof_lite.report.metrics import threshold
 from dlprof_lite.report.overhead import is_short_kernel
 from dlprof_lite.report.steps import analysed
+from dlprof_lite.rules.apis import SYNC_APIS
 from dlprof_lite.rules.gemm import is_fp32_gemm
-
-SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")
 
 
 def memcpy_facts(memops: pd.DataFrame) -> dict[str, int]:
