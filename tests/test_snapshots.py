@@ -15,6 +15,9 @@ real ``nsys stats`` on the same file: kernel time and count, per-kernel totals (
 and the stored top rows), memcpy/memset totals, and every NVTX range name's instances and
 total time (``nvtxsum``, against the live table and the stored sums).
 
+The report is made with ``dlprof_lite.analyze``; the same report written with ``Report.save``
+and read back with ``dlprof_lite.open_report`` must match the same snapshot.
+
 After an intended change of the report, regenerate the snapshots and review their diff::
 
     DLPROF_UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest tests/test_snapshots.py
@@ -33,8 +36,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import dlprof_lite
 from conftest import CORPUS
-from dlprof_lite.pipeline import AnalyzeOptions, analyze_profile
 from dlprof_lite.report.build import Report
 from nsys_oracle import nsys_report
 
@@ -54,7 +57,7 @@ Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
 
 @cache
 def report_of(case: str) -> Report:
-    return analyze_profile(CORPUS / CASES[case], AnalyzeOptions())
+    return dlprof_lite.analyze(CORPUS / CASES[case])
 
 
 def plain(value: object) -> Json:
@@ -75,7 +78,7 @@ def plain(value: object) -> Json:
 
 
 def summary_snapshot(report: Report) -> dict[str, Json]:
-    row = report.table("summary").iloc[0].to_dict()
+    row: dict[str, object] = dict(report.summary.row())
     # The absolute path of the corpus differs between machines; the file name does not.
     row["source"] = Path(str(row["source"])).name
     return {str(k): plain(v) for k, v in row.items()}
@@ -148,22 +151,35 @@ def read_snapshot(folder: Path, name: str) -> Json:
     return loaded
 
 
-@pytest.mark.corpus
-@pytest.mark.parametrize("case", CASES)
-def test_report_equals_its_snapshot(corpus_dir: Path, case: str) -> None:
-    files = snapshot(report_of(case))
+def assert_matches(case: str, files: Mapping[str, Json], what: str) -> None:
     folder = SNAPSHOTS / case
-    if UPDATE:
-        write_snapshot(folder, files)
     found: list[str] = []
     for name, now in files.items():
         found += differences(read_snapshot(folder, name), now, name)
     shown = "\n  ".join(found[:40]) + ("\n  ..." if len(found) > 40 else "")
     assert not found, (
-        f"{case}: the report differs from tests/snapshots/{case}/ in {len(found)} places:\n  "
+        f"{case}: {what} differs from tests/snapshots/{case}/ in {len(found)} places:\n  "
         f"{shown}\nIf the change is intended: DLPROF_UPDATE_SNAPSHOTS=1 pytest "
         "tests/test_snapshots.py, and review the snapshot diff."
     )
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("case", CASES)
+def test_report_equals_its_snapshot(corpus_dir: Path, case: str) -> None:
+    files = snapshot(report_of(case))
+    if UPDATE:
+        write_snapshot(SNAPSHOTS / case, files)
+    assert_matches(case, files, "the report of dlprof_lite.analyze")
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("case", CASES)
+def test_saved_and_reopened_report_equals_the_same_snapshot(
+    corpus_dir: Path, tmp_path: Path, case: str
+) -> None:
+    folder = report_of(case).save(tmp_path / case)
+    assert_matches(case, snapshot(dlprof_lite.open_report(folder)), "the reopened report")
 
 
 def _nsys_range_names(ranges: pd.DataFrame) -> pd.Series:
