@@ -142,6 +142,31 @@ def ops(table: str, rows: Sequence[Mapping[str, object]], **defaults: object) ->
     return frame
 
 
+def nvtx_events(rows: Sequence[tuple]) -> pd.DataFrame:
+    """A contract ``nvtx_events`` frame (the reader's output, before nesting) from rows
+    ``(name, start, end|None, style, pid, tid[, end_tid|None[, domain]])``; domain "" unless
+    given. Times and ids go in as Python ints: no float ever rounds a 2**62-scale value."""
+
+    def column(i: int, dtype: str, default: object = None) -> pd.api.extensions.ExtensionArray:
+        return pd.array([r[i] if len(r) > i else default for r in rows], dtype=dtype)
+
+    frame = pd.DataFrame(
+        {
+            "start_ns": column(1, "int64"),
+            "end_ns": column(2, "Int64"),
+            "name": [r[0] for r in rows],
+            "domain": [r[7] if len(r) > 7 else "" for r in rows],
+            "style": [r[3] for r in rows],
+            "pid": column(4, "int64"),
+            "tid": column(5, "int64"),
+            "end_tid": column(6, "Int64"),
+        }
+    )
+    frame = coerce(frame, "nvtx_events")
+    check_frame(frame, "nvtx_events", derived=False)
+    return frame
+
+
 def ranges(rows: Sequence[tuple]) -> pd.DataFrame:
     """A contract ``ranges`` table from rows ``(name, start, end, parent_index[, extras])``
     in start order.

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from builders import nvtx_events
 from dlprof_lite.ingest.columns import check_frame, coerce
 from dlprof_lite.ingest.correlate import (
     attach_launches,
@@ -23,15 +24,6 @@ NA = pd.NA
 PP, SE = "push_pop", "start_end"
 SESSION_END = 10_000
 FWD, CONV = "Ünïcode", "前向/フォワード ✓"
-
-
-def nvtx(rows: list[tuple]) -> pd.DataFrame:
-    """``(name, start, end|None, style, pid, tid, end_tid|None)`` rows."""
-    cols = ["name", "start_ns", "end_ns", "style", "pid", "tid", "end_tid"]
-    data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
-    for c in ("end_ns", "end_tid"):  # from Python ints: floats would round 2**62-scale times
-        data[c] = pd.array(data[c], dtype="Int64")
-    return coerce(pd.DataFrame(data).assign(domain=""), "nvtx_events")
 
 
 def api(rows: list[tuple]) -> pd.DataFrame:
@@ -130,7 +122,7 @@ MEMOPS = [
 
 @pytest.fixture(scope="module")
 def ranges() -> pd.DataFrame:
-    return build_ranges(nvtx(RANGES), session_end_ns=SESSION_END)
+    return build_ranges(nvtx_events(RANGES), session_end_ns=SESSION_END)
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +285,7 @@ def test_improper_overlap_does_not_crash() -> None:
     # nvtx.build_ranges C's parent is B. Launch at 25 -> A; at 65 -> C (chain C, B);
     # at 120 -> B; at 75 -> the latest-starting range holding it, B.
     rows = [("A", 0, 100), ("B", 50, 150), ("C", 60, 70)]
-    r = build_ranges(nvtx([(*x, PP, 1, 1, None) for x in rows]), session_end_ns=SESSION_END)
+    r = build_ranges(nvtx_events([(*x, PP, 1, 1, None) for x in rows]), session_end_ns=SESSION_END)
     calls = api([("cuLaunchKernel", t, t + 1, 1, 1, i) for i, t in enumerate([25, 65, 120, 75])])
     ops = attach_launches(kernels([(1, i, 1000, 1001) for i in range(4)]), calls)
     assert attribute_ranges(ops, r)["range_path"].tolist() == ["A", "B/C", "B", "B"]
@@ -349,7 +341,7 @@ def random_trace(seed: int, huge: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
             s = int(rng.integers(0, horizon))
             e = s + int(rng.integers(0, horizon // 4))
             rows.append([f"s{pid}.{i}", s, e, SE, pid, 10, int(rng.choice([10, 11, 12]))])
-    ranges = build_ranges(nvtx([tuple(r) for r in rows]), session_end_ns=2**62 + 10**6)
+    ranges = build_ranges(nvtx_events([tuple(r) for r in rows]), session_end_ns=2**62 + 10**6)
     n = 3000
     pid = rng.choice([1, 2], n)
     tid = np.where(pid == 1, rng.choice([10, 11, 12, 13], n), rng.choice([10, 20, 21], n))

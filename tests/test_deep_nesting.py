@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlprof_lite.ingest.columns import coerce, empty_frame
+from builders import PUSH_POP, nvtx_events
+from dlprof_lite.ingest.columns import empty_frame
 from dlprof_lite.ingest.correlate import range_gpu_totals, range_membership
 from dlprof_lite.ingest.load import load
 from dlprof_lite.ingest.nvtx import build_ranges
@@ -210,11 +211,10 @@ def chain_events(chains: list[list[str]], domains: list[str] | None = None) -> p
     for c, chain in enumerate(chains):
         for depth, name in enumerate(chain):
             dom = domains[c] if domains and depth == 0 else ""
-            rows.append((t + depth, t + 2 * len(chain) - depth, name, dom))
+            end = t + 2 * len(chain) - depth
+            rows.append((name, t + depth, end, PUSH_POP, 1, 1, None, dom))
         t += 2 * len(chain) + 1
-    frame = pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "domain"])
-    frame = frame.assign(style="push_pop", pid=1, tid=1, end_tid=pd.NA)
-    return coerce(frame.astype({"end_ns": "Int64", "end_tid": "Int64"}), "nvtx_events")
+    return nvtx_events(rows)
 
 
 def test_chains_that_share_an_elided_label_keep_their_own_rows() -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlprof_lite.ingest.columns import check_frame, coerce
+from builders import nvtx_events
+from dlprof_lite.ingest.columns import check_frame
 from dlprof_lite.ingest.nvtx import build_ranges
 
 NA = pd.NA
@@ -18,27 +19,8 @@ PP, SE = "push_pop", "start_end"
 SESSION_END = 10_000
 
 
-def events(rows: list[tuple]) -> pd.DataFrame:
-    """``(name, start, end|None, style, pid, tid[, end_tid])`` rows as a contract frame."""
-    frame = pd.DataFrame(
-        {
-            "start_ns": [r[1] for r in rows],
-            "end_ns": pd.array([r[2] for r in rows], dtype="Int64"),
-            "name": [r[0] for r in rows],
-            "domain": "",
-            "style": [r[3] for r in rows],
-            "pid": [r[4] for r in rows],
-            "tid": [r[5] for r in rows],
-            "end_tid": pd.array([r[6] if len(r) > 6 else None for r in rows], dtype="Int64"),
-        }
-    )
-    frame = coerce(frame, "nvtx_events")
-    check_frame(frame, "nvtx_events", derived=False)
-    return frame
-
-
 def build(rows: list[tuple]) -> pd.DataFrame:
-    ranges = build_ranges(events(rows), session_end_ns=SESSION_END)
+    ranges = build_ranges(nvtx_events(rows), session_end_ns=SESSION_END)
     check_frame(ranges, "ranges", derived=False)
     return ranges
 
@@ -85,7 +67,7 @@ def test_input_order_does_not_matter() -> None:
 
 
 def test_does_not_mutate_input() -> None:
-    frame = events(TWO_THREADS)
+    frame = nvtx_events(TWO_THREADS)
     before = frame.copy()
     build_ranges(frame, session_end_ns=SESSION_END)
     pd.testing.assert_frame_equal(frame, before)
@@ -176,7 +158,7 @@ def test_one_category_per_spelled_path() -> None:
 
 
 def test_missing_name_counts_as_empty_in_paths() -> None:
-    frame = events([("outer", 0, 100, PP, 1, 1), ("x", 10, 20, PP, 1, 1)])
+    frame = nvtx_events([("outer", 0, 100, PP, 1, 1), ("x", 10, 20, PP, 1, 1)])
     frame["name"] = pd.Categorical(["outer", None])
     r = build_ranges(frame, session_end_ns=SESSION_END)
     assert r["path"].astype(str).tolist() == ["outer", "outer/"]
