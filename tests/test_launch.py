@@ -273,11 +273,11 @@ def test_cli_profiles_lenet(nsys: str, tmp_path: Path) -> None:
         iterations = list(csv.DictReader(table))
     assert len(iterations) == 20
     phases = ("data", "forward", "backward", "optimizer")
-    with sqlite3.connect(f"{(out / 'profile.sqlite').as_uri()}?mode=ro", uri=True) as db:
-        spans = db.execute(
-            "SELECT coalesce(e.text, s.value), e.start, e.end FROM NVTX_EVENTS e "
-            "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = 60"
-        ).fetchall()
+    spans = builders.query(
+        out / "profile.sqlite",
+        "SELECT coalesce(e.text, s.value), e.start, e.end FROM NVTX_EVENTS e "
+        "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType = 60",
+    )
     steps = [(s, e) for name, s, e in spans if name == "iteration"]
     assert len(steps) == 20
     covered = sum(e - s for name, s, e in spans if name in phases)

@@ -8,7 +8,6 @@ by any reference here.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from builders import query
+from builders import query, query_frame
 from make_profile import GroundTruth, main, make_profile
 from nsys_db import NsysDb
 from nsys_oracle import nsys_report
@@ -24,10 +23,6 @@ from nsys_schema import ENUMS, TABLES, global_pid, global_tid, short_name
 
 REAL_2022_4 = "MohanadOdema__DLProf__nsys_profile.nsys-rep.sqlite"
 SMALL = {"iterations": 6, "layers": 4, "kernels_per_layer": 2, "per_kernel_ranges": True}
-
-
-def _rows(path: Path, sql: str) -> list[tuple]:
-    return query(path, sql)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +46,9 @@ def test_schema_is_the_real_2022_4_schema(corpus_dir: Path, tmp_path: Path) -> N
     db.close(drop_empty=False)
     for table in [*TABLES, *ENUMS]:
         info = f"SELECT name, type, \"notnull\", pk FROM pragma_table_info('{table}')"
-        assert _rows(tmp_path / "empty.sqlite", info) == _rows(corpus_dir / REAL_2022_4, info)
+        assert query(tmp_path / "empty.sqlite", info) == query(corpus_dir / REAL_2022_4, info)
     for table, rows in ENUMS.items():
-        assert _rows(corpus_dir / REAL_2022_4, f"SELECT * FROM {table}") == rows, table
+        assert query(corpus_dir / REAL_2022_4, f"SELECT * FROM {table}") == rows, table
 
 
 def test_global_ids_use_the_nsys_layout() -> None:
@@ -83,22 +78,22 @@ def _hand_built(path: Path) -> None:
 def test_hand_built_rows_look_like_a_real_export(tmp_path: Path) -> None:
     path = tmp_path / "hand.sqlite"
     _hand_built(path)
-    tables = {r[0] for r in _rows(path, "SELECT name FROM sqlite_master")}
+    tables = {r[0] for r in query(path, "SELECT name FROM sqlite_master")}
     assert "CUPTI_ACTIVITY_KIND_MEMSET" not in tables  # no rows: absent, as nsys does
-    assert _rows(path, "SELECT value FROM EXPORT_META_DATA WHERE name LIKE '%VERSION'") == [
+    assert query(path, "SELECT value FROM EXPORT_META_DATA WHERE name LIKE '%VERSION'") == [
         ("2022.4.2.1",), ("3.0.0",)]  # fmt: skip
-    nvtx = _rows(path, "SELECT eventType, text, textId IS NOT NULL, domainId, endGlobalTid, "
+    nvtx = query(path, "SELECT eventType, text, textId IS NOT NULL, domainId, endGlobalTid, "
                        "end IS NULL FROM NVTX_EVENTS ORDER BY rowid")  # fmt: skip
     assert [r[0] for r in nvtx] == [75, 59, 59, 60, 60, 34, 76]
     assert nvtx[0][1:4] == ("dlprof-lite", 0, 1) and nvtx[1][2:4] == (1, 1)
     assert nvtx[2][1:4] == ("aten::mm, seq = 3", 0, 0)
     assert nvtx[3][4] == global_tid(1, 2) and nvtx[4][4] is None  # ended on another thread
     assert nvtx[5][5] == 1
-    graph = _rows(path, "SELECT k.graphNodeId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+    graph = query(path, "SELECT k.graphNodeId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                         "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r USING (correlationId) JOIN "
                         "StringIds s ON s.id = r.nameId WHERE k.correlationId = 8")  # fmt: skip
     assert graph == [(1, "cudaGraphLaunch_v10000"), (2, "cudaGraphLaunch_v10000")]
-    assert _rows(path, "SELECT startTime, stopTime FROM ANALYSIS_DETAILS") == [(500, 9500)]
+    assert query(path, "SELECT startTime, stopTime FROM ANALYSIS_DETAILS") == [(500, 9500)]
 
 
 @pytest.mark.nsys
@@ -146,14 +141,14 @@ def test_nsys_stats_equal_the_truth(nsys: str, case: str, request: pytest.Fixtur
 
 def test_processes_reuse_correlation_ids(two_procs: tuple[Path, GroundTruth]) -> None:
     path, truth = two_procs
-    ids = _rows(path, "SELECT globalPid >> 24 & 0xFFFFFF, group_concat(correlationId) "
+    ids = query(path, "SELECT globalPid >> 24 & 0xFFFFFF, group_concat(correlationId) "
                       "FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1")  # fmt: skip
     assert len(ids) == 2 and ids[0][1] == ids[1][1]
-    joins = _rows(path, "SELECT count(*), count(DISTINCT k.rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+    joins = query(path, "SELECT count(*), count(DISTINCT k.rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL k"
                         " JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON k.correlationId = r.correlationId"
                         " AND k.globalPid = (r.globalTid & 0xFFFFFFFFFF000000)")  # fmt: skip
     assert joins == [(truth.totals["kernels"], truth.totals["kernels"])]
-    naive = _rows(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+    naive = query(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
                         "CUPTI_ACTIVITY_KIND_RUNTIME r USING (correlationId)")  # fmt: skip
     assert naive[0][0] == 2 * truth.totals["kernels"]
 
@@ -162,10 +157,8 @@ def _gpu_ops(path: Path) -> pd.DataFrame:
     sql = ("SELECT o.deviceId AS device, o.start, o.end, r.start AS launch FROM {t} o "
            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = o.correlationId "
            "AND r.globalTid >> 24 = o.globalPid >> 24")  # fmt: skip
-    con = sqlite3.connect(path)
-    frames = [pd.read_sql(sql.format(t=t), con)
+    frames = [query_frame(path, sql.format(t=t))
               for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")]  # fmt: skip
-    con.close()
     return pd.concat(frames).sort_values(["device", "start"])
 
 
@@ -193,11 +186,11 @@ def test_host_gaps_equal_a_slow_reference(case: str, request: pytest.FixtureRequ
 def test_ranges_equal_a_slow_reference(two_threads: tuple[Path, GroundTruth]) -> None:
     """Inclusive kernel totals per push/pop range name, by brute force over the rows."""
     path, truth = two_threads
-    ranges = pd.DataFrame(_rows(path, "SELECT start, end, globalTid, coalesce(text, "
+    ranges = pd.DataFrame(query(path, "SELECT start, end, globalTid, coalesce(text, "
                                       "(SELECT value FROM StringIds WHERE id = textId)) "
                                       "FROM NVTX_EVENTS WHERE eventType = 59"),
                           columns=["start", "end", "tid", "name"])  # fmt: skip
-    launches = _rows(path, "SELECT r.start, r.end, r.globalTid, k.end - k.start "
+    launches = query(path, "SELECT r.start, r.end, r.globalTid, k.end - k.start "
                            "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
                            "ON r.correlationId = k.correlationId "
                            "AND r.globalTid >> 24 = k.globalPid >> 24")  # fmt: skip
@@ -216,7 +209,7 @@ def test_ranges_equal_a_slow_reference(two_threads: tuple[Path, GroundTruth]) ->
 def test_truth_is_self_consistent(two_threads: tuple[Path, GroundTruth]) -> None:
     path, truth = two_threads
     t = truth.totals
-    assert t["kernels"] == _rows(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+    assert t["kernels"] == query(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
     assert t["kernel_ns"] == sum(k["total_ns"] for k in truth.kernels.values())
     assert t["tc_kernel_ns"] == sum(k["total_ns"] for k in truth.kernels.values()
                                     if k["tensor_core"]) > 0  # fmt: skip
