@@ -113,6 +113,15 @@ def query(path: Path, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         return db.execute(sql, tuple(params)).fetchall()
 
 
+def foreign_sqlite(path: Path) -> Path:
+    """A valid SQLite database that is no nsys export (one unrelated table), at ``path``."""
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE fruit (name TEXT)")
+        db.execute("INSERT INTO fruit VALUES ('apple')")
+        db.commit()
+    return path
+
+
 def query_frame(path: Path, sql: str) -> pd.DataFrame:
     """:func:`query` as a DataFrame with the query's column names."""
     with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)) as db:

@@ -11,7 +11,6 @@ import csv
 import dataclasses
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 import types
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import training_profile
+from builders import foreign_sqlite, training_profile
 from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
@@ -280,11 +279,7 @@ def _bad_inputs(tmp_path: Path, corpus: Path) -> dict[str, Path]:
     text.write_text("just some text, not a database\n")
     empty = tmp_path / "empty.sqlite"
     empty.write_bytes(b"")
-    other = tmp_path / "other.sqlite"
-    with sqlite3.connect(other) as db:
-        db.execute("CREATE TABLE fruit (name TEXT)")
-        db.execute("INSERT INTO fruit VALUES ('apple')")
-    db.close()
+    other = foreign_sqlite(tmp_path / "other.sqlite")
     whole = (corpus / "quasiben__nvtx-examples__cupy.sqlite").read_bytes()
     truncated = tmp_path / "truncated.sqlite"
     truncated.write_bytes(whole[: len(whole) // 2])

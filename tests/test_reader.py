@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from builders import query
+from builders import foreign_sqlite, query
 from conftest import corpus_files
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import check_frame
@@ -113,12 +113,9 @@ def test_text_file(tmp_path: Path) -> None:
 
 
 def test_sqlite_that_is_not_nsys(tmp_path: Path) -> None:
-    con = sqlite3.connect(tmp_path / "other.sqlite")
-    con.execute("CREATE TABLE users (id INTEGER, name TEXT)")
-    con.commit()
-    con.close()
+    other = foreign_sqlite(tmp_path / "other.sqlite")
     with pytest.raises(InputError, match="not an Nsight Systems export"):
-        read_export(tmp_path / "other.sqlite")
+        read_export(other)
 
 
 @pytest.mark.corpus
