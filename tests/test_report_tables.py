@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from builders import R, make_profile, training_profile
+from builders import R, make_profile, phase, training_profile
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.tables import kernels_table, layers_table, ranges_table
@@ -168,10 +168,9 @@ def checkpointed_two_roots():
     once, as profiles made before ``rec:`` show it, as ``fwd:`` inside ``bwd:``."""
     auto = dict(tid=2)
     ranges = [
-        R("forward", 0, 1000, [
-            R("fwd:student:Net", 100, 500, [R("fwd:student.block:Block", 150, 400)]),
-            R("fwd:teacher:Net", 600, 900, [R("fwd:teacher.block:Block", 650, 850)]),
-        ]),
+        phase("forward", 0, 1000),
+        R("fwd:student:Net", 100, 500, [R("fwd:student.block:Block", 150, 400)]),
+        R("fwd:teacher:Net", 600, 900, [R("fwd:teacher.block:Block", 650, 850)]),
         R("bwd:student:Net", 1000, 3000, [
             R("bwd:student.block:Block", 1100, 2900, [
                 R("rec:student.block:Block", 1200, 1500, **auto),
@@ -253,7 +252,7 @@ def test_iterations_table(profile) -> None:
 
 def test_gpu_work_spilling_past_a_step_counts_in_the_next_window() -> None:
     p = make_profile(
-        ranges=[R("iteration", 0, 100), R("iteration", 100, 200)],
+        ranges=[phase("iteration", 0, 100), phase("iteration", 100, 200)],
         kernels=[dict(name="long", start_ns=50, dur_ns=100, api_name="cudaLaunchKernel_v7000",
                       api_start_ns=10, api_end_ns=20)],
         iterations=[(0, 100, False, True), (100, 200, False, True)],
