@@ -39,7 +39,7 @@ _MODULE_PREFIX_RE = re.compile(r"^(?:fwd|bwd|rec):")
 _FORWARD = PHASES[1]
 
 
-def _per_name(names: pd.Series, test: Callable[[str], object], maybe: re.Pattern) -> np.ndarray:
+def _per_name(names: pd.Series, test: Callable[[str], object], maybe: re.Pattern[str]) -> np.ndarray:
     """Per row, ``test`` of its name (None where the name does not match ``maybe``).
 
     Computed once per distinct name, and only for names that ``maybe`` (one vectorised
@@ -50,7 +50,7 @@ def _per_name(names: pd.Series, test: Callable[[str], object], maybe: re.Pattern
     distinct = cats.cat.categories.astype(str)
     values = np.full(len(distinct) + 1, None, dtype=object)  # the last one for missing names
     for i in np.flatnonzero(np.asarray(distinct.str.contains(maybe), dtype=bool)):
-        values[i] = test(distinct[i])
+        values[i] = test(str(distinct[int(i)]))
     return values[cats.cat.codes.to_numpy()]
 
 
