@@ -91,9 +91,10 @@ def _run_dask(
     except ImportError as err:
         raise DlprofError("--dask-scheduler needs Dask: pip install 'dlprof-lite[dask]'") from err
     try:
-        client = Client(address, timeout="5s")
+        client = Client(address, timeout="5s")  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError) as err:
         raise DlprofError(f"cannot reach the Dask scheduler at {address} ({err})") from err
     with client:
         futures = [client.submit(_guarded, func, item, pure=False) for item in items]
-        return client.gather(futures)
+        gathered: list[Outcome] = client.gather(futures)  # type: ignore[no-untyped-call]
+        return gathered

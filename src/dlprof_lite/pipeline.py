@@ -11,17 +11,20 @@ top-level and takes plain values so that a worker process can be handed it.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from dlprof_lite.progress import Stage, StageProgress, no_progress
 
 if TYPE_CHECKING:
     from dlprof_lite.report.build import Report
     from dlprof_lite.report.summary_types import Scalar
 
 FORMATS = ("csv", "json")
-Progress = Callable[[str], None]
+# The stage callback of dlprof_lite.progress (one Stage enum for CLI, pool and Dask).
+Progress = StageProgress
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,7 @@ def analyze_profile(
         iter_stop=options.iter_stop,
         **({"progress": progress} if progress is not None else {}),
     )
-    if progress is not None:
-        progress("writing reports")
+    (progress or no_progress)(Stage.WRITING)
     return build_report(profile)
 
 

@@ -52,7 +52,10 @@ def _graded(
     if value is None:
         return None
     warn, high = threshold(warn_key), threshold(high_key)
-    crossed = (lambda t: value < t) if below else (lambda t: value >= t)
+
+    def crossed(t: float) -> bool:
+        return value < t if below else value >= t
+
     if crossed(high):
         return "high", high_key
     if crossed(warn):
@@ -102,7 +105,9 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     eligible = layers[layers["tc_eligible"].fillna(False).to_numpy(dtype=bool)]
     miss = (eligible["gpu_ns"] - eligible["tc_gpu_ns"]).rename("miss")
     top = eligible.assign(miss=miss).nlargest(3, "miss")
-    names = ", ".join(f"{r.layer} ({r.type}) {ms(r.miss)}" for r in top.itertuples())
+    names = ", ".join(
+        f"{r['layer']} ({r['type']}) {ms(r['miss'])}" for r in top.to_dict("records")
+    )
     evidence = (
         f"{ms(_f(summary, 'eligible_non_tc_ns'))} ({share:.0%} of kernel time) in "
         f"Tensor-Core-eligible layers ran on kernels without Tensor Cores; largest: {names}"
@@ -151,7 +156,9 @@ def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if len(layers) and layers["host_gap_ns"].sum() > 0:
         top = layers.nlargest(3, "host_gap_ns")
         evidence += "; most in: " + ", ".join(
-            f"{r.layer} {ms(r.host_gap_ns)}" for r in top.itertuples() if r.host_gap_ns > 0
+            f"{r['layer']} {ms(r['host_gap_ns'])}"
+            for r in top.to_dict("records")
+            if r["host_gap_ns"] > 0
         )
     rec = (
         "Cut per-launch CPU cost: capture the step in CUDA graphs (torch.cuda.graphs or "

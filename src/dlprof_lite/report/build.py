@@ -124,6 +124,6 @@ def _top_layer(layers: pd.DataFrame) -> str:
     if layers.empty:
         return "- (no layer ranges)"
     gpu = pd.to_numeric(layers["gpu_ns"], errors="coerce").fillna(0)
-    row = layers.loc[gpu.idxmax()]
+    row = layers.iloc[int(gpu.to_numpy().argmax())]
     kind = f" ({row['type']})" if isinstance(row["type"], str) and row["type"] else ""
     return f"{row['layer']}{kind}, {_duration(float(gpu.max()))} GPU"

@@ -121,8 +121,7 @@ def _table(
             table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=name_width)
         else:
             table.add_column(heading, justify="right", no_wrap=True)
-    for row in frame.head(TOP).itertuples(index=False):
-        values = row._asdict()
+    for values in frame.head(TOP).to_dict("records"):
         cells = []
         for col in columns:
             v = values[col]
@@ -189,10 +188,11 @@ def _advice(advice: pd.DataFrame, console: Console) -> None:
         console.print("advice: nothing stands out", highlight=False)
         return
     console.print("[bold]advice[/]")
-    for a in advice.itertuples(index=False):
-        style = SEVERITY_STYLE.get(a.severity, "")
+    for a in advice.to_dict("records"):
+        style = SEVERITY_STYLE.get(str(a["severity"]), "")
         console.print(
-            f" [{style}]{a.severity}[/] {a.problem}: {a.evidence}\n     -> {a.recommendation}",
+            f" [{style}]{a['severity']}[/] {a['problem']}: {a['evidence']}\n"
+            f"     -> {a['recommendation']}",
             highlight=False,
         )
 

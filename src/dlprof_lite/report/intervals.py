@@ -8,6 +8,8 @@ cumulative sum and two binary searches each: vectorised, O((n + w) log n).
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -52,7 +54,8 @@ def covered_before(segments: Segments, t: np.ndarray) -> np.ndarray:
 
 def covered_between(segments: Segments, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     """Length of the segments' union inside each window ``[t0[i], t1[i])``."""
-    return covered_before(segments, t1) - covered_before(segments, t0)
+    inside: np.ndarray = covered_before(segments, t1) - covered_before(segments, t0)
+    return inside
 
 
 def total(segments: Segments) -> int:
@@ -73,7 +76,8 @@ def busy_per_device(ops: pd.DataFrame) -> dict[Timeline, Segments]:
     out: dict[Timeline, Segments] = {}
     if ops.empty:
         return out
-    for (pid, device), group in ops.groupby(["pid", "device_id"], sort=True):
+    for key, group in ops.groupby(["pid", "device_id"], sort=True):
+        pid, device = cast(tuple[int, int], key)
         out[(int(pid), int(device))] = merge(
             group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pandas.api.types import pandas_dtype
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.report.build import TABLES, Report
@@ -73,7 +74,7 @@ def _from_json(path: Path, name: str) -> pd.DataFrame:
             if dtype == "category":
                 frame[c] = frame[c].astype(pd.CategoricalDtype(categories.get(c)))
             elif dtype != "object":
-                frame[c] = frame[c].astype(dtype)
+                frame[c] = frame[c].astype(pandas_dtype(dtype))
     except (TypeError, ValueError) as err:
         raise InputError(f"{path}: a column does not match its dtype ({err})") from err
     return frame

@@ -135,7 +135,8 @@ def _key_process_phases(ranges: pd.DataFrame, ends: np.ndarray) -> pd.DataFrame:
         score = pd.Series(spans).groupby(ours["pid"].to_numpy()).sum()
     # The best score; among equals the lowest pid (a stable choice between equal ranks).
     pid = score[score == score.max()].index.min()
-    return ours[(ours["pid"] == pid).to_numpy()]
+    chosen: pd.DataFrame = ours.loc[(ours["pid"] == pid).to_numpy()]
+    return chosen
 
 
 def _phase_wall(
@@ -154,7 +155,8 @@ def analysed(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     keep = table["in_window"].to_numpy(dtype=bool) & ~table["warmup"].to_numpy(dtype=bool)
-    return table[keep]
+    kept: pd.DataFrame = table.loc[keep]
+    return kept
 
 
 def iteration_summary(table: pd.DataFrame) -> dict[str, object]:

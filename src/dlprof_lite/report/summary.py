@@ -126,7 +126,7 @@ def _totals(profile: Profile) -> dict[str, int]:
 def _gpus(gpus: pd.DataFrame, busy: dict[Timeline, Segments], wall: int) -> list[Gpu]:
     """One entry per ``(pid, device)`` timeline that ran work, with the export's GPU info for
     its device; a listed device no process used is one entry with ``pid`` None."""
-    listed = {int(r.device_id): r for r in gpus.itertuples(index=False)}
+    listed = {int(str(r.device_id)): r for r in gpus.itertuples(index=False)}
     used = {device for _, device in busy}
     keys: list[tuple[int | None, int]] = [*busy, *((None, d) for d in listed if d not in used)]
     out = []
