@@ -174,6 +174,11 @@ def test_two_processes_on_device_0_are_two_timelines() -> None:
     assert s["gpu_busy_ns"] == 6000
     assert s["gpu_utilization"] == pytest.approx(6000 / (10_000 * 2))
     assert s["active_utilization"] == pytest.approx(6000 / (4000 + 4000))
+    # One step over the session: 2 timelines x 10 000 ns, 6000 busy, 14 000 idle.
+    report = build_report(make_profile(kernels=kernels, iterations=[(0, 10_000, False, True)]))
+    step = report.iterations.iloc[0]
+    assert (step["gpu_busy_ns"], step["phase_idle_ns"]) == (6000, 14_000)
+    assert report.summary["step_utilization"] == pytest.approx(0.3)
 
 
 def test_api_is_exported() -> None:
