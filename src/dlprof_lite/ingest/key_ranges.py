@@ -39,7 +39,9 @@ _MODULE_PREFIX_RE = re.compile(r"^(?:fwd|bwd|rec):")
 _FORWARD = PHASES[1]
 
 
-def _per_name(names: pd.Series, test: Callable[[str], object], maybe: re.Pattern[str]) -> np.ndarray:
+def _per_name(
+    names: pd.Series, test: Callable[[str], object], maybe: re.Pattern[str]
+) -> np.ndarray:
     """Per row, ``test`` of its name (None where the name does not match ``maybe``).
 
     Computed once per distinct name, and only for names that ``maybe`` (one vectorised
