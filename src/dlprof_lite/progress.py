@@ -51,12 +51,9 @@ def stage_progress(label: str, *, quiet: bool = False) -> Iterator[StageProgress
         task = bar.add_task(label, total=len(stages))
 
         def advance(stage: Stage) -> None:
-            # Stage(...) also takes a member's value: a caller still passing the text
-            # (until every caller passes members) advances the same bar, never a KeyError.
-            current = Stage(stage)
             # Drawn at once: a stage shorter than the refresh interval is still shown.
-            bar.update(task, completed=stages.index(current),
-                       description=f"{label}: {current.value}", refresh=True)  # fmt: skip
+            bar.update(task, completed=stages.index(stage),
+                       description=f"{label}: {stage.value}", refresh=True)  # fmt: skip
 
         yield advance
         bar.update(task, completed=len(stages))
