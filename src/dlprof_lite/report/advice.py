@@ -32,8 +32,7 @@ def ms(ns: float) -> str:
 
 def _num(summary: Summary, key: str) -> float | None:
     """A numeric summary metric, None when it could not be measured."""
-    value = summary.get(key)
-    return None if value is None else float(str(value))
+    return summary.number(key)
 
 
 def _f(summary: Summary, key: str) -> float:

@@ -16,7 +16,7 @@ from rich.table import Table as RichTable
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.summary_types import Summary, number
 
 TOP = 5
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
@@ -24,15 +24,13 @@ SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 
 def _t(value: object) -> str:
     """A nanosecond value as a short duration, '-' when unknown."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    return ms(float(str(value)))
+    ns = number(value)
+    return "-" if ns is None else ms(ns)
 
 
 def _pct(value: object, scale: float = 100.0) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "-"
-    return f"{float(str(value)) * scale:.1f}%"
+    share = number(value)
+    return "-" if share is None else f"{share * scale:.1f}%"
 
 
 def _header_lines(s: Summary) -> list[str]:
@@ -98,11 +96,7 @@ def _step_lines(s: Summary) -> list[str]:
 
 
 def _nonzero(value: object) -> bool:
-    return (
-        value is not None
-        and not (isinstance(value, float) and pd.isna(value))
-        and (float(str(value)) != 0.0)
-    )
+    return bool(number(value))
 
 
 def _table(

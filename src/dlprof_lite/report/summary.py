@@ -39,7 +39,7 @@ from dlprof_lite.report.run_facts import (
     read_run_facts,
 )
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
-from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary
+from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
 from dlprof_lite.report.writers import Table
 from dlprof_lite.rules.iterations import GUESSED
 
@@ -81,7 +81,7 @@ def summarize(
     flat.update(fp32)
     facts = read_run_facts(profile.marks)
     flat.update(dataloader_summary(facts))
-    flat.update(annotation_summary(facts, _number(flat.get("iterations_mean_ns"))))
+    flat.update(annotation_summary(facts, number(flat.get("iterations_mean_ns"))))
     flat["key_range"] = meta.key_range
     flat["key_range_source"] = meta.key_range_source
     warnings = [
@@ -101,10 +101,6 @@ def summarize(
 def _kernel_times(value: object) -> list[KernelTime]:
     items = value if isinstance(value, list) else []
     return [KernelTime(str(k["name"]), int(k["gpu_ns"])) for k in items]
-
-
-def _number(value: object) -> float | None:
-    return None if value is None else float(str(value))
 
 
 def _totals(profile: Profile) -> dict[str, int]:

@@ -25,6 +25,14 @@ Scalar = str | int | float | bool | None
 T = TypeVar("T")
 
 
+def number(value: object) -> float | None:
+    """A measured number as a float; None when unknown (None, NaN, NA) or not a number."""
+    value = scalar(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def scalar(value: object) -> Scalar:
     """A plain JSON-able scalar: numpy to Python, NaN and pandas NA to None."""
     if isinstance(value, np.generic):
@@ -277,6 +285,10 @@ class Summary:
     def get(self, key: str) -> Scalar:
         """A scalar metric, None when unknown or not a metric."""
         return self.metrics().get(key)
+
+    def number(self, key: str) -> float | None:
+        """A numeric metric as a float, None when it could not be measured."""
+        return number(self.get(key))
 
     def row(self) -> dict[str, Scalar]:
         """The flat CSV row: registry order, lists folded into a string and a count."""
