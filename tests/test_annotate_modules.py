@@ -451,3 +451,30 @@ def test_graphs_never_used_for_backward_are_not_kept(recorder: Recorder) -> None
     kept = sum(ref() is not None for ref in alive)
     annotation.remove()
     assert kept <= 1  # the last graph, until the next model forward or the end
+
+
+def test_module_fact_once_per_module_with_shapes_and_dtypes(recorder: Recorder) -> None:
+    """Each module's first call writes one ``module`` fact: input shapes, dtypes, autocast."""
+    from dlprof_lite.annotate import install
+    from dlprof_lite.annotate.facts import parse_fact
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    annotation = install("modules")
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(torch.randn(2, 3, 8, 8))
+        F.cross_entropy(out.float(), torch.tensor([0, 1])).backward()
+        opt.step()
+        opt.zero_grad()
+    annotation.remove()
+    found = [parse_fact(text) for _, text in recorder.marks]
+    modules = {value["layer"]: value for key, value in filter(None, found) if key == "module"}
+    assert len([f for f in found if f and f[0] == "module"]) == len(modules) == 5
+    conv, relu, linear = modules["0"], modules["1"], modules["3"]
+    assert (conv["type"], conv["in_shape"], conv["dtype"]) == ("Conv2d", "2x3x8x8", "float32")
+    assert conv["param_dtype"] == "float32" and conv["autocast"] == "bfloat16"
+    assert relu["param_dtype"] is None and relu["in_shape"] == "2x4x6x6"
+    assert relu["dtype"] == "bfloat16"  # the conv's output under autocast
+    assert linear["in_shape"] == "2x144" and linear["device"] == "cpu"
+    assert modules["model"]["type"] == "Sequential"

@@ -17,12 +17,14 @@ from dlprof_lite.annotate.roots import RootNames, is_model, unwrapped
 class ModuleName:
     """A module's range names and depth (``ref`` tells a reused id apart)."""
 
-    __slots__ = ("bwd", "depth", "fwd", "model", "qualname", "rec", "ref")
+    __slots__ = ("bwd", "depth", "described", "fwd", "model", "qualname", "rec", "ref", "type")
 
     def __init__(self, module: torch.nn.Module, qualname: str, type_name: str, depth: int) -> None:
         self.ref = weakref.ref(module)  # names are keyed by id: this tells a reused id apart
         self.qualname = qualname
         self.depth = depth
+        self.type = type_name
+        self.described = False  # the ``module`` fact of its first call is written
         self.model = is_model(unwrapped(module))  # not a loss module
         self.fwd = module_range(FORWARD, qualname, type_name)
         self.bwd = module_range(BACKWARD, qualname, type_name)

@@ -68,8 +68,9 @@ from dlprof_lite.annotate.backend import Backend
 from dlprof_lite.annotate.backward import Call, Forward, RootHook, bind
 from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
+from dlprof_lite.annotate.describe import MAX_MODULE_FACTS, describe
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
-from dlprof_lite.annotate.module_names import ModuleNames
+from dlprof_lite.annotate.module_names import ModuleName, ModuleNames
 from dlprof_lite.annotate.nodehooks import BackwardCall, NodeHooks
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, generated
@@ -149,6 +150,7 @@ class ModuleRanges:
         self._names = self.names.table  # the hot path's lookup
         self._frame = _Frame()
         self.calls = 0  # hooked forward calls, for the ``annotation`` fact
+        self._described = 0  # ``module`` facts written
         self._queued = _NO_TASK  # the graph task whose end is queued for the tracker
         self._reported = False
         self._pending: list[Forward] = []  # root forwards recorded, not yet bound
@@ -189,6 +191,8 @@ class ModuleRanges:
         pushed = self._ranges and (self._depth is None or name.depth <= self._depth)
         if pushed:
             self._backend.push(name.rec if recompute else name.fwd)
+        if not name.described:
+            self._describe(module, name, args)  # inside its range, after any phase event
         stack = frame.stack
         if recompute or _sequence_nr is None:  # hooked as it runs (see _watch_backward)
             floor = floor_of(args) if pushed and grad else -1
@@ -205,6 +209,12 @@ class ModuleRanges:
                     frame.forward.calls.append(call)
             stack.append(_Open(module, pushed, True, _NO_TASK, -1, call, call or scope))
         frame.forwards += 1
+
+    def _describe(self, module: torch.nn.Module, name: ModuleName, args: Any) -> None:
+        name.described = True
+        if self._described < MAX_MODULE_FACTS:
+            self._described += 1
+            self._backend.mark(describe(module, name.qualname, name.type, args))
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         """Forward hook, with or without kwargs (torch drops them when forward raised)."""

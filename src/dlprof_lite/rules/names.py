@@ -63,8 +63,13 @@ FACT_PREFIX = "fact:"
 #   pin_memory, persistent_workers, length (batches per epoch, null when unsized);
 # - annotation: at exit: module_calls (hooked forward calls), ns_per_call (measured cost of
 #   one annotated module call, forward plus backward), steps (optimizer steps seen);
-# - process: at start: rank, local_rank, world_size (null outside a distributed launcher).
-FACT_KEYS = ("dataloader", "annotation", "process")
+# - process: at start: rank, local_rank, world_size (null outside a distributed launcher);
+# - module: once per module, at its first annotated call: layer (the range's qualified name),
+#   type, in_shape (the tensor inputs' shapes, ``8x3x32x32``, several joined by ``, ``),
+#   dtype (the first tensor input's), param_dtype (its own first parameter's, null without),
+#   autocast (the autocast dtype in force, null when off), tf32 (float32 matmuls may use
+#   TF32: ``torch.backends.cuda.matmul.allow_tf32``), device (``cuda``, ``cpu``, ...).
+FACT_KEYS = ("dataloader", "annotation", "process", "module")
 
 MODULE_RANGE_RE = re.compile(r"^(?P<dir>fwd|bwd|rec):(?P<layer>[^:]+):(?P<type>[^:]+)$")
 
