@@ -19,8 +19,25 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from dlprof_lite.ingest.profile import Profile
     from dlprof_lite.report.build import Report
+    from dlprof_lite.report.summary_types import Summary
 
-__all__ = ["__version__", "analyze", "load", "open_report"]
+__all__ = ["Profile", "Report", "Summary", "__version__", "analyze", "load", "open_report"]
+
+# The types are imported on first use: ``import dlprof_lite`` (which the annotation layer in
+# a training script does) must not import pandas.
+_TYPES = {
+    "Profile": "dlprof_lite.ingest.profile",
+    "Report": "dlprof_lite.report.build",
+    "Summary": "dlprof_lite.report.summary_types",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _TYPES:
+        import importlib
+
+        return getattr(importlib.import_module(_TYPES[name]), name)
+    raise AttributeError(f"module 'dlprof_lite' has no attribute {name!r}")
 
 
 def load(
