@@ -55,7 +55,7 @@ def check_target(target: Path, *, force: bool) -> None:
     if not os.path.lexists(target):
         return
     if not force:
-        raise OutputError(f"{target} already exists; pass --force to replace it")
+        raise OutputError(f"{target} already exists; pass --force (force=True) to replace it")
     if target.is_symlink() or not target.is_dir():
         raise OutputError(f"{target} exists and is not a folder; refusing to replace it")
     entries = [p.name for p in target.iterdir()]
