@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import foreign_sqlite, training_profile
+from builders import foreign_sqlite
 from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
 from dlprof_lite.report.build import TABLES
+from example_profiles import training_profile
 
 ALL_FILES = sorted(f"{t}.{f}" for t in TABLES for f in ("csv", "json"))
 

@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 
 import dlprof_lite
-from builders import PID, make_profile, training_profile
+from builders import PID, make_profile
 from conftest import corpus_files, missing
 from dlprof_lite.errors import DlprofError, OutputError
 from dlprof_lite.report import output
 from dlprof_lite.report.build import TABLES, Report, build_report
 from dlprof_lite.report.metrics import column_names
+from example_profiles import training_profile
 
 CORPUS = corpus_files()
 

@@ -23,11 +23,11 @@ from builders import (
     fact_mark,
     make_profile,
     phase,
-    training_profile,
 )
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.run_facts import read_run_facts
 from dlprof_lite.rules.gemm import is_fp32_gemm
+from example_profiles import training_profile
 from nsys_db import NsysDb
 from nsys_oracle import nsys_report
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from builders import training_profile
 from dlprof_lite.errors import OutputError
 from dlprof_lite.report import output
 from dlprof_lite.report.build import TABLES, build_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
 from dlprof_lite.report.writers import WRITERS, JsonWriter, Table
+from example_profiles import training_profile
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from builders import PID, make_profile, training_profile
+from builders import PID, make_profile
 from dlprof_lite.report import advice as rules
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import REPORTS, THRESHOLDS, column_names, definitions
 from dlprof_lite.report.summary_types import Gpu, Summary, build_summary
+from example_profiles import training_profile
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from builders import R, make_profile, phase, training_profile
+from builders import R, make_profile, phase
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.tables import kernels_table, layers_table, ranges_table
+from example_profiles import training_profile
 
 
 @pytest.fixture(scope="module")

@@ -129,6 +129,20 @@ RANGE_COLUMNS: tuple[Column, ...] = (
         "names from the top-level range down, joined by '/'; a deep chain's middle is elided "
         "(ingest/paths.py), the whole chain follows parent_id",
     ),
+    # Written by nvtx.build_ranges with the nesting (ingest/paths.py).
+    _d("path_id", "int64", "", "id of the chain of (name, domain) pairs down to this range"),
+    _d("parent_path_id", "int64", "", "path_id of the enclosing range, -1 at top level"),
+    # Written by range_columns.enrich_ranges once ops are correlated and classified.
+    _d("module_direction", "category", "", "forward, backward or recompute for a module range"),
+    _d("gpu_ns", "int64", "ns", "kernel time launched inside the range (nested ranges too)"),
+    _d("self_gpu_ns", "int64", "ns", "kernel time whose innermost range is this one"),
+    _d("kernels", "int64", "", "kernels launched inside the range (nested ranges too)"),
+    _d("memops", "int64", "", "memcpys and memsets launched inside the range"),
+    _d("memop_ns", "int64", "ns", "GPU time of those memops"),
+    _d("gpu_start_ns", "Int64", "ns", "first GPU start of that work, <NA> without GPU work"),
+    _d("gpu_end_ns", "Int64", "ns", "last GPU end of that work, <NA> without GPU work"),
+    _d("projected_ns", "int64", "ns", "gpu_end - gpu_start, 0 without GPU work"),
+    _d("tc_gpu_ns", "int64", "ns", "gpu_ns of kernels that use Tensor Cores"),
 )
 
 # NVTX ranges as the reader hands them to ``nvtx.build_ranges`` (no nesting yet).

@@ -2,7 +2,8 @@
 
 Pipeline (:mod:`dlprof_lite.ingest.load`): ``read_export`` → ``nvtx.build_ranges`` →
 **``attach_launches``** → **``attribute_ranges``** → analyses → ``Profile``.
-``range_membership`` and ``range_gpu_totals`` feed the report's per-range table.
+``range_gpu_totals`` gives the per-range GPU columns that ``range_columns.enrich_ranges``
+writes on ``ranges``; ``range_membership`` lists the (op, range) pairs they sum.
 
 Rules (DESIGN.md, "Definitions"):
 

@@ -288,7 +288,7 @@ def _recompute(own: np.ndarray, near_backward: np.ndarray) -> np.ndarray:
 
 def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
     """Per range (row order): its module direction code into :data:`DIRECTIONS` (-1: not
-    a module range), recomputes included; the layers table's walls and calls use it."""
+    a module range), recomputes included: ``ranges.module_direction`` (range_columns.py)."""
     names = ranges["name"].astype("category")
     info = classify_range_names(list(names.cat.categories.astype(str)))
     of_name = info["module_direction"].map(_DIRECTION_CODE).fillna(-1).to_numpy(dtype=np.int64)

@@ -1,5 +1,9 @@
 """The ingest pipeline, in order: read → ranges → launches → attribution → analyses → Profile.
 
+The analyses label every op (Tensor Cores, launch overhead, layer, phase, iteration) and
+then every range (module direction, GPU work inside it): the ``Profile`` leaves ingest with
+every derived column, and the report only aggregates them.
+
 Each step is a pure function in its own module; this file only strings them together, so
 the order in which columns appear is visible in one place.
 """
@@ -19,6 +23,7 @@ from dlprof_lite.ingest.layers import assign_layers
 from dlprof_lite.ingest.nvtx import build_ranges
 from dlprof_lite.ingest.overhead import launch_overhead
 from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.ingest.range_columns import enrich_ranges
 from dlprof_lite.ingest.reader import read_export
 from dlprof_lite.ingest.tensorcore import classify_kernels
 from dlprof_lite.progress import Stage, StageProgress, no_progress
@@ -57,6 +62,7 @@ def load(
         ranges, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop
     )
     kernels, memops = assign_iterations(kernels, memops, iterations)
+    ranges = enrich_ranges(ranges, kernels, memops)  # per-range GPU work reads the TC flags
     meta = replace(raw.meta, key_range=key_name, key_range_source=key_source)
     return Profile(
         kernels=coerce(kernels, "kernels"),

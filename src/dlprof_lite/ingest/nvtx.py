@@ -10,7 +10,8 @@ is implicit in the timestamps of ranges on one thread). This module gives each r
   intervals keep input order, so a parent always precedes its children;
 * ``end_ns``: the session end for a push without a pop (``closed`` False), and never before
   ``start_ns`` (a broken trace's negative range is clipped to zero length);
-* ``depth`` / ``parent_id`` / ``path`` for push/pop ranges, nested per ``(pid, tid)``.
+* ``depth`` / ``parent_id`` / ``path`` for push/pop ranges, nested per ``(pid, tid)``;
+* ``path_id`` / ``parent_path_id``: one id per chain of ``(name, domain)`` pairs.
 
 Nesting rule. On one thread, range *j* encloses range *i* when ``j`` comes first in range
 order and ``start_j <= start_i <= end_i <= end_j`` (closed intervals, as nsys'
@@ -46,7 +47,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce, empty_frame
 from dlprof_lite.ingest.levels import range_positions
-from dlprof_lite.ingest.paths import PATH_SEP, path_labels
+from dlprof_lite.ingest.paths import PATH_SEP, path_labels, with_path_ids
 
 PUSH_POP = "push_pop"
 START_END = "start_end"
@@ -66,7 +67,7 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
     nvtx = coerce(nvtx, "nvtx_events")
     n = len(nvtx)
     if n == 0:
-        return coerce(empty_frame("ranges"), "ranges")
+        return with_path_ids(coerce(empty_frame("ranges"), "ranges"))
     start_raw = nvtx["start_ns"].to_numpy(dtype=np.int64)
     closed_raw = nvtx["end_ns"].notna().to_numpy()
     end_raw = nvtx["end_ns"].to_numpy(dtype=np.int64, na_value=session_end_ns)
@@ -79,7 +80,7 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
     push_pop = (nvtx["style"] == PUSH_POP).to_numpy(dtype=bool)[order]
     name = nvtx["name"].array.take(order)
     depth, parent = _nest(_thread_codes(pid, tid, push_pop), start, end, push_pop)
-    return pd.DataFrame(
+    ranges = pd.DataFrame(
         {
             "range_id": np.arange(n, dtype=np.int64),
             "name": name,
@@ -97,6 +98,7 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
         },
         copy=False,
     )
+    return with_path_ids(ranges)
 
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, push_pop: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """NVTX range paths: one id per chain of names, and a bounded label to show for it.
 
-Used by :func:`dlprof_lite.ingest.nvtx.build_ranges` (the ``path`` label of every range) and
-by the report's per-path table (:func:`chain_keys` groups instances of one path).
+Used by :func:`dlprof_lite.ingest.nvtx.build_ranges`: the ``path`` label of every range, and
+its ``path_id``/``parent_path_id`` (:func:`with_path_ids`), by which the report's per-path
+table groups instances of one path.
 
 A range's *chain* is its own name and those of its enclosing ranges up to the top level.
 Chains are identified by integers, never by spelling them out: a chain ``d`` levels deep
@@ -18,8 +19,8 @@ bounded whatever the nesting:
   characters with :data:`ELISION` between them, :data:`PATH_MAX_CHARS` in all.
 
 Two chains can share a label (they differ only where it is elided); the full chain of any
-range is always there through ``parent_id``, and the report's ranges table gives each chain
-its own ``path_id`` and its parent's ``parent_path_id``.
+range is always there through ``parent_id``, and each chain has its own ``path_id`` (its
+parent's: ``parent_path_id``).
 
 Work is linear in the number of ranges: one pass per nesting level, each over that level's
 ranges only; Python strings are built once per distinct label, each from at most
@@ -162,6 +163,17 @@ def path_groups(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     label = name * (int(domain.max()) + 1) + domain
     key = chain_keys(label, parent, by_level(depth))
     return key, np.where(parent >= 0, key[np.maximum(parent, 0)], -1), depth
+
+
+def with_path_ids(ranges: pd.DataFrame) -> pd.DataFrame:
+    """``ranges`` with ``path_id`` and ``parent_path_id`` (:func:`path_groups`), replaced
+    where present; the input is not modified."""
+    none = np.empty(0, dtype=np.int64)
+    key, parent_key, _ = path_groups(ranges) if len(ranges) else (none, none, none)
+    out = ranges.copy(deep=False)
+    out["path_id"] = key
+    out["parent_path_id"] = parent_key
+    return out
 
 
 def _codes(column: pd.Series) -> np.ndarray:

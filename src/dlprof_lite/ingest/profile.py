@@ -59,7 +59,7 @@ class Profile:
         check_frame(self.kernels, "kernels", derived=True)
         check_frame(self.memops, "memops", derived=True)
         check_frame(self.api, "api", derived=False)
-        check_frame(self.ranges, "ranges", derived=False)
+        check_frame(self.ranges, "ranges", derived=True)
         check_frame(self.marks, "marks", derived=False)
         check_frame(self.gpus, "gpus", derived=False)
         check_frame(self.iterations, "iterations", derived=False)
