@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.layers import module_direction_codes
+from dlprof_lite.errors import SchemaError
 from dlprof_lite.report.frames import empty_report, ordered, share
 from dlprof_lite.report.overhead import overhead_summary
 from dlprof_lite.rules.gemm import is_tc_eligible
@@ -60,45 +60,42 @@ def _most_frequent_api(kernels: pd.DataFrame) -> pd.Series:
     return pd.Series(top["api_name"].astype(object).to_numpy(), index=top["name"].to_numpy())
 
 
-_RANGE_SUMS = ("gpu_ns", "self_gpu_ns", "projected_ns", "kernels", "memops", "memop_ns")
+_RANGE_SUMS = ("gpu_ns", "self_gpu_ns", "projected_ns", "kernels", "memops", "memop_ns",
+               "tc_gpu_ns")  # fmt: skip
 
 
 def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """One row per NVTX range path (chain of names and domains): wall time, GPU time,
     Tensor Core share, and ``path_id``/``parent_path_id`` to rebuild any elided path.
 
-    GPU attribution is nsys's ``nvtx_kern_sum`` rule, computed per range instance by
-    :func:`dlprof_lite.ingest.correlate.range_gpu_totals`; this function sums instances.
-    Rows group by chain id, not by the ``path`` label: a deep label is elided
-    (:mod:`dlprof_lite.ingest.paths`), so two chains may share one.
+    Ingest writes each range instance's chain ids and GPU work (nsys's ``nvtx_kern_sum``
+    rule) as columns of ``Profile.ranges``; this function sums instances. Rows group by
+    chain id, not by the ``path`` label: a deep label is elided, so two chains may share
+    one. ``kernels``/``memops`` only vouch for a ranges table built without the GPU
+    columns (straight from ``build_ranges``): with no ops there is no GPU work to count.
     """
     if ranges.empty:
         return empty_report("ranges")
-    from dlprof_lite.ingest.correlate import range_gpu_totals
-    from dlprof_lite.ingest.paths import path_groups
-
-    totals = range_gpu_totals(kernels, memops, ranges)  # rows in the order of ``ranges``
-    path_id, parent_path_id, depth = path_groups(ranges)
-    sums = [*_RANGE_SUMS, "tc_gpu_ns"]
+    _require(ranges, ("path_id", "parent_path_id", "depth"))
     per = pd.DataFrame(
         {
-            "path_id": path_id,
+            "path_id": ranges["path_id"].to_numpy(dtype="int64"),
             "wall_ns": (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64"),
-            **{c: totals[c].to_numpy(dtype="int64") for c in sums},
+            **_gpu_work(ranges, ops=not (kernels.empty and memops.empty)),
         },
         copy=False,
     )
     g = per.groupby("path_id", sort=True)
-    out = g[["wall_ns", *sums]].sum()
+    out = g[["wall_ns", *_RANGE_SUMS]].sum()
     out["instances"] = g.size()
     out = out.reset_index()
     # Instances of a chain share path, name, domain, parent chain and depth; style is the
     # first instance's (a start/end and a push/pop range of one name share a top level row).
-    first = np.unique(path_id, return_index=True)[1]  # in path_id order, as ``out``
+    first = np.unique(per["path_id"].to_numpy(), return_index=True)[1]  # path_id order
     for c in ("path", "name", "domain", "style"):
         out[c] = ranges[c].iloc[first].to_numpy(dtype=object)
-    out["parent_path_id"] = parent_path_id[first]
-    out["depth"] = depth[first]
+    for c in ("parent_path_id", "depth"):
+        out[c] = ranges[c].to_numpy(dtype="int64")[first]
     out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
     out = out.sort_values(
         ["gpu_ns", "wall_ns", "path", "path_id"], ascending=[False, False, True, True]
@@ -106,9 +103,27 @@ def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFra
     return ordered(out, "ranges")
 
 
+def _gpu_work(ranges: pd.DataFrame, *, ops: bool) -> dict[str, np.ndarray]:
+    """Per range instance, the GPU work columns ingest wrote; zeros for a ranges table
+    without any of them when there are no ops (nothing ran, nothing to attribute)."""
+    if ops or any(c in ranges.columns for c in _RANGE_SUMS):
+        _require(ranges, _RANGE_SUMS)
+        return {c: ranges[c].to_numpy(dtype="int64") for c in _RANGE_SUMS}
+    zero = np.zeros(len(ranges), dtype=np.int64)
+    return dict.fromkeys(_RANGE_SUMS, zero)
+
+
+def _require(ranges: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """A missing per-range column is an input that did not go through ingest: say which."""
+    for c in columns:
+        if c not in ranges.columns:
+            raise SchemaError(f"ranges: missing column {c!r} (written by dlprof_lite's ingest)")
+
+
 def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
     """Forward/backward/recompute wall time and calls per module, from module range names
-    and their nesting (a ``fwd:`` range inside a backward is a recompute, not a call)."""
+    and ingest's ``module_direction`` (a ``fwd:`` range inside a backward is a recompute,
+    not a call)."""
     names = ranges["name"]
     if not isinstance(names.dtype, pd.CategoricalDtype):
         names = names.astype("category")
@@ -117,7 +132,7 @@ def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
     layer_of = np.array([m.qualname if m else None for m in parsed], dtype=object)
     type_of = np.array([m.type_name if m else None for m in parsed], dtype=object)
     codes = names.cat.codes.to_numpy()
-    direction = module_direction_codes(ranges)
+    direction = _direction_codes(ranges)
     rows = np.flatnonzero(direction >= 0)
     if len(rows) == 0:
         return pd.DataFrame(columns=["layer", "type", *_WALL_SUMS])
@@ -136,6 +151,14 @@ def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return work.groupby(["layer", "type"], sort=False).sum().reset_index()
+
+
+def _direction_codes(ranges: pd.DataFrame) -> np.ndarray:
+    """Ingest's ``module_direction`` per range as codes into :data:`DIRECTIONS` (-1: not a
+    module range), read by value: the column's categories may come in any order."""
+    _require(ranges, ("module_direction",))
+    column = pd.Categorical(ranges["module_direction"], categories=list(DIRECTIONS))
+    return np.asarray(column.codes, dtype=np.int64)
 
 
 _WALL_SUMS = ["forward_wall_ns", "backward_wall_ns", "recompute_wall_ns", "calls",
