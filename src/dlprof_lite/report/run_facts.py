@@ -3,7 +3,9 @@
 Place in the pipeline: report. The annotation layer writes each fact as an NVTX mark in the
 ``dlprof-lite`` domain (:mod:`dlprof_lite.annotate.facts`); ingest keeps marks as they are,
 and this module turns them into the summary's data-loader settings and annotation cost, so
-the advice can name the ``num_workers`` a script really used instead of guessing.
+the advice can name the ``num_workers`` a script really used instead of guessing, and into
+one row per module (:func:`module_facts`: input shapes and dtypes of its first call) for the
+layer table (:mod:`dlprof_lite.report.layer_kernels`).
 
 A profile of several processes (one per rank) holds one set of facts per process: equal
 DataLoader facts are listed once, and the annotation cost is judged per process (the
@@ -19,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from dlprof_lite.annotate.facts import parse_fact
-from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX
+from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX, ROOT_MODULE
 from dlprof_lite.report.frames import cat_mask
 
 # The settings a summary names for each DataLoader, in this order.
@@ -36,14 +38,19 @@ class RunFacts:
     ranks: tuple[tuple[int, int], ...] = ()
 
 
+def _fact_marks(marks: pd.DataFrame) -> pd.DataFrame:
+    """The marks of our domain whose text is a fact, in time order."""
+    ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
+        marks["domain"].astype(object) == DOMAIN
+    ).to_numpy(dtype=bool)
+    return marks[ours].sort_values("start_ns", kind="stable")
+
+
 def read_run_facts(marks: pd.DataFrame) -> RunFacts:
     """The fact marks of ``marks`` (others and malformed ones are ignored)."""
     if marks.empty:
         return RunFacts()
-    ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
-        marks["domain"].astype(object) == DOMAIN
-    ).to_numpy(dtype=bool)
-    found = marks[ours].sort_values("start_ns", kind="stable")
+    found = _fact_marks(marks)
     loaders: dict[str, dict[str, Any]] = {}
     annotation: dict[int, dict[str, Any]] = {}
     ranks: dict[int, int] = {}
@@ -59,6 +66,39 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
         elif key == "process" and isinstance(value.get("rank"), int):
             ranks[int(pid)] = value["rank"]
     return RunFacts(tuple(loaders.values()), tuple(annotation.items()), tuple(ranks.items()))
+
+
+# The ``module`` fact's fields (rules.names.FACT_KEYS), in the order module_facts returns them.
+MODULE_FACT_FIELDS = (
+    "layer", "type", "in_shape", "dtype", "param_dtype", "autocast", "tf32", "device",
+)  # fmt: skip
+
+
+def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
+    """One row per layer named by a ``module`` fact: :data:`MODULE_FACT_FIELDS`.
+
+    Each module writes its fact once, at its first call, so a layer's row is its first call.
+    The first fact of a layer wins: ranks of one profile run the same model, and a name two
+    modules share (a module without a known qualified name) keeps the one that ran first.
+    """
+    rows: dict[str, tuple[object, ...]] = {}
+    if not marks.empty:
+        for text in _fact_marks(marks)["name"].astype(str):
+            fact = parse_fact(text)
+            if fact is None or fact[0] != "module" or not isinstance(fact[1].get("layer"), str):
+                continue
+            value = fact[1]
+            layer = value["layer"] or ROOT_MODULE  # the range names an unnamed root so
+            if layer not in rows:
+                rows[layer] = (layer, *(_text(value.get(f)) for f in MODULE_FACT_FIELDS[1:-2]),
+                               value.get("tf32") is True, _text(value.get("device")))  # fmt: skip
+    frame = pd.DataFrame(list(rows.values()), columns=list(MODULE_FACT_FIELDS))
+    return frame.astype({f: object for f in MODULE_FACT_FIELDS if f != "tf32"} | {"tf32": bool})
+
+
+def _text(value: object) -> str | None:
+    """A fact field as text; None for a missing or empty one."""
+    return str(value) if value not in (None, "") else None
 
 
 def _number(value: object) -> float | None:

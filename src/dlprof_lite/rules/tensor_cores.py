@@ -382,3 +382,43 @@ RULE_IDS: tuple[str, ...] = tuple(rule.id for rule in RULES)
 WEAK_RULE_IDS: frozenset[str] = frozenset(
     rule.id for rule in RULES if rule.verdict == "unknown" or rule.pattern == ""
 )
+
+# ---- Tensor Core use from a layer's compute dtype, where kernel names cannot tell ----
+# The first compute capability whose MMA instructions take each input type: PTX ISA,
+# "Warp-level matrix multiply-accumulate instructions" (mma.sync target requirements):
+# .f16 from sm_70, .bf16 and .tf32 from sm_80, .e4m3/.e5m2 from sm_89; wgmma and tcgen05
+# (sm_90, sm_100) take the same types. Keys are the MMA input types the table infers from.
+MMA_MIN_CC: dict[str, tuple[int, int]] = {
+    "fp16": (7, 0),
+    "bf16": (8, 0),
+    "tf32": (8, 0),
+    "fp8": (8, 9),
+}
+
+# PyTorch dtype names (``str(torch.float16)`` without ``torch.``) -> MMA input type.
+_TORCH_MMA_TYPES = {
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
+}
+
+
+def mma_input_type(dtype: str | None, tf32: bool) -> str | None:
+    """The MMA input type a matmul in ``dtype`` runs in on Tensor Cores, if it can: FP16,
+    BF16 and FP8 as they are; float32 only as TF32, when ``tf32`` says PyTorch lets float32
+    matmuls use it (``torch.backends.cuda.matmul.allow_tf32``); else None (FP64, integers)."""
+    if dtype is None:
+        return None
+    if dtype == "float32":
+        return "tf32" if tf32 else None
+    return _TORCH_MMA_TYPES.get(dtype)
+
+
+def mma_capable(mma_type: str, cc: tuple[int, int]) -> bool:
+    """True when a GPU of compute capability ``cc`` has Tensor Core MMA for ``mma_type``."""
+    need = MMA_MIN_CC.get(mma_type)
+    return need is not None and cc >= need

@@ -1,0 +1,239 @@
+"""What each layer ran: its kernels, its device, its input shapes and dtypes, and Tensor Core
+use inferred from its dtype where kernel names cannot tell.
+
+Place in the pipeline: report. A pure function of three :class:`~dlprof_lite.ingest.Profile`
+frames, merged by the layers table on ``layer`` (issue #12, items 5 and 6):
+
+- ``kernels``: each kernel's ``layer`` (the innermost module, from ingest), name and Tensor
+  Core verdict (``tc_class`` from the name rules, :mod:`dlprof_lite.rules.tensor_cores`);
+- ``marks``: the ``module`` fact the annotation writes at each module's first call (input
+  shapes, dtypes, autocast, TF32, device; :func:`dlprof_lite.report.run_facts.module_facts`);
+- ``gpus``: the compute capability of the devices the kernels ran on.
+
+Kernel columns describe the layer's own kernels (those whose innermost module it is), as
+``gpu_ns`` does; ``device`` looks inside too, so that a container whose children ran
+kernels is a ``gpu`` layer. ``tc_inferred`` is its own column: a name verdict (``tc``,
+``no tc``, ``tc?`` in ``top_kernels``) is never replaced by an inference.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import pandas as pd
+
+from dlprof_lite.report.run_facts import module_facts
+from dlprof_lite.rules.gemm import tc_eligible_family
+from dlprof_lite.rules.names import parse_module_range
+from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type
+
+LAYER_KERNEL_COLUMNS = (
+    "layer", "device", "distinct_kernels", "top_kernels", "in_shape", "in_dtype", "dtype",
+    "tc_inferred",
+)  # fmt: skip
+TOP_KERNELS = 3  # kernels listed per layer (issue #12: "the top 3 kernel names")
+NAME_WIDTH = 48  # characters of a kernel name in top_kernels; the kernels table has them whole
+TC_INFERRED = "tc (inferred)"
+DEVICES = ("gpu", "cpu", "mixed")
+_TAGS = {"tc": "tc", "no_tc": "no tc", "unknown": "tc?"}  # name verdicts as top_kernels says them
+_PATH_SEP = "/"  # ingest.paths.PATH_SEP: range paths join range names with it
+# Short names that say nothing (CUTLASS's ``Kernel``/``Kernel2``, CuTe's ``device_kernel``):
+# the first template argument of the full name says which kernel it is.
+_GENERIC = re.compile(r"^(?:Kernel2?|device_kernel|kernel)$")
+_FIRST_ARG = re.compile(r"<\s*(?:\(\w+\)\s*)?([A-Za-z_][\w:]*)")
+
+
+def layer_implementations(
+    kernels: pd.DataFrame, marks: pd.DataFrame, gpus: pd.DataFrame, layers: Iterable[str] = ()
+) -> pd.DataFrame:
+    """One row per layer (:data:`LAYER_KERNEL_COLUMNS`): the layers of ``kernels``, those of
+    the ``module`` facts in ``marks``, then ``layers`` (e.g. every layer with wall time).
+
+    ``kernels`` are the analysed window's (the caller chooses them); facts are first calls,
+    wherever they were. A layer without a fact (a profile annotated before facts, emit_nvtx
+    or DLProf layers) has no shape or dtype, and so no inferred Tensor Core use.
+    """
+    facts = module_facts(marks).set_index("layer")
+    own, distinct = _by_kernel(kernels)
+    names = list(dict.fromkeys([*own["layer"], *facts.index, *layers]))
+    fact = facts.reindex(pd.Index(names, dtype=object)).astype(object)
+    fact = fact.where(fact.notna(), None)
+    kernel_types = _first_types(kernels)
+    types = [t if t is not None else kernel_types.get(n) for n, t in zip(names, fact["type"])]
+    families = [tc_eligible_family(t) if t is not None else None for t in types]
+    out = pd.DataFrame({"layer": pd.Series(names, dtype=object)})
+    out["device"] = _devices(names, _with_gpu_work(kernels), list(fact["device"]))
+    out["distinct_kernels"] = out["layer"].map(distinct).fillna(0).astype("int64")
+    out["top_kernels"] = out["layer"].map(_top_kernels(own)).astype(object)
+    out["in_shape"] = list(fact["in_shape"])
+    out["in_dtype"] = list(fact["dtype"])
+    out["dtype"] = _compute_dtypes(fact, families)
+    out["tc_inferred"] = _tc_inferred(
+        names, families, list(out["dtype"]), list(fact["tf32"]), _unknown_cc(kernels, gpus)
+    )
+    out = out.astype({c: object for c in LAYER_KERNEL_COLUMNS if c != "distinct_kernels"})
+    return out.where(out.notna(), None).loc[:, list(LAYER_KERNEL_COLUMNS)]
+
+
+def display_name(name: str, short: str | None) -> str:
+    """The kernel name ``top_kernels`` shows: the short name, or for a generic one
+    (``Kernel``, ``device_kernel``) the short name with the full name's first template
+    argument (``Kernel<cutlass_75_tensorop_f16_s1688gemm_f16_256x128_nn_align1>``)."""
+    base = short or name
+    if _GENERIC.match(base):
+        arg = _FIRST_ARG.search(name)
+        if arg is not None:
+            base = f"{base}<{arg[1].rsplit('::', 1)[-1]}>"
+    return base if len(base) <= NAME_WIDTH else base[: NAME_WIDTH - 1] + "…"
+
+
+def _by_kernel(kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """GPU time per layer, displayed kernel name and name verdict (kernels with a layer);
+    and per layer the number of distinct kernel names (full names, as the kernels table)."""
+    has = kernels["layer"].notna().to_numpy(dtype=bool)
+    cols = ["layer", "name", "short_name", "tc_class"]
+    if not has.any():
+        empty = pd.DataFrame({c: pd.Series(dtype=object) for c in ["layer", "display", "tc_class"]})
+        return empty.assign(dur_ns=pd.Series(dtype="int64")), pd.Series(dtype="int64")
+    # Group by name first (categorical codes, no per-row strings), then name each group.
+    per_name = kernels.loc[has, [*cols, "dur_ns"]].groupby(cols, observed=True, sort=False)
+    found = per_name["dur_ns"].sum().reset_index()
+    names, shorts = found["name"].astype(str), found["short_name"].astype(object)
+    found["display"] = [display_name(n, s if isinstance(s, str) else None)
+                        for n, s in zip(names, shorts, strict=True)]  # fmt: skip
+    found["layer"] = found["layer"].astype(str)
+    found["tc_class"] = found["tc_class"].astype(str)
+    distinct = found.drop_duplicates(["layer", "name"]).groupby("layer", sort=False).size()
+    keys = ["layer", "display", "tc_class"]
+    return found.groupby(keys, sort=False)["dur_ns"].sum().reset_index(), distinct
+
+
+def _top_kernels(own: pd.DataFrame) -> dict[str, str]:
+    """``name 62% tc; name 20% no tc; name 9% tc?; +4 more`` per layer with kernels."""
+    if own.empty:
+        return {}
+    per = own.groupby(["layer", "display"], sort=False).agg(
+        dur_ns=("dur_ns", "sum"), tag=("tc_class", _tag)
+    )
+    per = per.reset_index().sort_values(["layer", "dur_ns", "display"],
+                                        ascending=[True, False, True], kind="stable")  # fmt: skip
+    out = {}
+    for layer, rows in per.groupby("layer", sort=False):
+        total = float(rows["dur_ns"].sum())
+        top = rows.head(TOP_KERNELS)
+        rows_top = zip(top["display"], top["dur_ns"], top["tag"], strict=True)
+        parts = [f"{d} {_percent(t, total)} {tag}" for d, t, tag in rows_top]
+        if len(rows) > TOP_KERNELS:
+            parts.append(f"+{len(rows) - TOP_KERNELS} more")
+        out[str(layer)] = "; ".join(parts)
+    return out
+
+
+def _tag(classes: pd.Series) -> str:
+    """The name verdict of one displayed kernel; ``part tc`` when its instances differ."""
+    found = set(classes)
+    return _TAGS.get(found.pop(), "tc?") if len(found) == 1 else "part tc"
+
+
+def _percent(part: float, whole: float) -> str:
+    share = 100.0 * part / whole if whole > 0 else 0.0
+    return "<1%" if share < 0.5 else f"{share:.0f}%"
+
+
+def _first_types(kernels: pd.DataFrame) -> dict[str, str]:
+    """Each layer's type as ingest named it (the first kernel's ``layer_type``)."""
+    pairs = kernels.loc[kernels["layer"].notna(), ["layer", "layer_type"]]
+    pairs = pairs.drop_duplicates("layer").dropna()
+    return dict(zip(pairs["layer"].astype(str), pairs["layer_type"].astype(str), strict=True))
+
+
+def _with_gpu_work(kernels: pd.DataFrame) -> set[str]:
+    """Layers that ran kernels themselves or through a module inside them.
+
+    The module ranges enclosing a kernel are read from its range path (one parse per
+    distinct path): a container's own kernels are few or none, its children's are its work.
+    A path elided in the middle (very deep nesting) misses the elided modules.
+    """
+    found = set(kernels["layer"].dropna().astype(str))
+    paths = kernels.loc[kernels["layer"].notna(), "range_path"].dropna().unique()
+    for path in paths:
+        for part in str(path).split(_PATH_SEP):
+            module = parse_module_range(part)
+            if module is not None:
+                found.add(module.qualname)
+    return found
+
+
+def _devices(names: list[str], gpu_work: set[str], recorded: list[object]) -> list[str]:
+    """``gpu``, ``cpu`` or ``mixed`` per layer, from its kernels and its recorded device.
+
+    The fact's device is where the first call's inputs were: ``cuda`` is a GPU layer even
+    without kernels (a view, a reshape); ``cpu`` with kernels is ``mixed`` (inputs on the
+    CPU, work on the GPU). Without a fact (or another device type), kernels decide.
+    """
+    out = []
+    for name, device in zip(names, recorded, strict=True):
+        work = name in gpu_work
+        if device == "cuda":
+            out.append("gpu")
+        elif device == "cpu":
+            out.append("mixed" if work else "cpu")
+        else:
+            out.append("gpu" if work else "cpu")
+    return out
+
+
+def _compute_dtypes(fact: pd.DataFrame, families: list[str | None]) -> list[str | None]:
+    """The dtype a layer computes in: for a matmul-class layer (conv, linear, matmul,
+    attention, RNN) the autocast dtype when autocast was on, else its parameters', else its
+    input's; for any other layer its parameters', else its input's (autocast runs only the
+    matmul-class ops in lower precision: PyTorch "Automatic Mixed Precision" op reference)."""
+    out: list[str | None] = []
+    rows = zip(fact["autocast"], fact["param_dtype"], fact["dtype"], families, strict=True)
+    for autocast, param, given, family in rows:
+        chain = (autocast, param, given) if family is not None else (param, given)
+        out.append(next((d for d in chain if d is not None), None))
+    return out
+
+
+def _unknown_cc(kernels: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Per layer whose own kernels include names the rules cannot tell (``unknown``): the
+    lowest compute capability among the devices those ran on; absent where one is unknown."""
+    unknown = kernels["layer"].notna().to_numpy(bool) & (
+        kernels["tc_class"].astype(object) == "unknown"
+    ).to_numpy(bool)
+    if not unknown.any():
+        return {}
+    known = gpus[gpus["cc_major"].fillna(0) > 0]
+    rows = zip(known["device_id"], known["cc_major"], known["cc_minor"].fillna(0), strict=True)
+    cc = {int(d): (int(a), int(b)) for d, a, b in rows}
+    pairs = kernels.loc[unknown, ["layer", "device_id"]].drop_duplicates()
+    out: dict[str, tuple[int, int]] = {}
+    missing: set[str] = set()
+    for layer, device in zip(pairs["layer"].astype(str), pairs["device_id"], strict=True):
+        if int(device) not in cc:
+            missing.add(layer)
+        else:
+            out[layer] = min(out.get(layer, cc[int(device)]), cc[int(device)])
+    return {layer: v for layer, v in out.items() if layer not in missing}
+
+
+def _tc_inferred(
+    names: list[str],
+    families: list[str | None],
+    dtypes: list[str | None],
+    tf32: list[object],
+    ccs: dict[str, tuple[int, int]],
+) -> list[str | None]:
+    """``tc (inferred)`` for a matmul-class layer whose own kernels include names that
+    cannot tell, on a GPU whose Tensor Cores take its compute dtype (FP16, BF16, FP8, or
+    FP32 as TF32 where PyTorch allows TF32 matmuls). Convolutions are not inferred from
+    float32: their TF32 switch (``torch.backends.cudnn.allow_tf32``) is not recorded."""
+    out: list[str | None] = []
+    for name, family, dtype, allow in zip(names, families, dtypes, tf32, strict=True):
+        cc = ccs.get(name)
+        mma = mma_input_type(dtype, allow is True and family != "conv")
+        ok = family is not None and cc is not None and mma is not None and mma_capable(mma, cc)
+        out.append(TC_INFERRED if ok else None)
+    return out
