@@ -114,8 +114,11 @@ def _top_kernels(own: pd.DataFrame) -> dict[str, str]:
     if own.empty:
         return {}
     per = own.groupby(["layer", "display"], sort=False).agg(
-        dur_ns=("dur_ns", "sum"), tag=("tc_class", _tag)
+        dur_ns=("dur_ns", "sum"), verdict=("tc_class", "first"), verdicts=("tc_class", "nunique")
     )
+    # One verdict per displayed kernel; ``part tc`` when its instances differ.
+    tags = per["verdict"].map(_TAGS).fillna("tc?")
+    per["tag"] = tags.where(per["verdicts"] == 1, "part tc")
     per = per.reset_index().sort_values(["layer", "dur_ns", "display"],
                                         ascending=[True, False, True], kind="stable")  # fmt: skip
     out = {}
@@ -128,12 +131,6 @@ def _top_kernels(own: pd.DataFrame) -> dict[str, str]:
             parts.append(f"+{len(rows) - TOP_KERNELS} more")
         out[str(layer)] = "; ".join(parts)
     return out
-
-
-def _tag(classes: pd.Series) -> str:
-    """The name verdict of one displayed kernel; ``part tc`` when its instances differ."""
-    found = set(classes)
-    return _TAGS.get(found.pop(), "tc?") if len(found) == 1 else "part tc"
 
 
 def _percent(part: float, whole: float) -> str:
@@ -155,8 +152,9 @@ def _with_gpu_work(kernels: pd.DataFrame) -> set[str]:
     distinct path): a container's own kernels are few or none, its children's are its work.
     A path elided in the middle (very deep nesting) misses the elided modules.
     """
-    found = set(kernels["layer"].dropna().astype(str))
-    paths = kernels.loc[kernels["layer"].notna(), "range_path"].dropna().unique()
+    has = kernels["layer"].notna().to_numpy(dtype=bool)
+    found = {str(layer) for layer in kernels["layer"][has].unique()}  # per category, not row
+    paths = kernels["range_path"][has].dropna().unique()
     for path in paths:
         for part in str(path).split(_PATH_SEP):
             module = parse_module_range(part)
