@@ -23,15 +23,14 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
 from dlprof_lite.rules.gemm import tc_eligible_family
 from dlprof_lite.rules.names import parse_module_range
 from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type
 
-LAYER_KERNEL_COLUMNS = (
-    "layer", "device", "distinct_kernels", "top_kernels", "in_shape", "in_dtype", "dtype",
-    "tc_inferred",
-)  # fmt: skip
+# The frame's columns: ``layer``, then those defined in the metric registry.
+LAYER_KERNEL_COLUMNS = ("layer", *(c.name for c in LAYER_IMPLEMENTATION_REPORT))
 TOP_KERNELS = 3  # kernels listed per layer (issue #12: "the top 3 kernel names")
 NAME_WIDTH = 48  # characters of a kernel name in top_kernels; the kernels table has them whole
 TC_INFERRED = "tc (inferred)"

@@ -93,6 +93,23 @@ LAYER_REPORT = _cols(
     ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's kernels"),
 )
 
+# What each layer ran (report/layer_kernels.py: layer_implementations), merged into the
+# layers table on ``layer``. Own kernels: those whose innermost module is the layer.
+LAYER_IMPLEMENTATION_REPORT = _cols(
+    ("device", "", "gpu: it or a module inside it ran kernels, or its inputs were on a CUDA "
+     "device; cpu: neither (CPU-only run, CPU op); mixed: kernels, but inputs on the CPU"),
+    ("distinct_kernels", "", "distinct kernel names among its own kernels"),
+    ("top_kernels", "", "its 3 largest own kernels: name, share of their GPU time, name verdict "
+     "(tc, no tc, tc? = the name cannot tell, part tc), then '+N more'"),
+    ("in_shape", "", "shapes of its first call's tensor inputs (module fact), e.g. 8x3x32x32"),
+    ("in_dtype", "", "dtype of its first call's first tensor input"),
+    ("dtype", "", "compute dtype: conv/linear/matmul/attention/RNN layers the autocast dtype "
+     "when on, else their parameters', else their input's; other layers parameters', else input's"),
+    ("tc_inferred", "", "'tc (inferred)': a matmul-class layer whose kernel names cannot tell "
+     "(Triton, XLA, bare CUTLASS), in FP16/BF16/FP8 or TF32-allowed FP32, on a GPU with "
+     "Tensor Cores for it; name verdicts stay in top_kernels"),
+)  # fmt: skip
+
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")
 # Who owns GPU time that ops of several phases share (report/steps.py): compute first, so a
