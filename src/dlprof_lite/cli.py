@@ -76,6 +76,13 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be >= 1, not 0")
+    return value
+
+
 def _regex(text: str) -> str:
     try:
         re.compile(text)
@@ -102,6 +109,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     it("--iter-start", type=_count, metavar="N",
        help="first iteration to analyse (earlier ones are warm-up)")
     it("--iter-stop", type=_count, metavar="N", help="iteration to stop before (exclusive)")
+    pro = parser.add_argument_group("projected training time").add_argument
+    pro("--steps-per-epoch", type=_positive, metavar="N",
+        help="training steps per epoch (default: the DataLoader's length the annotation "
+             "recorded, over the batches one step takes)")
+    pro("--epochs", type=_positive, metavar="N", help="epochs to project (default: 1)")
 
 
 def _profiling(parser: argparse.ArgumentParser) -> None:
@@ -214,6 +226,8 @@ def _options(args: argparse.Namespace) -> AnalyzeOptions:
         key_range=args.key_range,
         iter_start=args.iter_start,
         iter_stop=args.iter_stop,
+        steps_per_epoch=args.steps_per_epoch,
+        epochs=args.epochs,
     )
 
 

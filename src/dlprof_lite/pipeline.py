@@ -36,6 +36,8 @@ class AnalyzeOptions:
     key_range: str | None = None
     iter_start: int | None = None
     iter_stop: int | None = None
+    steps_per_epoch: int | None = None  # the projection's (report/projection.py)
+    epochs: int | None = None
 
 
 def analyze_profile(
@@ -53,7 +55,14 @@ def analyze_profile(
         **({"progress": progress} if progress is not None else {}),
     )
     (progress or no_progress)(Stage.WRITING)
-    return build_report(profile)
+    report = build_report(profile)
+    if options.steps_per_epoch is None and options.epochs is None:
+        return report
+    # build_report projected with the DataLoader's length and one epoch: the user's say.
+    from dlprof_lite.report.projection import ProjectionInput, reproject
+
+    given = ProjectionInput(options.steps_per_epoch, options.epochs)
+    return replace(report, summary=reproject(report.summary, profile, report.iterations, given))
 
 
 @dataclass(frozen=True)

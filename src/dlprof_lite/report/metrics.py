@@ -164,6 +164,30 @@ ADVICE_REPORT = _cols(
     ("citation", "", "where the rule and its threshold come from"),
 )
 
+# Projected epoch and training time (report/projection.py); empty when steps per epoch are
+# unknown (a summary warning says why).
+_PROJ = "projected from the analysed steps:"
+_PROJECTION = (
+    ("projection_steps_per_epoch", "", "steps per epoch: --steps-per-epoch, or the training "
+     "DataLoader's len / batches per step"),
+    ("projection_steps_source", "", "where steps per epoch came from (--steps-per-epoch or "
+     "dataloader: its batches and batches per step)"),
+    ("projection_epochs", "", "epochs projected (--epochs, default 1)"),
+    ("projection_step_ns", "ns", "mean analysed step wall time, less time between steps"),
+    ("projection_step_p10_ns", "ns", "10th percentile (linear) of those step times"),
+    ("projection_step_p90_ns", "ns", "90th percentile (linear) of those step times"),
+    ("projection_startup_ns", "ns", "program start (its import of torch) to the first step, "
+     "plus the warm-up steps' time above the mean step; once per run"),
+    ("projection_outside_ns", "ns", "per epoch: time between steps and after the last step "
+     "(evaluation, checkpoints), over the epochs the profile covered"),
+    ("projection_epoch_ns", "ns", f"{_PROJ} steps per epoch x mean step + outside time"),
+    ("projection_epoch_p10_ns", "ns", f"{_PROJ} the same with the p10 step"),
+    ("projection_epoch_p90_ns", "ns", f"{_PROJ} the same with the p90 step"),
+    ("projection_train_ns", "ns", f"{_PROJ} start-up + epochs x projection_epoch_ns"),
+    ("projection_train_p10_ns", "ns", f"{_PROJ} start-up + epochs x projection_epoch_p10_ns"),
+    ("projection_train_p90_ns", "ns", f"{_PROJ} start-up + epochs x projection_epoch_p90_ns"),
+)  # fmt: skip
+
 # Summary metrics: flat keys, the columns of summary.csv and the scalar fields of summary.json.
 SUMMARY_REPORT = _cols(
     ("source", "", "input file analysed"),
@@ -250,6 +274,7 @@ SUMMARY_REPORT = _cols(
         "rule that chose the key range: key-range, numbered-ranges, annotation, "
         "root-model-calls, most-repeated or none",
     ),
+    *_PROJECTION,
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),
 )

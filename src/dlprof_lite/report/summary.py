@@ -32,6 +32,7 @@ from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations, key_regex
 from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.projection import ProjectionInput, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
     annotation_summary,
@@ -45,10 +46,15 @@ from dlprof_lite.rules.iterations import GUESSED
 
 
 def summarize(
-    profile: Profile, iterations: pd.DataFrame, layers: pd.DataFrame, devices: int
+    profile: Profile,
+    iterations: pd.DataFrame,
+    layers: pd.DataFrame,
+    devices: int,
+    projection: ProjectionInput | None = None,
 ) -> Summary:
     """The summary without advice (:func:`dlprof_lite.report.build.build_report` adds it
-    with ``dataclasses.replace`` before anyone sees the summary)."""
+    with ``dataclasses.replace`` before anyone sees the summary); ``projection``: the
+    user's steps per epoch and epochs, if given."""
     meta = profile.meta
     ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "pid", "device_id"])
     busy = busy_per_device(ops)
@@ -84,10 +90,13 @@ def summarize(
     flat.update(annotation_summary(facts, number(flat.get("iterations_mean_ns"))))
     flat["key_range"] = meta.key_range
     flat["key_range_source"] = meta.key_range_source
+    projected, projection_warnings = project(profile, iterations, projection or ProjectionInput())
+    flat.update(projected)
     warnings = [
         *meta.warnings,
         *_report_warnings(profile, iterations),
         *_merged_ranks(profile, facts),
+        *projection_warnings,
     ]
     return build_summary(
         flat,

@@ -187,6 +187,31 @@ class Compile(_Group):
 
 
 @dataclass(frozen=True)
+class Projection(_Group):
+    """Projected epoch and training time (report/projection.py); all None when unknown."""
+
+    projection_steps_per_epoch: int | None
+    projection_steps_source: str | None
+    projection_epochs: int | None
+    projection_step_ns: float | None
+    projection_step_p10_ns: float | None
+    projection_step_p90_ns: float | None
+    projection_startup_ns: float | None
+    projection_outside_ns: float | None
+    projection_epoch_ns: float | None
+    projection_epoch_p10_ns: float | None
+    projection_epoch_p90_ns: float | None
+    projection_train_ns: float | None
+    projection_train_p10_ns: float | None
+    projection_train_p90_ns: float | None
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, object]) -> Projection:
+        """The group from ``projection_*`` values (missing ones None)."""
+        return _group(cls, values)
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One GPU timeline: a device as one process saw it (``pid`` None: listed, no work)."""
 
@@ -241,6 +266,7 @@ GROUPS = {
     "data_loading": DataLoading,
     "annotation_cost": AnnotationCost,
     "compile": Compile,
+    "projection": Projection,
 }
 LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
 
@@ -260,6 +286,7 @@ class Summary:
     data_loading: DataLoading
     annotation_cost: AnnotationCost
     compile: Compile
+    projection: Projection
     gpus: tuple[Gpu, ...] = ()
     warnings: tuple[str, ...] = ()
     advice: tuple[Advice, ...] = ()
