@@ -34,6 +34,7 @@ from dlprof_lite.report.layer_kernels import (
     layer_implementations,
 )
 from dlprof_lite.report.run_facts import module_facts
+from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type, unknown_is_matmul
 
 A100 = (0, "NVIDIA A100-SXM4-80GB", 108, 8, 0)
 T4 = (0, "Tesla T4", 40, 7, 5)
@@ -221,8 +222,9 @@ def test_no_inference_without_a_reason_to() -> None:
     # a name the rules settle: its verdict stands and nothing is inferred
     assert _inferred(A100, name=CUTLASS_TC, autocast="bfloat16") is None
     assert _inferred(A100, name="ampere_sgemm_128x64_tn", autocast="bfloat16") is None
-    # not a matmul-class layer
-    assert _inferred(A100, type_name="ReLU", autocast="bfloat16", dtype="bfloat16") is None
+    # not a matmul-class layer, and no name that says matmul (an Inductor foreach kernel)
+    foreach = "triton_for_fused_0"
+    assert _inferred(A100, name=foreach, type_name="ReLU", autocast="bfloat16") is None
     # conv in float32: cuDNN's TF32 switch is not recorded
     assert _inferred(A100, type_name="Conv2d", tf32=True) is None
     assert _inferred(A100, type_name="Conv2d", autocast="float16") == TC_INFERRED
@@ -232,6 +234,51 @@ def test_no_inference_without_a_reason_to() -> None:
     # no fact (an older profile, emit_nvtx): dtype unknown, no inference
     out = implementations(_LINEAR, [kernel(TRITON_MM, 100, 500)], [])
     assert out.loc["fc", "tc_inferred"] is None and out.loc["fc", "dtype"] is None
+
+
+def test_compiled_model_gemm_templates_are_inferred_from_the_models_autocast() -> None:
+    """Under torch.compile only the root model has ranges: its Inductor mm template kernels
+    (triton_tem_) are matmuls by name, so the root's autocast dtype settles them; its
+    pointwise kernels are CUDA-core by name and are never inferred."""
+    ranges = [R("fwd:model:GPT", 0, 10_000)]
+    fact = module("model", "GPT", 1, dtype="int64", param_dtype=None, autocast="bfloat16")
+    kernels = [kernel("triton_tem_fused_addmm_gelu_0", 100, 700),
+               kernel("triton_poi_fused_add_1", 900, 300)]  # fmt: skip
+    out = implementations(ranges, kernels, [fact])
+    assert out.loc["model", "tc_inferred"] == TC_INFERRED
+    assert out.loc["model", "dtype"] == "int64"  # its own input: token ids
+    assert out.loc["model", "top_kernels"] == (
+        "triton_tem_fused_addmm_gelu_0 70% tc?; triton_poi_fused_add_1 30% no tc"
+    )
+    pointwise_only = implementations(ranges, kernels[1:], [fact])
+    assert pointwise_only.loc["model", "tc_inferred"] is None
+    no_autocast = implementations(ranges, kernels, [{**fact, "name": fact["name"].replace(
+        '"autocast":"bfloat16"', '"autocast":null')}])  # fmt: skip
+    assert no_autocast.loc["model", "tc_inferred"] is None  # int64 input, no parameters
+
+
+@pytest.mark.parametrize(
+    ("name", "matmul"),
+    [
+        ("_decode_paged_kernel", True),  # vLLM's Triton paged-attention decode (tc_kernels.tsv)
+        ("triton_tem_fused_addmm_0", True),  # Inductor template category: mm/conv/attention
+        ("triton__0d1d23d", False),  # older Triton names: nothing to tell (tc_kernels.tsv)
+        ("triton_unk_fused_addmm_gelu_native_dropout", False),  # category unknown to Inductor
+        ("fusion_4", False),  # an XLA fusion may be elementwise only
+    ],
+)
+def test_unknown_names_that_say_matmul(name: str, matmul: bool) -> None:
+    (verdict,), (rule,) = classify_names_with_rules([name])
+    assert verdict == "unknown" and unknown_is_matmul(name, rule) is matmul
+
+
+def test_mma_input_types() -> None:
+    assert [mma_input_type(d, False) for d in ("float16", "bfloat16", "float8_e5m2")] == [
+        "fp16", "bf16", "fp8"]  # fmt: skip
+    assert mma_input_type("float32", True) == "tf32" and mma_input_type("float32", False) is None
+    assert mma_input_type("float64", True) is None and mma_input_type(None, True) is None
+    assert mma_capable("fp16", (7, 0)) and not mma_capable("bf16", (7, 5))
+    assert mma_capable("fp8", (8, 9)) and not mma_capable("fp8", (8, 6))
 
 
 # --- real data ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -27,7 +28,7 @@ from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
 from dlprof_lite.rules.gemm import tc_eligible_family
 from dlprof_lite.rules.names import parse_module_range
-from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type
+from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type, unknown_is_matmul
 
 # The frame's columns: ``layer``, then those defined in the metric registry.
 LAYER_KERNEL_COLUMNS = ("layer", *(c.name for c in LAYER_IMPLEMENTATION_REPORT))
@@ -69,7 +70,7 @@ def layer_implementations(
     out["in_dtype"] = list(fact["dtype"])
     out["dtype"] = _compute_dtypes(fact, families)
     out["tc_inferred"] = _tc_inferred(
-        names, families, list(out["dtype"]), list(fact["tf32"]), _unknown_cc(kernels, gpus)
+        names, families, _matmul_dtypes(fact), list(fact["tf32"]), _unknown_kernels(kernels, gpus)
     )
     out = out.astype({c: object for c in LAYER_KERNEL_COLUMNS if c != "distinct_kernels"})
     return out.where(out.notna(), None).loc[:, list(LAYER_KERNEL_COLUMNS)]
@@ -183,20 +184,33 @@ def _devices(names: list[str], gpu_work: set[str], recorded: list[object]) -> li
 
 def _compute_dtypes(fact: pd.DataFrame, families: list[str | None]) -> list[str | None]:
     """The dtype a layer computes in: for a matmul-class layer (conv, linear, matmul,
-    attention, RNN) the autocast dtype when autocast was on, else its parameters', else its
-    input's; for any other layer its parameters', else its input's (autocast runs only the
-    matmul-class ops in lower precision: PyTorch "Automatic Mixed Precision" op reference)."""
-    out: list[str | None] = []
-    rows = zip(fact["autocast"], fact["param_dtype"], fact["dtype"], families, strict=True)
-    for autocast, param, given, family in rows:
-        chain = (autocast, param, given) if family is not None else (param, given)
-        out.append(next((d for d in chain if d is not None), None))
-    return out
+    attention, RNN) its matmul dtype (:func:`_matmul_dtypes`); for any other layer its
+    parameters', else its input's (autocast runs only the matmul-class ops in lower
+    precision: PyTorch "Automatic Mixed Precision" op reference)."""
+    matmul = _matmul_dtypes(fact)
+    rows = zip(fact["param_dtype"], fact["dtype"], families, matmul, strict=True)
+    return [mm if family is not None else (param if param is not None else given)
+            for param, given, family, mm in rows]  # fmt: skip
 
 
-def _unknown_cc(kernels: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, tuple[int, int]]:
-    """Per layer whose own kernels include names the rules cannot tell (``unknown``): the
-    lowest compute capability among the devices those ran on; absent where one is unknown."""
+def _matmul_dtypes(fact: pd.DataFrame) -> list[str | None]:
+    """The dtype a layer's matmuls run in: the autocast dtype when autocast was on, else its
+    parameters', else its input's."""
+    rows = zip(fact["autocast"], fact["param_dtype"], fact["dtype"], strict=True)
+    return [next((d for d in chain if d is not None), None) for chain in rows]
+
+
+class _Unknown(NamedTuple):
+    """A layer's own kernels whose names the rules cannot tell: the lowest compute
+    capability they ran on, and whether a name says it is a matmul (a GEMM template)."""
+
+    cc: tuple[int, int]
+    matmul_named: bool
+
+
+def _unknown_kernels(kernels: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, _Unknown]:
+    """Per layer whose own kernels include names the rules cannot tell (``unknown``); a
+    layer is left out where a device they ran on has no recorded compute capability."""
     unknown = kernels["layer"].notna().to_numpy(bool) & (
         kernels["tc_class"].astype(object) == "unknown"
     ).to_numpy(bool)
@@ -205,14 +219,18 @@ def _unknown_cc(kernels: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, tuple[in
     known = gpus[gpus["cc_major"].fillna(0) > 0]
     rows = zip(known["device_id"], known["cc_major"], known["cc_minor"].fillna(0), strict=True)
     cc = {int(d): (int(a), int(b)) for d, a, b in rows}
-    pairs = kernels.loc[unknown, ["layer", "device_id"]].drop_duplicates()
-    out: dict[str, tuple[int, int]] = {}
+    cols = ["layer", "device_id", "name", "tc_rule"]
+    found = kernels.loc[unknown, cols].drop_duplicates().astype(object)
+    out: dict[str, _Unknown] = {}
     missing: set[str] = set()
-    for layer, device in zip(pairs["layer"].astype(str), pairs["device_id"], strict=True):
-        if int(device) not in cc:
-            missing.add(layer)
-        else:
-            out[layer] = min(out.get(layer, cc[int(device)]), cc[int(device)])
+    for layer, device, name, rule in found.itertuples(index=False):  # distinct kernels only
+        here = cc.get(int(device))
+        if here is None:
+            missing.add(str(layer))
+            continue
+        seen = out.get(str(layer), _Unknown(here, False))
+        matmul = seen.matmul_named or unknown_is_matmul(str(name), str(rule))
+        out[str(layer)] = _Unknown(min(seen.cc, here), matmul)
     return {layer: v for layer, v in out.items() if layer not in missing}
 
 
@@ -221,16 +239,18 @@ def _tc_inferred(
     families: list[str | None],
     dtypes: list[str | None],
     tf32: list[object],
-    ccs: dict[str, tuple[int, int]],
+    unknown: dict[str, _Unknown],
 ) -> list[str | None]:
-    """``tc (inferred)`` for a matmul-class layer whose own kernels include names that
-    cannot tell, on a GPU whose Tensor Cores take its compute dtype (FP16, BF16, FP8, or
-    FP32 as TF32 where PyTorch allows TF32 matmuls). Convolutions are not inferred from
-    float32: their TF32 switch (``torch.backends.cudnn.allow_tf32``) is not recorded."""
+    """``tc (inferred)`` for a layer whose own kernels include names that cannot tell, when
+    it is matmul-class or one of those names says matmul (an Inductor GEMM template in a
+    compiled model), on a GPU whose Tensor Cores take its matmul dtype (FP16, BF16, FP8, or
+    FP32 as TF32 where PyTorch allows TF32 matmuls). Convolution layers are not inferred
+    from float32: their TF32 switch (``torch.backends.cudnn.allow_tf32``) is not recorded."""
     out: list[str | None] = []
     for name, family, dtype, allow in zip(names, families, dtypes, tf32, strict=True):
-        cc = ccs.get(name)
+        found = unknown.get(name)
+        ok = found is not None and (family is not None or found.matmul_named)
         mma = mma_input_type(dtype, allow is True and family != "conv")
-        ok = family is not None and cc is not None and mma is not None and mma_capable(mma, cc)
+        ok = ok and found is not None and mma is not None and mma_capable(mma, found.cc)
         out.append(TC_INFERRED if ok else None)
     return out

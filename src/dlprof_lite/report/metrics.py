@@ -105,9 +105,10 @@ LAYER_IMPLEMENTATION_REPORT = _cols(
     ("in_dtype", "", "dtype of its first call's first tensor input"),
     ("dtype", "", "compute dtype: conv/linear/matmul/attention/RNN layers the autocast dtype "
      "when on, else their parameters', else their input's; other layers parameters', else input's"),
-    ("tc_inferred", "", "'tc (inferred)': a matmul-class layer whose kernel names cannot tell "
-     "(Triton, XLA, bare CUTLASS), in FP16/BF16/FP8 or TF32-allowed FP32, on a GPU with "
-     "Tensor Cores for it; name verdicts stay in top_kernels"),
+    ("tc_inferred", "", "'tc (inferred)': own kernels whose names cannot tell (Triton, XLA, "
+     "bare CUTLASS) in a matmul-class layer, or named as GEMMs (Inductor triton_tem_), run in "
+     "FP16/BF16/FP8 or TF32-allowed FP32 on a GPU with Tensor Cores for it; name verdicts "
+     "stay in top_kernels"),
 )  # fmt: skip
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).

@@ -26,6 +26,7 @@ longer wins for its example (dead or shadowed) fails that test.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -422,3 +423,19 @@ def mma_capable(mma_type: str, cc: tuple[int, int]) -> bool:
     """True when a GPU of compute capability ``cc`` has Tensor Core MMA for ``mma_type``."""
     need = MMA_MIN_CC.get(mma_type)
     return need is not None and cc >= need
+
+
+# Names the table leaves ``unknown`` that still say "matrix multiply": Inductor names its
+# kernels ``triton_<category[:3]>_`` (torch/_inductor/codegen/triton.py, categories from
+# wrapper_benchmark.py), and its ``template`` kernels (``triton_tem_``) are the mm/bmm/addmm,
+# convolution and flex-attention templates, all built on ``tl.dot``; the gemm_like_unmarked
+# rule's GEMM/conv/attention words and a bare CUTLASS kernel say the same. Whether such a
+# kernel used Tensor Cores is then a question of its dtype, whatever module launched it.
+_MATMUL_TEMPLATE = re.compile(r"^(?:void\s+)?triton_tem_")
+MATMUL_NAMED_RULES = frozenset({"gemm_like_unmarked", "cutlass_opaque"})
+
+
+def unknown_is_matmul(name: str, rule: str) -> bool:
+    """True for a kernel the table calls ``unknown`` (``rule``) whose name says it is a
+    GEMM, convolution or attention kernel."""
+    return rule in MATMUL_NAMED_RULES or _MATMUL_TEMPLATE.search(name) is not None
