@@ -96,8 +96,11 @@ def _by_kernel(kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     if not has.any():
         empty = pd.DataFrame({c: pd.Series(dtype=object) for c in ["layer", "display", "tc_class"]})
         return empty.assign(dur_ns=pd.Series(dtype="int64")), pd.Series(dtype="int64")
-    # Group by name first (categorical codes, no per-row strings), then name each group.
-    per_name = kernels.loc[has, [*cols, "dur_ns"]].groupby(cols, observed=True, sort=False)
+    # Group by name first (categorical codes, no per-row strings), then name each group;
+    # a kernel without a short name or a verdict still counts (dropna=False).
+    per_name = kernels.loc[has, [*cols, "dur_ns"]].groupby(
+        cols, observed=True, sort=False, dropna=False
+    )
     found = per_name["dur_ns"].sum().reset_index()
     names, shorts = found["name"].astype(str), found["short_name"].astype(object)
     found["display"] = [display_name(n, s if isinstance(s, str) else None)
