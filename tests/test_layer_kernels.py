@@ -161,10 +161,12 @@ def test_compute_dtype_autocast_for_matmul_layers_else_parameters_else_input() -
         module("act", "ReLU", 3, autocast="bfloat16", dtype="bfloat16", param_dtype=None),
         module("half", "Linear", 4, dtype="float16", param_dtype="float16"),
         module("emb", "Embedding", 5, dtype="int64", in_shape="8x128"),
+        module("f64", "Linear", 6, autocast="bfloat16", dtype="float64", param_dtype="float64"),
     ]
     out = implementations([], [], marks)
     assert out["dtype"].to_dict() == {"fc": "bfloat16", "norm": "float32", "act": "bfloat16",
-                                      "half": "float16", "emb": "float32"}  # fmt: skip
+                                      "half": "float16", "emb": "float32",
+                                      "f64": "float64"}  # fmt: skip
     assert out.loc["emb", "in_dtype"] == "int64" and out.loc["emb", "in_shape"] == "8x128"
 
 
@@ -292,8 +294,8 @@ head = nn.Linear(10, 4).to(torch.float64)
 opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.01)
 for step in range(3):
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = model(torch.randn(2, 3, 8, 8))
-    head(out.double()).sum().backward()
+        out = head(model(torch.randn(2, 3, 8, 8)).double())  # autocast leaves float64 alone
+    out.sum().backward()
     opt.step()
     opt.zero_grad()
 """
@@ -303,7 +305,8 @@ for step in range(3):
 @pytest.mark.slow
 def test_shapes_and_dtypes_from_a_real_profile(nsys: str, tmp_path: Path) -> None:
     """A real ``nsys profile`` of a CPU script through the product's launcher: the shapes
-    and dtypes the script fixes (a bf16-autocast conv net, a float64 head) come back."""
+    and dtypes the script fixes (a bf16-autocast conv net, a float64 head) come back; the
+    head ran under autocast too, which leaves float64 matmuls in float64."""
     pytest.importorskip("torch")
     import dlprof_lite
     from dlprof_lite.launch import profile_program
@@ -323,6 +326,7 @@ def test_shapes_and_dtypes_from_a_real_profile(nsys: str, tmp_path: Path) -> Non
         "3": ("2x288", "bfloat16", "bfloat16"),
         "head": ("2x10", "float64", "float64"),
     }
+    assert module_facts(profile.marks).set_index("layer").loc["head", "autocast"] == "bfloat16"
     assert set(out["device"]) == {"cpu"} and (out["distinct_kernels"] == 0).all()
     assert out["top_kernels"].isna().all() and out["tc_inferred"].isna().all()
 

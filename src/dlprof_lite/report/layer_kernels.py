@@ -198,9 +198,13 @@ def _compute_dtypes(fact: pd.DataFrame, families: list[str | None]) -> list[str 
 
 def _matmul_dtypes(fact: pd.DataFrame) -> list[str | None]:
     """The dtype a layer's matmuls run in: the autocast dtype when autocast was on, else its
-    parameters', else its input's."""
-    rows = zip(fact["autocast"], fact["param_dtype"], fact["dtype"], strict=True)
-    return [next((d for d in chain if d is not None), None) for chain in rows]
+    parameters', else its input's. Autocast leaves float64 alone (ATen's autocast casts
+    only floating tensors that are not double: ``is_eligible`` in aten/src/ATen/autocast_mode.h)."""
+    out: list[str | None] = []
+    for autocast, param, given in zip(fact["autocast"], fact["param_dtype"], fact["dtype"]):
+        own = param if param is not None else given
+        out.append(autocast if autocast is not None and own != "float64" else own)
+    return out
 
 
 class _Unknown(NamedTuple):

@@ -104,7 +104,8 @@ LAYER_IMPLEMENTATION_REPORT = _cols(
     ("in_shape", "", "shapes of its first call's tensor inputs (module fact), e.g. 8x3x32x32"),
     ("in_dtype", "", "dtype of its first call's first tensor input"),
     ("dtype", "", "compute dtype: conv/linear/matmul/attention/RNN layers the autocast dtype "
-     "when on, else their parameters', else their input's; other layers parameters', else input's"),
+     "when on (not for float64), else their parameters', else their input's; other layers "
+     "parameters', else input's"),
     ("tc_inferred", "", "'tc (inferred)': own kernels whose names cannot tell (Triton, XLA, "
      "bare CUTLASS) in a matmul-class layer, or named as GEMMs (Inductor triton_tem_), run in "
      "FP16/BF16/FP8 or TF32-allowed FP32 on a GPU with Tensor Cores for it; name verdicts "
