@@ -34,7 +34,7 @@ from dlprof_lite.report.layer_kernels import (
     layer_implementations,
 )
 from dlprof_lite.report.run_facts import module_facts
-from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type, unknown_is_matmul
+from dlprof_lite.rules.gemm import mma_capable, mma_input_type, unknown_is_matmul
 
 A100 = (0, "NVIDIA A100-SXM4-80GB", 108, 8, 0)
 T4 = (0, "Tesla T4", 40, 7, 5)

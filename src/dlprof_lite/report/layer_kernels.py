@@ -26,9 +26,13 @@ import pandas as pd
 
 from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
-from dlprof_lite.rules.gemm import tc_eligible_family
+from dlprof_lite.rules.gemm import (
+    mma_capable,
+    mma_input_type,
+    tc_eligible_family,
+    unknown_is_matmul,
+)
 from dlprof_lite.rules.names import parse_module_range
-from dlprof_lite.rules.tensor_cores import mma_capable, mma_input_type, unknown_is_matmul
 
 # The frame's columns: ``layer``, then those defined in the metric registry.
 LAYER_KERNEL_COLUMNS = ("layer", *(c.name for c in LAYER_IMPLEMENTATION_REPORT))

@@ -7,6 +7,10 @@ Place in the pipeline: cited classification data next to the Tensor Core rule ta
 :func:`is_fp32_gemm` to advise mixed precision (or TF32) from kernel names alone, when a
 profile has no layer ranges to say which modules ran them.
 
+The layers table (:mod:`dlprof_lite.report.layer_kernels`) infers Tensor Core use where
+the name table says ``unknown``: :func:`unknown_is_matmul` (names that still say GEMM),
+:func:`mma_input_type` and :func:`mma_capable` (which dtypes a GPU's Tensor Cores take).
+
 :data:`FP32_GEMM_RULES` applies to kernels the Tensor Core table did not classify ``tc``;
 the first rule whose regex matches (``re.search``) wins. The names follow BLAS and library
 conventions, not lists: ``s`` = single-precision real, ``c`` = single-precision complex
@@ -140,3 +144,59 @@ def is_fp32_gemm(name: str) -> bool:
     """True for an FP32 GEMM or convolution kernel name (apply to non-Tensor-Core kernels)."""
     rule = fp32_gemm_rule(name)
     return rule is not None and next(r.fp32 for r in FP32_GEMM_RULES if r.id == rule)
+
+# ---- Tensor Core use from a layer's compute dtype, where kernel names cannot tell ----
+# The first compute capability whose MMA instructions take each input type: PTX ISA,
+# "Warp-level matrix multiply-accumulate instructions" (mma.sync target requirements):
+# .f16 from sm_70, .bf16 and .tf32 from sm_80, .e4m3/.e5m2 from sm_89; wgmma and tcgen05
+# (sm_90, sm_100) take the same types. Keys: the MMA input types the layers table infers.
+MMA_MIN_CC: dict[str, tuple[int, int]] = {
+    "fp16": (7, 0),
+    "bf16": (8, 0),
+    "tf32": (8, 0),
+    "fp8": (8, 9),
+}
+
+# PyTorch dtype names (``str(torch.float16)`` without ``torch.``) -> MMA input type.
+_TORCH_MMA_TYPES = {
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
+}
+
+
+def mma_input_type(dtype: str | None, tf32: bool) -> str | None:
+    """The MMA input type a matmul in ``dtype`` runs in on Tensor Cores, if it can: FP16,
+    BF16 and FP8 as they are; float32 only as TF32, when ``tf32`` says PyTorch lets float32
+    matmuls use it (``torch.backends.cuda.matmul.allow_tf32``); else None (FP64, integers)."""
+    if dtype is None:
+        return None
+    if dtype == "float32":
+        return "tf32" if tf32 else None
+    return _TORCH_MMA_TYPES.get(dtype)
+
+
+def mma_capable(mma_type: str, cc: tuple[int, int]) -> bool:
+    """True when a GPU of compute capability ``cc`` has Tensor Core MMA for ``mma_type``."""
+    need = MMA_MIN_CC.get(mma_type)
+    return need is not None and cc >= need
+
+
+# Names the Tensor Core table leaves ``unknown`` that still say "matmul": Inductor names its
+# kernels ``triton_<category[:3]>_`` (torch/_inductor/codegen/triton.py, categories from
+# wrapper_benchmark.py), and its ``template`` kernels (``triton_tem_``) are the mm/bmm/addmm,
+# convolution and flex-attention templates, all built on ``tl.dot``; the gemm_like_unmarked
+# rule's GEMM/conv/attention words and a bare CUTLASS kernel say the same. Whether such a
+# kernel used Tensor Cores is then a question of its dtype, whatever module launched it.
+_MATMUL_TEMPLATE = re.compile(r"^(?:void\s+)?triton_tem_")
+MATMUL_NAMED_RULES = frozenset({"gemm_like_unmarked", "cutlass_opaque"})
+
+
+def unknown_is_matmul(name: str, rule: str) -> bool:
+    """True for a kernel the table calls ``unknown`` (``rule``) whose name says it is a
+    GEMM, convolution or attention kernel."""
+    return rule in MATMUL_NAMED_RULES or _MATMUL_TEMPLATE.search(name) is not None

@@ -26,7 +26,6 @@ longer wins for its example (dead or shadowed) fails that test.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -383,59 +382,3 @@ RULE_IDS: tuple[str, ...] = tuple(rule.id for rule in RULES)
 WEAK_RULE_IDS: frozenset[str] = frozenset(
     rule.id for rule in RULES if rule.verdict == "unknown" or rule.pattern == ""
 )
-
-# ---- Tensor Core use from a layer's compute dtype, where kernel names cannot tell ----
-# The first compute capability whose MMA instructions take each input type: PTX ISA,
-# "Warp-level matrix multiply-accumulate instructions" (mma.sync target requirements):
-# .f16 from sm_70, .bf16 and .tf32 from sm_80, .e4m3/.e5m2 from sm_89; wgmma and tcgen05
-# (sm_90, sm_100) take the same types. Keys are the MMA input types the table infers from.
-MMA_MIN_CC: dict[str, tuple[int, int]] = {
-    "fp16": (7, 0),
-    "bf16": (8, 0),
-    "tf32": (8, 0),
-    "fp8": (8, 9),
-}
-
-# PyTorch dtype names (``str(torch.float16)`` without ``torch.``) -> MMA input type.
-_TORCH_MMA_TYPES = {
-    "float16": "fp16",
-    "half": "fp16",
-    "bfloat16": "bf16",
-    "float8_e4m3fn": "fp8",
-    "float8_e5m2": "fp8",
-    "float8_e4m3fnuz": "fp8",
-    "float8_e5m2fnuz": "fp8",
-}
-
-
-def mma_input_type(dtype: str | None, tf32: bool) -> str | None:
-    """The MMA input type a matmul in ``dtype`` runs in on Tensor Cores, if it can: FP16,
-    BF16 and FP8 as they are; float32 only as TF32, when ``tf32`` says PyTorch lets float32
-    matmuls use it (``torch.backends.cuda.matmul.allow_tf32``); else None (FP64, integers)."""
-    if dtype is None:
-        return None
-    if dtype == "float32":
-        return "tf32" if tf32 else None
-    return _TORCH_MMA_TYPES.get(dtype)
-
-
-def mma_capable(mma_type: str, cc: tuple[int, int]) -> bool:
-    """True when a GPU of compute capability ``cc`` has Tensor Core MMA for ``mma_type``."""
-    need = MMA_MIN_CC.get(mma_type)
-    return need is not None and cc >= need
-
-
-# Names the table leaves ``unknown`` that still say "matrix multiply": Inductor names its
-# kernels ``triton_<category[:3]>_`` (torch/_inductor/codegen/triton.py, categories from
-# wrapper_benchmark.py), and its ``template`` kernels (``triton_tem_``) are the mm/bmm/addmm,
-# convolution and flex-attention templates, all built on ``tl.dot``; the gemm_like_unmarked
-# rule's GEMM/conv/attention words and a bare CUTLASS kernel say the same. Whether such a
-# kernel used Tensor Cores is then a question of its dtype, whatever module launched it.
-_MATMUL_TEMPLATE = re.compile(r"^(?:void\s+)?triton_tem_")
-MATMUL_NAMED_RULES = frozenset({"gemm_like_unmarked", "cutlass_opaque"})
-
-
-def unknown_is_matmul(name: str, rule: str) -> bool:
-    """True for a kernel the table calls ``unknown`` (``rule``) whose name says it is a
-    GEMM, convolution or attention kernel."""
-    return rule in MATMUL_NAMED_RULES or _MATMUL_TEMPLATE.search(name) is not None
