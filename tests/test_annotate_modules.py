@@ -474,6 +474,8 @@ def test_module_fact_once_per_module_with_shapes_and_dtypes(recorder: Recorder) 
     conv, relu, linear = modules["0"], modules["1"], modules["3"]
     assert (conv["type"], conv["in_shape"], conv["dtype"]) == ("Conv2d", "2x3x8x8", "float32")
     assert conv["param_dtype"] == "float32" and conv["autocast"] == "bfloat16"
+    assert conv["tf32"] is bool(torch.backends.cuda.matmul.allow_tf32)
+    assert conv["tf32_conv"] is bool(torch.backends.cudnn.allow_tf32)
     assert relu["param_dtype"] is None and relu["in_shape"] == "2x4x6x6"
     assert relu["dtype"] == "bfloat16"  # the conv's output under autocast
     assert linear["in_shape"] == "2x144" and linear["device"] == "cpu"

@@ -53,7 +53,8 @@ def kernel(name: str, start: int, dur: int, **extra: object) -> dict:
 def module(layer: str, type_name: str, t: int, **fields: object) -> dict:
     """A ``module`` fact mark as the annotation writes it (defaults: float32 on CUDA)."""
     value = dict(layer=layer, type=type_name, in_shape="8x64", dtype="float32",
-                 param_dtype="float32", autocast=None, tf32=False, device="cuda")  # fmt: skip
+                 param_dtype="float32", autocast=None, tf32=False, tf32_conv=False,
+                 device="cuda")  # fmt: skip
     return fact_mark("module", {**value, **fields}, t)
 
 
@@ -227,8 +228,10 @@ def test_no_inference_without_a_reason_to() -> None:
     # not a matmul-class layer, and no name that says matmul (an Inductor foreach kernel)
     foreach = "triton_for_fused_0"
     assert _inferred(A100, name=foreach, type_name="ReLU", autocast="bfloat16") is None
-    # conv in float32: cuDNN's TF32 switch is not recorded
+    # conv in float32: cuDNN's TF32 switch decides, not the matmul one
     assert _inferred(A100, type_name="Conv2d", tf32=True) is None
+    assert _inferred(A100, type_name="Conv2d", tf32_conv=True) == TC_INFERRED
+    assert _inferred(A100, type_name="Linear", tf32_conv=True) is None
     assert _inferred(A100, type_name="Conv2d", autocast="float16") == TC_INFERRED
     # an XLA fusion and a bare CUTLASS kernel cannot tell either
     assert _inferred(A100, name="fusion_4", param_dtype="bfloat16") == TC_INFERRED

@@ -38,6 +38,7 @@ def describe(module: torch.nn.Module, layer: str, type_name: str, args: Any) -> 
             "param_dtype": _dtype(param.dtype) if param is not None else None,
             "autocast": _autocast(device or "cpu"),
             "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_conv": bool(torch.backends.cudnn.allow_tf32),
             "device": device,
         },
     )

@@ -74,7 +74,14 @@ def layer_implementations(
     out["in_dtype"] = list(fact["dtype"])
     out["dtype"] = _compute_dtypes(fact, families)
     out["tc_inferred"] = _tc_inferred(
-        names, families, _matmul_dtypes(fact), list(fact["tf32"]), _unknown_kernels(kernels, gpus)
+        names,
+        families,
+        _matmul_dtypes(fact),
+        [
+            conv if family == "conv" else mm
+            for family, mm, conv in zip(families, fact["tf32"], fact["tf32_conv"], strict=True)
+        ],
+        _unknown_kernels(kernels, gpus),
     )
     out = out.astype({c: object for c in LAYER_KERNEL_COLUMNS if c != "distinct_kernels"})
     return out.where(out.notna(), None).loc[:, list(LAYER_KERNEL_COLUMNS)]
@@ -255,13 +262,13 @@ def _tc_inferred(
     """``tc (inferred)`` for a layer whose own kernels include names that cannot tell, when
     it is matmul-class or one of those names says matmul (an Inductor GEMM template in a
     compiled model), on a GPU whose Tensor Cores take its matmul dtype (FP16, BF16, FP8, or
-    FP32 as TF32 where PyTorch allows TF32 matmuls). Convolution layers are not inferred
-    from float32: their TF32 switch (``torch.backends.cudnn.allow_tf32``) is not recorded."""
+    FP32 as TF32 where PyTorch allows it: ``tf32`` is the matmul switch for matmul layers and
+    cuDNN's (``torch.backends.cudnn.allow_tf32``) for convolutions)."""
     out: list[str | None] = []
     for name, family, dtype, allow in zip(names, families, dtypes, tf32, strict=True):
         found = unknown.get(name)
         ok = found is not None and (family is not None or found.matmul_named)
-        mma = mma_input_type(dtype, allow is True and family != "conv")
+        mma = mma_input_type(dtype, allow is True)
         ok = ok and found is not None and mma is not None and mma_capable(mma, found.cc)
         out.append(TC_INFERRED if ok else None)
     return out

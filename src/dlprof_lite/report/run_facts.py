@@ -70,8 +70,10 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
 
 # The ``module`` fact's fields (rules.names.FACT_KEYS), in the order module_facts returns them.
 MODULE_FACT_FIELDS = (
-    "layer", "type", "in_shape", "dtype", "param_dtype", "autocast", "tf32", "device",
+    "layer", "type", "in_shape", "dtype", "param_dtype", "autocast", "tf32", "tf32_conv",
+    "device",
 )  # fmt: skip
+_FLAGS = ("tf32", "tf32_conv")
 
 
 def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
@@ -90,10 +92,13 @@ def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
             value = fact[1]
             layer = value["layer"] or ROOT_MODULE  # the range names an unnamed root so
             if layer not in rows:
-                rows[layer] = (layer, *(_text(value.get(f)) for f in MODULE_FACT_FIELDS[1:-2]),
-                               value.get("tf32") is True, _text(value.get("device")))  # fmt: skip
+                rows[layer] = tuple(
+                    value.get(f) is True if f in _FLAGS else _text(value.get(f))
+                    for f in MODULE_FACT_FIELDS[1:]
+                )
+                rows[layer] = (layer, *rows[layer])
     frame = pd.DataFrame(list(rows.values()), columns=list(MODULE_FACT_FIELDS))
-    return frame.astype({f: object for f in MODULE_FACT_FIELDS if f != "tf32"} | {"tf32": bool})
+    return frame.astype({f: bool if f in _FLAGS else object for f in MODULE_FACT_FIELDS})
 
 
 def _text(value: object) -> str | None:

@@ -68,7 +68,8 @@ FACT_PREFIX = "fact:"
 #   type, in_shape (the tensor inputs' shapes, ``8x3x32x32``, several joined by ``, ``),
 #   dtype (the first tensor input's), param_dtype (its own first parameter's, null without),
 #   autocast (the autocast dtype in force, null when off), tf32 (float32 matmuls may use
-#   TF32: ``torch.backends.cuda.matmul.allow_tf32``), device (``cuda``, ``cpu``, ...).
+#   TF32: ``torch.backends.cuda.matmul.allow_tf32``), tf32_conv (the same for cuDNN
+#   convolutions: ``torch.backends.cudnn.allow_tf32``), device (``cuda``, ``cpu``, ...).
 FACT_KEYS = ("dataloader", "annotation", "process", "module")
 
 MODULE_RANGE_RE = re.compile(r"^(?P<dir>fwd|bwd|rec):(?P<layer>[^:]+):(?P<type>[^:]+)$")
