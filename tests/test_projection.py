@@ -19,6 +19,7 @@ from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.projection import NO_PROJECTION, ProjectionInput, reproject
 from dlprof_lite.report.summary_types import Summary
+from test_graph import parse_dot
 
 SCRIPTS = Path(__file__).resolve().parent / "real_scripts"
 
@@ -205,6 +206,9 @@ def test_a_real_epoch_matches_its_own_timing(nsys: str, tmp_path: Path) -> None:
     steps = [s["step"] for s in truth["steps"]]
     setup = truth["setup_s"] + max(0.0, steps[0] - sum(steps[1:]) / len(steps[1:]))
     assert summary["projection_startup_ns"] == pytest.approx(setup * 1e9, rel=0.10, abs=20e6)
+    # The run form writes the module tree too (tests/test_graph.py checks it in detail).
+    graph = parse_dot((out / "layers.dot").read_text(encoding="utf-8"))
+    assert {("model", "0"), ("model", "2"), ("model", "4")} <= set(graph.edges)
     # The same profile analysed again for three epochs: start-up once, the epoch three times.
     again = tmp_path / "again"
     done = subprocess.run(

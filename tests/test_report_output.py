@@ -13,6 +13,7 @@ from dlprof_lite.errors import OutputError
 from dlprof_lite.report import output
 from dlprof_lite.report.build import TABLES, build_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
+from dlprof_lite.report.output import GRAPH_FILE
 from dlprof_lite.report.writers import WRITERS, JsonWriter, Table
 from example_profiles import training_profile
 
@@ -34,7 +35,9 @@ def no_leftovers(parent: Path) -> bool:
 def test_report_folder_holds_every_table_in_every_format(report, tmp_path: Path) -> None:
     target = output.write_report(report, tmp_path / "r.dlprof", ("csv", "json"), force=False)
     assert target == tmp_path / "r.dlprof"
-    assert written(target) == sorted(f"{t}.{f}" for t in TABLES for f in ("csv", "json"))
+    assert written(target) == sorted(
+        [*(f"{t}.{f}" for t in TABLES for f in ("csv", "json")), GRAPH_FILE]
+    )
     assert no_leftovers(tmp_path)
 
 
@@ -44,7 +47,7 @@ def test_csv_columns_are_the_declared_columns(report, tmp_path: Path, table: str
     with open(target / f"{table}.csv", newline="", encoding="utf-8") as fh:
         header = next(csv.reader(fh))
     assert header == column_names(table)
-    assert written(target) == sorted(f"{t}.csv" for t in TABLES)
+    assert written(target) == sorted([*(f"{t}.csv" for t in TABLES), GRAPH_FILE])
 
 
 @pytest.mark.parametrize("table", [t for t in TABLES if t != "summary"])
@@ -71,7 +74,10 @@ def test_summary_json(report, tmp_path: Path) -> None:
     ]
     assert "advice[].citation" in doc["definitions"] and "gpus[].sm_count" in doc["definitions"]
     assert doc["advice_count"] == len(doc["advice"]) == 7
-    assert doc["steady_start"] is None and doc["warnings"] == []
+    # the fixture records no DataLoader length: the only warning says there is no projection
+    assert doc["steady_start"] is None and [w.split(":")[0] for w in doc["warnings"]] == [
+        "no projected training time"
+    ]
     assert doc["kernel_ns"] == 1110 and doc["launch_overhead_pct"] == pytest.approx(64.4)
 
 
@@ -108,7 +114,7 @@ def test_force_replaces_a_report_but_never_another_folder(report, tmp_path: Path
     target = output.write_report(report, tmp_path / "out", ("csv",), force=False)
     (target / "stale.txt").write_text("old")
     output.write_report(report, target, ("json",), force=True)
-    assert written(target) == sorted(f"{t}.json" for t in TABLES)
+    assert written(target) == sorted([*(f"{t}.json" for t in TABLES), GRAPH_FILE])
     home = tmp_path / "home"
     home.mkdir()
     (home / "thesis.tex").write_text("precious")

@@ -178,9 +178,10 @@ def report_profiled(
     """The ``run`` form's last stages: analyse the export nsys wrote into the staging folder
     and write the report beside it, naming the export where it will be once ``stage``
     becomes ``target``."""
-    from dlprof_lite.report.output import report_tables, write_tables
+    from dlprof_lite.report.output import report_tables, write_graph, write_tables
 
     report = analyze_profile(export, options, progress)
     report = report.with_source(str(target / export.name))
     write_tables(report_tables(report), stage, options.formats)
+    write_graph(report, stage)
     return report

@@ -25,6 +25,7 @@ from dlprof_lite.report.writers import WRITERS, Table
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 REPORT_SUFFIX = ".dlprof"
 REPORT_MARKERS = ("summary.json", "summary.csv")
+GRAPH_FILE = "layers.dot"
 MAX_NAMES = 10_000
 
 
@@ -145,8 +146,19 @@ def write_tables(tables: Iterable[Table], folder: Path, formats: Iterable[str]) 
     return written
 
 
+def write_graph(report: Report, folder: Path) -> Path:
+    """``layers.dot``: the module tree with each layer's time per step (report/graph.py),
+    whatever the formats (it is no table)."""
+    from dlprof_lite.report.graph import report_graph
+
+    path = folder / GRAPH_FILE
+    atomic_write(path, report_graph(report))
+    return path
+
+
 def write_report(report: Report, target: Path, formats: Iterable[str], *, force: bool) -> Path:
     """Write a complete report folder at ``target`` (staged, then renamed into place)."""
     with staged_folder(target, force=force) as stage:
         write_tables(report_tables(report), stage, formats)
+        write_graph(report, stage)
     return target.absolute()
