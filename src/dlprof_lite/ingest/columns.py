@@ -12,9 +12,12 @@ Times are nanoseconds on the nsys session clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from dlprof_lite.errors import SchemaError
@@ -221,8 +224,28 @@ def empty_frame(table: str, *, derived: bool = False) -> pd.DataFrame:
     return pd.DataFrame({c.name: pd.Series(dtype=_pandas_dtype(c.dtype)) for c in cols})
 
 
-def _pandas_dtype(dtype: str) -> str:
-    return "object" if dtype == "string" else dtype
+# The contract's dtypes as pandas names them (free text is stored as ``object``), typed as
+# the literals pandas-stubs accept in ``astype``.
+PandasDtype = Literal["int64", "Int64", "float64", "bool", "category", "object"]
+_PANDAS_DTYPES: dict[str, PandasDtype] = {
+    "int64": "int64", "Int64": "Int64", "float64": "float64", "bool": "bool",
+    "category": "category", "string": "object",
+}  # fmt: skip
+
+
+def _pandas_dtype(dtype: str) -> PandasDtype:
+    if dtype not in _PANDAS_DTYPES:
+        raise ValueError(f"unknown contract dtype {dtype!r}")
+    return _PANDAS_DTYPES[dtype]
+
+
+def categorical_from_codes(
+    codes: npt.NDArray[np.integer], categories: Sequence[str] | np.ndarray | pd.Index
+) -> pd.Categorical:
+    """``pd.Categorical.from_codes`` (-1: missing), typed: pandas-stubs accept the categories
+    only as an ``Index``, and pandas turns any list-like into one the same way."""
+    index: pd.Index = pd.Index(categories)
+    return pd.Categorical.from_codes(codes, categories=index)
 
 
 def used_categorical(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
@@ -231,9 +254,7 @@ def used_categorical(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
     codes = np.asarray(codes)
     used = np.bincount(codes[codes >= 0], minlength=len(categories)) > 0
     new_code = np.append(np.cumsum(used) - 1, -1)  # old code -> new code; -1 stays -1
-    return pd.Categorical.from_codes(
-        new_code[codes].astype(np.int32), categories=pd.Index(categories)[used]
-    )
+    return categorical_from_codes(new_code[codes].astype(np.int32), pd.Index(categories)[used])
 
 
 def coerce(frame: pd.DataFrame, table: str) -> pd.DataFrame:

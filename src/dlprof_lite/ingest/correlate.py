@@ -41,8 +41,10 @@ All joins are sorted searches over int64 keys, never an interval cross join.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from dlprof_lite.ingest.columns import used_categorical
@@ -81,8 +83,11 @@ def attach_launches(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
         "api_end_ns": pd.arrays.IntegerArray(gather("end_ns").astype(np.int64), miss),
     }
     base = ops.drop(columns=[c for c in LAUNCH_COLUMNS if c in ops.columns])
-    at = base.columns.get_loc("graph_node_id") + 1 if "graph_node_id" in base else base.shape[1]
-    cols = [*base.columns[:at], *LAUNCH_COLUMNS, *base.columns[at:]]
+    # Column labels are unique, so get_loc gives an int (a slice or mask only for duplicates).
+    gap = base.shape[1]
+    if "graph_node_id" in base:
+        gap = cast(int, base.columns.get_loc("graph_node_id")) + 1
+    cols = [*base.columns[:gap], *LAUNCH_COLUMNS, *base.columns[gap:]]
     return base.assign(**{k: pd.Series(v, index=base.index) for k, v in launch.items()})[cols]
 
 
@@ -104,7 +109,7 @@ def _one_api_row_per_launch(api: pd.DataFrame, key: np.ndarray) -> np.ndarray:
     end = api["end_ns"].to_numpy(dtype=np.int64)[cand]
     # lexsort's last key is primary; the row position breaks the last ties.
     best = at[np.lexsort((cand, -end, start, ~versioned, ~launch, key[cand]))]
-    keep = ~dup
+    keep: npt.NDArray[np.bool_] = ~dup
     keep[best[np.r_[True, sorted_key[best][1:] != sorted_key[best][:-1]]]] = True
     return order[keep]
 
@@ -438,11 +443,12 @@ def _last_at_least(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: np.ndarray)
     return found
 
 
-def _take(values: np.ndarray, index: np.ndarray, fill: object) -> np.ndarray:
+def _take(values: np.ndarray, index: np.ndarray, fill: int) -> np.ndarray:
     """``values[index]`` with ``fill`` where ``index`` is -1 (works on empty ``values``)."""
     if values.size == 0:
         return np.full(index.shape, fill, dtype=values.dtype)
-    return np.where(index >= 0, values[np.maximum(index, 0)], fill)
+    taken: np.ndarray = values[np.maximum(index, 0)]
+    return np.where(index >= 0, taken, fill)
 
 
 def _sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

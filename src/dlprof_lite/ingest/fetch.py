@@ -126,11 +126,11 @@ def open_fetcher(path: Path, *, prefer_arrow: bool | None = None) -> Iterator[Fe
         except ImportError:
             pass
         else:
-            conn = adbc.connect(readonly_uri(path))
+            arrow_conn = adbc.connect(readonly_uri(path))
             try:
-                yield ArrowFetcher(conn)
+                yield ArrowFetcher(arrow_conn)
             finally:
-                conn.close()
+                arrow_conn.close()
             return
     conn = connect_readonly(path)
     try:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from dlprof_lite.errors import InputError
@@ -180,7 +181,9 @@ def _busiest_thread(instances: pd.DataFrame) -> pd.DataFrame:
     per_thread = instances.groupby(["pid", "tid"])["start_ns"].agg(["size", "min"])
     best = per_thread.sort_values(["size", "min"], ascending=[False, True], kind="stable")
     pid, tid = best.index[0]
-    mine = (instances["pid"] == pid).to_numpy() & (instances["tid"] == tid).to_numpy()
+    mine: npt.NDArray[np.bool_] = (instances["pid"] == pid).to_numpy() & (
+        instances["tid"] == tid
+    ).to_numpy()
     return instances[mine]
 
 

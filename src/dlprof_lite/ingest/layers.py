@@ -44,9 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
-from dlprof_lite.ingest.columns import used_categorical
+from dlprof_lite.ingest.columns import categorical_from_codes, used_categorical
 from dlprof_lite.ingest.nvtx import range_positions
 from dlprof_lite.rules.names import DIRECTIONS, DOMAIN, PHASES, parse_module_range
 
@@ -164,11 +165,11 @@ def _nearest_many(
     return [np.ascontiguousarray(column) for column in near.T]
 
 
-def _take(codes: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _take(codes: npt.NDArray[np.integer], at: np.ndarray) -> npt.NDArray[np.integer]:
     """``codes[at]``, and -1 (none) where ``at`` is -1."""
     if codes.size == 0:
         return np.full(np.shape(at), -1, dtype=np.int64)
-    out = codes[at]  # at -1 reads the last element: overwritten next
+    out: npt.NDArray[np.integer] = codes[at]  # at -1 reads the last element: overwritten next
     out[at < 0] = -1
     return out
 
@@ -301,12 +302,13 @@ def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
 
 
 def _op_roots(
-    is_op: np.ndarray, near_op: np.ndarray, seq: np.ndarray, parent: np.ndarray
-) -> np.ndarray:
+    is_op: npt.NDArray[np.bool_], near_op: np.ndarray, seq: np.ndarray, parent: np.ndarray
+) -> npt.NDArray[np.bool_]:
     """emit_nvtx forward ops that own their seq: no enclosing op carries the same seq
     (``near_op``: the nearest op among each range and its ancestors)."""
     above = np.where(parent >= 0, near_op[np.maximum(parent, 0)], -1)
-    return is_op & ~((above >= 0) & (seq[np.maximum(above, 0)] == seq))
+    owned: npt.NDArray[np.bool_] = (above >= 0) & (seq[np.maximum(above, 0)] == seq)
+    return is_op & ~owned
 
 
 def _phase_codes(ranges: pd.DataFrame) -> np.ndarray:
@@ -378,8 +380,8 @@ def _label(
     out = ops.copy(deep=False)  # new columns only: the input is never touched
     out["layer"] = used_categorical(_take(labels.layer, at), labels.layers)
     out["layer_type"] = used_categorical(_take(labels.layer_type, at), labels.types)
-    out["direction"] = pd.Categorical.from_codes(_take(labels.direction, at), list(DIRECTIONS))
-    out["phase"] = pd.Categorical.from_codes(phase, list(PHASE_VALUES))
+    out["direction"] = categorical_from_codes(_take(labels.direction, at), list(DIRECTIONS))
+    out["phase"] = categorical_from_codes(phase, list(PHASE_VALUES))
     return out
 
 

@@ -43,6 +43,7 @@ only. Nothing recurses.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce, empty_frame
@@ -109,18 +110,19 @@ def _thread_codes(pid: np.ndarray, tid: np.ndarray, push_pop: np.ndarray) -> np.
     return codes
 
 
-def pair_key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def pair_key(a: np.ndarray, b: np.ndarray) -> npt.NDArray[np.int64]:
     """One int64 per ``(a, b)`` pair, equal exactly when both are equal.
 
     Decoded nsys ids fit ``a << 32 | b`` (pid < 2**24, tid and correlation id < 2**32), one
     cheap hashable key; anything else falls back to combining factorized codes.
     """
-    a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    if a.size == 0 or (a.min() >= 0 and a.max() < 2**31 and b.min() >= 0 and b.max() < 2**32):
-        return (a << 32) | b
-    code_a, _ = pd.factorize(a)
-    code_b, uniq_b = pd.factorize(b)
+    a64, b64 = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    if a64.size == 0 or (
+        a64.min() >= 0 and a64.max() < 2**31 and b64.min() >= 0 and b64.max() < 2**32
+    ):
+        return (a64 << 32) | b64
+    code_a, _ = pd.factorize(a64)
+    code_b, uniq_b = pd.factorize(b64)
     return code_a.astype(np.int64) * max(len(uniq_b), 1) + code_b
 
 

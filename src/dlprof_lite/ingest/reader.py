@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest import schema as S
-from dlprof_lite.ingest.columns import coerce, empty_frame
+from dlprof_lite.ingest.columns import categorical_from_codes, coerce, empty_frame
 from dlprof_lite.ingest.fetch import Fetcher, SplitFetcher, connect_readonly, open_fetcher
 from dlprof_lite.ingest.profile import Meta
 from dlprof_lite.ingest.raw import RawExport
@@ -129,7 +129,7 @@ def _categorical(ids: np.ndarray, strings: pd.Series) -> pd.Categorical:
     codes, uniq = pd.factorize(ids)  # hashing: no sort of a million ids
     names = strings.reindex(uniq).fillna("").astype(str).to_numpy()
     if len(set(names)) == len(names):
-        return pd.Categorical.from_codes(codes.astype(np.int32), categories=names)
+        return categorical_from_codes(codes.astype(np.int32), names)
     return pd.Categorical(names[codes])
 
 
@@ -169,7 +169,7 @@ def _kernels(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.D
     return coerce(pd.DataFrame(columns, copy=False), "kernels")
 
 
-def _kind_categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
+def _kind_categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical[str]:
     labels = pd.Series(codes).map(names)
     return pd.Categorical(labels, categories=sorted(set(names.values())))
 
@@ -246,8 +246,8 @@ def _nvtx(
     frame = pd.DataFrame({
         "start_ns": c["start"], "end_ns": _nullable(c["end"]),
         "name": _nvtx_text(c["text"], c["textId"], strings), "domain": domains,
-        "style": pd.Categorical.from_codes((event == S.EVENT_NVTX_START_END).astype(np.int8),
-                                           categories=["push_pop", "start_end"]),
+        "style": categorical_from_codes((event == S.EVENT_NVTX_START_END).astype(np.int8),
+                                        ["push_pop", "start_end"]),
         "pid": pid, "tid": S.decode_tid(c["globalTid"]),
         "end_tid": _nullable(np.where(end_tid == S.NULL_INT, S.NULL_INT,
                                       S.decode_tid(end_tid))),
@@ -268,7 +268,9 @@ def _rows(frame: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({c: frame[c].array.take(at) for c in frame.columns}, copy=False)
 
 
-def _nvtx_text(text: object, text_id: np.ndarray, strings: pd.Series) -> pd.Categorical:
+def _nvtx_text(
+    text: np.ndarray | pd.Categorical, text_id: np.ndarray, strings: pd.Series
+) -> pd.Categorical:
     """Each event's text: inline, else its registered string (nsys stores one or the other).
 
     Combined through category codes, so no Python string is touched per event.

@@ -12,6 +12,10 @@ is a plain int64 array; ``NULL_INT`` marks "absent" and the reader turns it into
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
+
+import numpy as np
+import numpy.typing as npt
 
 NULL_INT = -1
 
@@ -167,15 +171,23 @@ class ExportSchema:
         return None
 
 
-def decode_pid(global_id: int | object) -> object:
+@overload
+def decode_pid(global_id: int) -> int: ...
+@overload
+def decode_pid(global_id: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+def decode_pid(global_id: int | npt.NDArray[np.int64]) -> int | npt.NDArray[np.int64]:
     """Process id from an nsys globalTid/globalPid: bits 24..47 (SCHEMA_NOTES.md).
 
     Works on ints and on numpy int64 arrays alike. Bits 48 and up hold the host (VM) id
     and are dropped: dlprof-lite analyses one host per export.
     """
-    return (global_id >> 24) & 0xFFFFFF  # type: ignore[operator]
+    return (global_id >> 24) & 0xFFFFFF
 
 
-def decode_tid(global_tid: int | object) -> object:
+@overload
+def decode_tid(global_tid: int) -> int: ...
+@overload
+def decode_tid(global_tid: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+def decode_tid(global_tid: int | npt.NDArray[np.int64]) -> int | npt.NDArray[np.int64]:
     """Thread id from an nsys globalTid: bits 0..23 (zero in a kernel's globalPid)."""
-    return global_tid & 0xFFFFFF  # type: ignore[operator]
+    return global_tid & 0xFFFFFF

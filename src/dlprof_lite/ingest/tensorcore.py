@@ -19,6 +19,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.ingest.columns import categorical_from_codes
 from dlprof_lite.rules.tensor_cores import RULE_IDS, RULES, VERDICTS, WEAK_RULE_IDS, TcRule
 
 # Pseudo rule id for a kernel without any name (NULL / empty in the export).
@@ -106,9 +107,9 @@ def classify_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
         verdict = np.where(use_short, short_verdict, verdict)
         rule = np.where(use_short, short_rule, rule)
     out = kernels.copy(deep=False)
-    tc_class = pd.Categorical.from_codes(verdict, categories=list(VERDICTS))
+    tc_class = categorical_from_codes(verdict, list(VERDICTS))
     out["tc_class"] = pd.Series(tc_class, index=kernels.index)
     out["uses_tensor_cores"] = pd.Series(verdict == VERDICTS.index("tc"), index=kernels.index)
-    tc_rule = pd.Categorical.from_codes(rule, categories=list(TC_RULE_CATEGORIES))
+    tc_rule = categorical_from_codes(rule, list(TC_RULE_CATEGORIES))
     out["tc_rule"] = pd.Series(tc_rule, index=kernels.index)
     return out

@@ -203,7 +203,9 @@ def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
     first[seen] = np.flatnonzero(has)[where]
     types = kernels["layer_type"].to_numpy(dtype=object)
     out = pd.DataFrame({"layer": layer.cat.categories.astype(object), **sums})
-    out["kernel_type"] = np.where(first >= 0, types[np.maximum(first, 0)], None)
+    kernel_type: np.ndarray = types[np.maximum(first, 0)]  # a copy (fancy indexing)
+    kernel_type[first < 0] = None
+    out["kernel_type"] = kernel_type
     return out[out["kernels"] > 0].reset_index(drop=True)
 
 
