@@ -181,9 +181,8 @@ def _busiest_thread(instances: pd.DataFrame) -> pd.DataFrame:
     per_thread = instances.groupby(["pid", "tid"])["start_ns"].agg(["size", "min"])
     best = per_thread.sort_values(["size", "min"], ascending=[False, True], kind="stable")
     pid, tid = best.index[0]
-    mine: npt.NDArray[np.bool_] = (instances["pid"] == pid).to_numpy() & (
-        instances["tid"] == tid
-    ).to_numpy()
+    same_pid = (instances["pid"] == pid).to_numpy()
+    mine: npt.NDArray[np.bool_] = same_pid & (instances["tid"] == tid).to_numpy()
     return instances[mine]
 
 
