@@ -1,8 +1,8 @@
 """Projected epoch and training time (report/projection.py).
 
 Two oracles: hand-built profiles whose round numbers give every projected figure by hand,
-and a real full-epoch run of ``tests/real_scripts/epoch.py`` under the real nsys, whose own
-``perf_counter`` timing of the epoch the projection must match within 10 %.
+and real runs of one and two full epochs of ``tests/real_scripts/epoch.py`` under the real
+nsys, whose own ``perf_counter`` timing the projection must match within 10 %.
 """
 
 from __future__ import annotations
@@ -180,30 +180,35 @@ def test_flags_refuse_zero_in_one_line(flag: str, tmp_path: Path) -> None:
 
 @pytest.mark.nsys
 @pytest.mark.slow
-def test_a_real_epoch_matches_its_own_timing(nsys: str, tmp_path: Path) -> None:
-    """One full epoch on the CPU: dataset and model built, 48 steps, an evaluation loop.
-    The script times the epoch itself (from after its imports to the end of evaluation);
-    the projection of one epoch (start-up + steps + what follows them) must match it
-    within 10 %, and its parts must match the script's own parts."""
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_real_epochs_match_their_own_timing(nsys: str, tmp_path: Path, epochs: int) -> None:
+    """Full epochs on the CPU: dataset and model built, 48 steps and an evaluation loop per
+    epoch. The script times its run itself (from after its imports to the end of the last
+    evaluation); the projection of as many epochs (start-up + steps + what is no step) must
+    match it within 10 %, and its parts must match the script's own parts. With two
+    epochs the first evaluation falls inside an iteration (DLProf's rule: the time before
+    a step is the step's): it must count as time outside steps, not as step time."""
     pytest.importorskip("torch")
     out, truth_path = tmp_path / "report", tmp_path / "truth.json"
-    script = [str(SCRIPTS / "epoch.py"), "--eval-rounds", "10", "--truth", str(truth_path)]
-    cmd = [sys.executable, "-m", "dlprof_lite", "--quiet", "--nsys", nsys, "-o", str(out), *script]
+    script = [str(SCRIPTS / "epoch.py"), "--epochs", str(epochs), "--eval-rounds", "10",
+              "--truth", str(truth_path)]  # fmt: skip
+    cmd = [sys.executable, "-m", "dlprof_lite", "--quiet", "--nsys", nsys, "-o", str(out),
+           "--epochs", str(epochs), *script]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     truth = json.loads(truth_path.read_text(encoding="utf-8"))
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert summary["projection_steps_per_epoch"] == truth["loader_length"] == len(truth["steps"])
-    assert summary["projection_epochs"] == 1
+    steps = [s["step"] for s in truth["steps"]]
+    assert summary["projection_steps_per_epoch"] == truth["loader_length"] == 48
+    assert len(steps) == epochs * 48 and summary["projection_epochs"] == epochs
     measured = truth["epoch_s"] * 1e9
     assert summary["projection_train_ns"] == pytest.approx(measured, rel=0.10), (
         summary["projection_train_ns"], measured, summary["warnings"])  # fmt: skip
-    # The parts: what followed the steps is the evaluation; start-up is the set-up plus
+    # The parts: outside steps is the evaluation (per epoch); start-up is the set-up plus
     # what the first (warm-up) step took beyond the mean step.
     assert summary["projection_outside_ns"] == pytest.approx(
-        truth["eval_s"] * 1e9, rel=0.10, abs=20e6
+        truth["eval_s"] / epochs * 1e9, rel=0.10, abs=20e6
     )
-    steps = [s["step"] for s in truth["steps"]]
     setup = truth["setup_s"] + max(0.0, steps[0] - sum(steps[1:]) / len(steps[1:]))
     assert summary["projection_startup_ns"] == pytest.approx(setup * 1e9, rel=0.10, abs=20e6)
     # The run form writes the module tree too (tests/test_graph.py checks it in detail).
