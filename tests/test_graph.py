@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from builders import R, make_profile, phase
@@ -215,15 +216,38 @@ def test_network_order_lists_children_as_they_ran() -> None:
                                "student.fc1"]  # fmt: skip
 
 
+def totals_only(layers: pd.DataFrame) -> pd.DataFrame:
+    """The table without per-step columns: its totals over the steps are the figures."""
+    return layers.drop(columns=[c for c in layers if c.startswith("step_")])
+
+
 def test_gpu_time_is_shown_when_the_profile_has_kernels() -> None:
     report = two_steps_report()
-    layers = report.layers.copy()
+    layers = totals_only(report.layers)
     layers["forward_gpu_ns"] = layers["layer"].map({"features.0": 600}).fillna(0)
     layers["backward_gpu_ns"] = layers["layer"].map({"features.0": 1_000}).fillna(0)
     layers["gpu_ns"] = layers["forward_gpu_ns"] + layers["backward_gpu_ns"]
     dot = parse_dot(layers_dot(layers, report.ranges, 2, "t"))
     assert _label(dot, "features.0").endswith("\nGPU 800 ns/step")
     assert _label(dot, "model").endswith("\nGPU 0 ns/step")
+
+
+def test_per_step_columns_are_preferred_to_totals() -> None:
+    """The layers table's per-step means (``step_forward_wall_ns``, ...) where it has them:
+    totals may hold events outside the steps (``--all-iterations``)."""
+    report = two_steps_report()
+    layers = totals_only(report.layers)
+    layers["step_forward_wall_ns"] = layers["layer"].map({"features.1": 150.0})
+    layers["step_backward_wall_ns"] = layers["layer"].map({"features.1": 50.0})
+    dot = parse_dot(layers_dot(layers, report.ranges, 2, "t"))
+    assert "fwd+bwd 200 ns/step\n(fwd 150 ns, bwd 50 ns)" in _label(dot, "features.1")
+    assert "(fwd 400 ns, bwd 1 µs)" in _label(dot, "features.0")  # no mean: total / steps
+
+
+def test_without_steps_the_graph_shows_whole_run_totals() -> None:
+    report = two_steps_report()
+    dot = parse_dot(layers_dot(totals_only(report.layers), report.ranges, None, "t"))
+    assert _label(dot, "model") == "model: Net\nfwd+bwd 10 µs\n(fwd 4 µs, bwd 6 µs)"
 
 
 def test_odd_names_stay_valid_dot(tmp_path: Path) -> None:

@@ -13,13 +13,14 @@ forward ran outside every other module's (the ranges table: a ``fwd:`` range wit
 range around it), else it hangs under ``model``. Children are listed in network order (the
 layers table's ``order`` where it has one, else its row order).
 
-Each node shows forward + backward host time per step (the table's totals over the steps
-they cover) and, when the profile has kernels, the GPU time of the layer's kernels per step.
+Each node shows forward + backward host time per step (the layers table's per-step means
+where it has them, else its totals over the steps they cover) and, when the profile has
+kernels, the GPU time of the layer's kernels per step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,9 +70,18 @@ def _number(value: object) -> float:
     return number(value) or 0.0
 
 
-def module_tree(layers: pd.DataFrame, ranges: pd.DataFrame, steps: int) -> list[Node]:
-    """Every layer and implied container with its parent and per-step times, in network
-    order (a parent before its children)."""
+def _per_step(row: Mapping[Hashable, object], total: str, steps: int | None) -> float:
+    """The layers table's per-step mean (``step_forward_wall_ns`` for ``forward_wall_ns``)
+    where it has one, else the total over ``steps`` (None: the total itself)."""
+    mean = number(row.get("step_" + total))
+    if mean is not None:
+        return mean
+    return _number(row.get(total)) / steps if steps else _number(row.get(total))
+
+
+def module_tree(layers: pd.DataFrame, ranges: pd.DataFrame, steps: int | None) -> list[Node]:
+    """Every layer and implied container with its parent and per-step times (per run
+    without ``steps``), in network order (a parent before its children)."""
     rows = layers
     if "order" in layers and layers["order"].notna().any():
         rows = layers.sort_values("order", kind="stable", na_position="last")
@@ -80,12 +90,12 @@ def module_tree(layers: pd.DataFrame, ranges: pd.DataFrame, steps: int) -> list[
     nodes: dict[str, Node] = {}
     for row in rows.to_dict("records"):
         name = str(row["layer"])
-        gpu = _number(row.get("forward_gpu_ns")) + _number(row.get("backward_gpu_ns"))
+        gpu = _per_step(row, "forward_gpu_ns", steps) + _per_step(row, "backward_gpu_ns", steps)
         nodes[name] = Node(
             name=name, parent=None, type=_text(row.get("type")), measured=True,
-            forward_ns=_number(row.get("forward_wall_ns")) / steps,
-            backward_ns=_number(row.get("backward_wall_ns")) / steps,
-            gpu_ns=gpu / steps if has_gpu else None,
+            forward_ns=_per_step(row, "forward_wall_ns", steps),
+            backward_ns=_per_step(row, "backward_wall_ns", steps),
+            gpu_ns=gpu if has_gpu else None,
         )  # fmt: skip
     roots = top_level_callers(ranges)
     for name in list(nodes):
@@ -148,15 +158,15 @@ def duration(ns: float) -> str:
     return f"{ns:.0f} ns"
 
 
-def _label(node: Node) -> str:
+def _label(node: Node, per: str) -> str:
     short = node.name.rsplit(".", 1)[-1]
     lines = [short if node.type in ("", short) else f"{short}: {node.type}"]
     if node.measured:
         total = node.forward_ns + node.backward_ns
-        lines.append(f"fwd+bwd {duration(total)}/step")
+        lines.append(f"fwd+bwd {duration(total)}{per}")
         lines.append(f"(fwd {duration(node.forward_ns)}, bwd {duration(node.backward_ns)})")
         if node.gpu_ns is not None:
-            lines.append(f"GPU {duration(node.gpu_ns)}/step")
+            lines.append(f"GPU {duration(node.gpu_ns)}{per}")
     return "\n".join(lines)
 
 
@@ -165,8 +175,9 @@ def _heat(node: Node, top: float) -> str:
     return HEAT[min(len(HEAT) - 1, int(share * len(HEAT)))]
 
 
-def to_dot(nodes: Iterable[Node], title: str) -> str:
-    """The Graphviz ``digraph`` of ``nodes`` (parents before children)."""
+def to_dot(nodes: Iterable[Node], title: str, per: str = "/step") -> str:
+    """The Graphviz ``digraph`` of ``nodes`` (parents before children); ``per`` follows
+    each time ("/step", or "" for whole-run totals)."""
     nodes = list(nodes)
     top = max((n.forward_ns + n.backward_ns for n in nodes if n.parent is None), default=0.0)
     out = [
@@ -177,7 +188,7 @@ def to_dot(nodes: Iterable[Node], title: str) -> str:
         '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontsize=10];',
     ]
     for node in nodes:
-        attrs = [f"label={quote(_label(node))}", f"tooltip={quote(node.name)}"]
+        attrs = [f"label={quote(_label(node, per))}", f"tooltip={quote(node.name)}"]
         if node.measured:
             attrs.append(f"fillcolor={quote(_heat(node, top))}")
         else:
@@ -189,18 +200,22 @@ def to_dot(nodes: Iterable[Node], title: str) -> str:
 
 
 def layers_dot(layers: pd.DataFrame, ranges: pd.DataFrame, steps: int | None, title: str) -> str:
-    """``layers.dot`` for a layers table whose totals cover ``steps`` steps (None or 0: one
-    run, times shown as they are)."""
-    per = steps if steps and steps > 0 else 1
-    return to_dot(module_tree(layers, ranges, per), title)
+    """``layers.dot`` for a layers table whose figures cover ``steps`` steps (None or 0:
+    no steps, whole-run totals shown as they are)."""
+    per_step = bool(steps and steps > 0)
+    nodes = module_tree(layers, ranges, steps if per_step else None)
+    return to_dot(nodes, title, "/step" if per_step else "")
 
 
 def report_graph(report: Report) -> str:
-    """``layers.dot`` of a report. The layers table's totals cover every iteration of the
-    run (``iterations_count``; 1 without iterations): its per-step figures divide by that."""
+    """``layers.dot`` of a report: per step over the steps its tables cover (the window's
+    ``window_steps`` where the summary states a window, else every iteration)."""
     summary = report.summary
-    steps = summary.iterations.iterations_count
+    window = number(summary.get("window_steps"))
+    counted = summary.iterations.iterations_count if window is None else int(window)
     where = summary.system.source or "the profile"
-    per = f"per step ({steps} steps)" if steps else "in the whole run (no steps found)"
-    title = f"{where}: forward + backward time {per}"
-    return layers_dot(report.layers, report.ranges, steps, title)
+    if counted:
+        title = f"{where}: forward + backward time per step ({counted} steps)"
+    else:
+        title = f"{where}: forward + backward time in the whole run (no steps found)"
+    return layers_dot(report.layers, report.ranges, counted, title)
