@@ -184,7 +184,8 @@ def to_dot(nodes: Iterable[Node], title: str, per: str = "/step") -> str:
         "// dlprof-lite layers.dot: the module tree, forward + backward time per step",
         "// draw it with: dot -Tsvg layers.dot -o layers.svg",
         "digraph layers {",
-        f"  graph [rankdir=TB, labelloc=t, label={quote(title)}];",
+        # Left to right like a file tree; ordering=out keeps children in network order.
+        f"  graph [rankdir=LR, ordering=out, labelloc=t, label={quote(title)}];",
         '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", fontsize=10];',
     ]
     for node in nodes:
