@@ -2,9 +2,9 @@
 
 Place in the pipeline: report (the summary's ``projection`` group). A per-step projection
 (steps x step time) misses what a real run also spends: start-up before the first step
-(imports, building the model and the dataset, creating the DataLoader, the warm-up steps'
-extra time) and, every epoch, what runs between or after the steps (evaluation loops,
-logging, checkpoints). Both are measured in the profile:
+(building the model and the dataset, creating the DataLoader, the warm-up steps' extra
+time) and, every epoch, what runs between or after the steps (evaluation loops, logging,
+checkpoints). Both are measured in the profile:
 
 - ``startup``: from the program's start (its ``import torch``, where the annotation records
   the ``process`` fact; else the capture's start) to the first iteration, plus what the
