@@ -72,9 +72,20 @@ def test_summary_facts(report) -> None:
     assert s["sync_api_pct"] == pytest.approx(100 / 5000 * 100)
     # 12 kernels of 20, 50, 100, 200 ns (3 each): median (50 + 100) / 2.
     assert (s["kernel_median_ns"], s["short_launches"]) == (75.0, 3)
-    # fc1 is eligible: 900 ns on the GPU of which 300 on Tensor Cores.
-    assert s["eligible_non_tc_ns"] == 600
-    assert s["eligible_non_tc_share"] == pytest.approx(600 / 1110)
+    # fc1 is eligible: in the analysed steps 1 and 2, 2 x 300 ns on the GPU of which 2 x 100
+    # on Tensor Cores; the window's kernels: 2 x 370 ns.
+    assert (s["window_scope"], s["window_iter_start"], s["window_iter_stop"]) == ("analysed", 1, 3)
+    assert (s["window_steps"], s["window_start_ns"], s["window_end_ns"]) == (2, 3000, 8000)
+    assert s["window_kernel_ns"] == 740
+    assert s["eligible_non_tc_ns"] == 400
+    assert s["eligible_non_tc_share"] == pytest.approx(400 / 740)
+    # The whole run (--all-iterations): 3 x 300 ns of which 3 x 100 on Tensor Cores, of 1110.
+    whole = build_report(training_profile(), all_iterations=True).summary
+    assert (whole["window_scope"], whole["window_steps"], whole["window_kernel_ns"]) == (
+        "whole-run", 3, 1110,
+    )  # fmt: skip
+    assert whole["eligible_non_tc_ns"] == 600
+    assert whole["eligible_non_tc_share"] == pytest.approx(600 / 1110)
 
 
 def test_advice_on_the_training_profile(report) -> None:

@@ -18,7 +18,15 @@ from make_profile import make_profile
 def generated(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("gen") / "train.sqlite"
     truth = make_profile(path, iterations=12, layers=6, kernels_per_layer=2, seed=11)
-    return build_report(load(path)), truth
+    # The generator's truth is whole-run: tables over every iteration (--all-iterations).
+    return build_report(load(path), all_iterations=True), truth
+
+
+@pytest.fixture(scope="module")
+def windowed(generated):
+    """The default report: kernels and layers of the analysed iterations only."""
+    report, truth = generated
+    return build_report(load(report.summary.system.source)), truth
 
 
 def test_totals(generated) -> None:
@@ -54,6 +62,21 @@ def test_layers(generated) -> None:
         assert got["kernels"] == want["fwd_kernels"] + want["bwd_kernels"], layer
         assert (got["tc_gpu_ns"], got["host_gap_ns"]) == (want["tc_ns"], want["host_gap_ns"])
         assert got["calls"] == truth.totals["iterations"], layer  # one forward per step
+
+
+def test_tables_cover_the_analysed_iterations(windowed) -> None:
+    """Warm-up iteration 0 is left out: the kernels and layers tables hold the kernel time
+    the generator put in iterations 1..11, and the per-step means are that over 11 steps."""
+    report, truth = windowed
+    (thread,) = truth.iterations
+    s = report.summary
+    assert (s["window_scope"], s["window_iter_start"], s["window_iter_stop"]) == ("analysed", 1, 12)
+    want = sum(thread["kernel_ns"][1:])
+    assert int(report.kernels["total_ns"].sum()) == want == s["window_kernel_ns"]
+    assert int(report.layers["gpu_ns"].sum()) <= want
+    for layer, row in report.layers.set_index("layer").iterrows():
+        assert row["calls"] == 11 and row["calls_per_step"] == 1.0, layer
+        assert row["step_forward_gpu_ns"] == pytest.approx(row["forward_gpu_ns"] / 11), layer
 
 
 def test_iterations(generated) -> None:

@@ -15,7 +15,8 @@ real ``nsys stats`` on the same file: kernel time and count, per-kernel totals (
 and the stored top rows), memcpy/memset totals, and every NVTX range name's instances and
 total time (``nvtxsum``, against the live table and the stored sums).
 
-The report is made with ``dlprof_lite.analyze``; the same report written with ``Report.save``
+The report is made with ``dlprof_lite.analyze(..., all_iterations=True)`` (tables over the
+whole run, as nsys stats counts); the same report written with ``Report.save``
 and read back with ``dlprof_lite.open_report`` must match the same snapshot.
 
 After an intended change of the report, regenerate the snapshots and review their diff::
@@ -57,7 +58,8 @@ Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
 
 @cache
 def report_of(case: str) -> Report:
-    return dlprof_lite.analyze(CORPUS / CASES[case])
+    # Whole-run tables (the window is tested in test_layer_table.py): nsys stats sums the run.
+    return dlprof_lite.analyze(CORPUS / CASES[case], all_iterations=True)
 
 
 def plain(value: object) -> Json:

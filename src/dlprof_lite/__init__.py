@@ -59,17 +59,20 @@ def analyze(
     key_range: str | None = None,
     iter_start: int | None = None,
     iter_stop: int | None = None,
+    all_iterations: bool = False,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
 ) -> Report:
     """Analyse one nsys export (or report) into a :class:`Report`, as ``dlprof-lite analyze``
-    does, without writing anything (``Report.save`` writes the folder). ``steps_per_epoch``
-    and ``epochs`` set the projected training time (default: the DataLoader's length, 1)."""
+    does, without writing anything (``Report.save`` writes the folder). The kernels, ranges
+    and layers tables cover the analysed iterations (``iter_start``/``iter_stop``, warm-up
+    left out); ``all_iterations`` makes them whole-run totals. ``steps_per_epoch`` and
+    ``epochs`` set the projected training time (default: the DataLoader's length, 1)."""
     from dlprof_lite.pipeline import AnalyzeOptions, analyze_profile
 
     options = AnalyzeOptions(
         key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
-        steps_per_epoch=steps_per_epoch, epochs=epochs,
+        all_iterations=all_iterations, steps_per_epoch=steps_per_epoch, epochs=epochs,
     )  # fmt: skip
     return analyze_profile(Path(path), options)
 

@@ -103,12 +103,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="print no summary, only the report folder (and warnings, errors)")
     out("--debug", action="store_true",
         help="show tracebacks of errors and nsys's own messages as they come")
+    out("--top", type=_positive, default=5, metavar="N",
+        help="layers in the console's top list, by self time (default: 5)")
     it = parser.add_argument_group("iterations").add_argument
     it("--key-range", type=_regex, metavar="REGEX",
        help="NVTX range whose instances are iterations (default: annotation's)")
     it("--iter-start", type=_count, metavar="N",
        help="first iteration to analyse (earlier ones are warm-up)")
     it("--iter-stop", type=_count, metavar="N", help="iteration to stop before (exclusive)")
+    it("--all-iterations", action="store_true",
+       help="kernels, ranges and layers tables over the whole run (default: the analysed "
+            "iterations, warm-up left out)")
     pro = parser.add_argument_group("projected training time").add_argument
     pro("--steps-per-epoch", type=_positive, metavar="N",
         help="training steps per epoch (default: the DataLoader's length the annotation "
@@ -226,6 +231,7 @@ def _options(args: argparse.Namespace) -> AnalyzeOptions:
         key_range=args.key_range,
         iter_start=args.iter_start,
         iter_stop=args.iter_stop,
+        all_iterations=args.all_iterations,
         steps_per_epoch=args.steps_per_epoch,
         epochs=args.epochs,
     )
@@ -283,7 +289,7 @@ def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
         return
     from dlprof_lite.report.console import render
 
-    render(report, folder, console)
+    render(report, folder, console, top=args.top)
 
 
 def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:

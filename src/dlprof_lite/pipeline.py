@@ -36,6 +36,7 @@ class AnalyzeOptions:
     key_range: str | None = None
     iter_start: int | None = None
     iter_stop: int | None = None
+    all_iterations: bool = False  # the tables cover the whole run, not the analysed window
     steps_per_epoch: int | None = None  # the projection's (report/projection.py)
     epochs: int | None = None
 
@@ -55,7 +56,7 @@ def analyze_profile(
         **({"progress": progress} if progress is not None else {}),
     )
     (progress or no_progress)(Stage.WRITING)
-    report = build_report(profile)
+    report = build_report(profile, all_iterations=options.all_iterations)
     if options.steps_per_epoch is None and options.epochs is None:
         return report
     # build_report projected with the DataLoader's length and one epoch: the user's say.

@@ -17,13 +17,16 @@ from dlprof_lite.errors import OutputError
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.frames import empty_report
+from dlprof_lite.report.layers import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.summary import summarize
 from dlprof_lite.report.summary_types import Summary
-from dlprof_lite.report.tables import kernels_table, layers_table, ranges_table
+from dlprof_lite.report.tables import kernels_table, ranges_table
+from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_of
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice")
+WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
 FORMATS = ("csv", "json")
 
 
@@ -69,20 +72,31 @@ class Report:
         return replace(self, summary=replace(self.summary, system=system))
 
 
-def build_report(profile: Profile) -> Report:
+def build_report(profile: Profile, *, all_iterations: bool = False) -> Report:
+    """Every table of ``profile``: kernels, ranges and layers over the analysed window (the
+    whole run with ``all_iterations`` or without iterations; report/window.py)."""
     devices = device_count(profile.kernels, profile.memops, profile.gpus)
-    layers = layers_table(profile.kernels, profile.ranges)
+    meta = profile.meta
+    window = choose_window(profile.iterations, (meta.session_start_ns, meta.session_end_ns),
+                           all_iterations=all_iterations)  # fmt: skip
+    kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
+    ranges = cut_ranges(
+        profile.ranges, step_of(profile.ranges["start_ns"].to_numpy(), profile.iterations), window
+    )
+    layers = layers_table(kernels, ranges, profile.iterations, window,
+                          marks=profile.marks, gpus=profile.gpus)  # fmt: skip
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices
     )
-    found = summarize(profile, iterations, layers, devices)
+    fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum())}
+    found = summarize(profile, iterations, layers, devices, window=fields)
     summary = replace(found, advice=tuple(advise(found, layers)))
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
     return Report(
         summary=summary,
-        kernels=kernels_table(profile.kernels),
-        ranges=ranges_table(profile.kernels, profile.memops, profile.ranges),
+        kernels=kernels_table(kernels),
+        ranges=ranges_table(kernels, memops, ranges),
         layers=layers,
         iterations=iterations,
         advice=advice,

@@ -58,7 +58,20 @@ def _header_lines(s: Summary) -> list[str]:
             f" cv {_pct(s['iterations_cv'])}{steady}"
         )
         lines += _step_lines(s)
-    return lines
+    return [*lines, _window_line(s)]
+
+
+def _window_line(s: Summary) -> str:
+    """What the layers, kernels and ranges tables cover (the summary's window fields)."""
+    scope = s.get("window_scope")
+    if scope == "analysed":
+        first, stop = s.get("window_iter_start"), s.get("window_iter_stop")
+        where = f"iterations {first}..{int(number(stop) or 0) - 1}" if first is not None else "none"
+        return (f"tables: the analysed iterations ({where}, {s.get('window_steps')} steps; "
+                "--all-iterations: the whole run)")  # fmt: skip
+    if scope == "whole-run":
+        return f"tables: the whole run (per step: all {s.get('window_steps')} iterations)"
+    return "tables: the whole run (no iterations found: no per-step figures)"
 
 
 _KEY_RULES = {
@@ -100,7 +113,7 @@ def _nonzero(value: object) -> bool:
 
 
 def _table(
-    title: str, frame: pd.DataFrame, columns: dict[str, str], width: int
+    title: str, frame: pd.DataFrame, columns: dict[str, str], width: int, top: int = TOP
 ) -> RichTable | None:
     """A small rich table of ``frame``'s first rows; ``columns`` maps column -> heading.
 
@@ -115,7 +128,7 @@ def _table(
             table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=name_width)
         else:
             table.add_column(heading, justify="right", no_wrap=True)
-    for values in frame.head(TOP).to_dict("records"):
+    for values in frame.head(top).to_dict("records"):
         cells = []
         for col in columns:
             v = values[col]
@@ -125,31 +138,56 @@ def _table(
                 cells.append(_pct(v))
             elif col.startswith("pct"):
                 cells.append(_pct(v, 1))
+            elif isinstance(v, float):
+                cells.append("-" if v != v else f"{v:.3g}")  # NaN: unknown
             else:
                 cells.append("-" if v is None or v is pd.NA else str(v))
         table.add_row(*cells)
     return table
 
 
-def _layers_table(layers: pd.DataFrame, width: int) -> RichTable | None:
-    """Layers by GPU time; by host wall time when the profile has no GPU work (a CPU run)."""
-    if len(layers) and int(layers["gpu_ns"].sum()) == 0:
-        walls = layers.assign(_wall=layers["forward_wall_ns"] + layers["backward_wall_ns"])
-        walls = walls.sort_values("_wall", ascending=False, kind="stable")
-        return _table("Top layers (host wall time: no GPU work in this profile)", walls,
-                      {"layer": "layer", "type": "type", "forward_wall_ns": "forward",
-                       "backward_wall_ns": "backward", "calls": "calls"}, width)  # fmt: skip
-    return _table("Top layers (GPU time)", layers,
-                  {"layer": "layer", "type": "type", "forward_gpu_ns": "forward",
-                   "backward_gpu_ns": "backward", "tc_share": "TC"}, width)  # fmt: skip
+def _layers_table(layers: pd.DataFrame, width: int, top: int = TOP) -> RichTable | None:
+    """The layers with the most self time (their own work, not their children's: leaves
+    first among equals), per step when the report has steps. By GPU time; by host wall
+    time when the profile has no GPU work (a CPU run), whose GPU columns are left out."""
+    if layers.empty:
+        return None
+    per_step = layers["step_self_wall_ns"].notna().any()
+    cpu = int(pd.to_numeric(layers["gpu_ns"]).sum()) == 0
+    if per_step:
+        self_col = "step_self_wall_ns" if cpu else "step_self_gpu_ns"
+        fwd, bwd = ("step_forward_wall_ns", "step_backward_wall_ns") if cpu else (
+            "step_forward_gpu_ns", "step_backward_gpu_ns")  # fmt: skip
+        ranked = layers.assign(_self=pd.to_numeric(layers[self_col]))
+    else:
+        fwd, bwd = ("forward_wall_ns", "backward_wall_ns") if cpu else (
+            "forward_gpu_ns", "backward_gpu_ns")  # fmt: skip
+        own = ("self_forward_wall_ns", "self_backward_wall_ns") if cpu else ("gpu_ns",)
+        ranked = layers.assign(_self=layers[list(own)].sum(axis=1))
+    parents = set(layers["parent"].dropna().astype(str))
+    ranked = ranked.assign(_leaf=~layers["layer"].astype(str).isin(parents))
+    ranked = ranked.sort_values(["_self", "_leaf", "order"], ascending=[False, False, True],
+                                kind="stable")  # fmt: skip
+    scope = "per step" if per_step else "whole run"
+    if cpu:
+        title = f"Top layers by self host time, {scope} (no GPU work in this profile)"
+        cols = {"layer": "layer", "type": "type", "_self": "self", fwd: "forward",
+                bwd: "backward", "calls_per_step" if per_step else "calls": "calls"}  # fmt: skip
+    else:
+        title = f"Top layers by self GPU time, {scope}"
+        cols = {"layer": "layer", "type": "type", "_self": "self", fwd: "forward",
+                bwd: "backward", "tc_share": "TC"}  # fmt: skip
+    return _table(title, ranked.rename(columns={"_self": "_self_ns"}),
+                  {("_self_ns" if k == "_self" else k): v for k, v in cols.items()},
+                  width, top)  # fmt: skip
 
 
-def render(report: Report, out_dir: Path | None, console: Console) -> None:
-    """Print the summary of one report."""
+def render(report: Report, out_dir: Path | None, console: Console, *, top: int = TOP) -> None:
+    """Print the summary of one report (``top``: layers in the top-layers list)."""
     for line in _header_lines(report.summary):
         console.print(line, highlight=False)
     tables = (
-        _layers_table(report.layers, console.width),
+        _layers_table(report.layers, console.width, top),
         _table(
             "Top kernels",
             report.kernels,

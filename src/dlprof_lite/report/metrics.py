@@ -74,24 +74,53 @@ RANGE_REPORT = _cols(
     ("tc_share", "", "tc_gpu_ns / gpu_ns; empty without kernels"),
 )
 
-LAYER_REPORT = _cols(
+_STEP = "across the window's steps (0 in a step it did not run; percentiles linear)"
+_INCL = "inclusive: its own kernels and those of every module inside it"
+LAYER_COLUMNS = _cols(
+    ("order", "", "network order: 1 = first forward to start within a step (the first window "
+     "step that runs it); layers without a forward call last"),
     ("layer", "", "module qualified name, from its root (model, student, teacher, model_2, ...)"),
+    ("parent", "", "the layer whose module range encloses its first forward call (empty: a root)"),
     ("type", "", "module class name, empty when only known from kernel attribution"),
     ("calls", "", "forward calls (fwd: ranges), recomputes apart; empty when only from kernels"),
+    ("calls_per_step", "", "forward calls per step, mean over the window's steps"),
     ("forward_wall_ns", "ns", "sum of the module's forward range durations (inclusive)"),
     ("backward_wall_ns", "ns", "sum of the module's backward range durations (inclusive)"),
-    ("forward_gpu_ns", "ns", "GPU time of forward kernels attributed to this module"),
-    ("backward_gpu_ns", "ns", "GPU time of backward kernels attributed to this module"),
+    ("step_forward_wall_ns", "ns", "forward_wall_ns per step: mean " + _STEP),
+    ("step_forward_wall_median_ns", "ns", "forward_wall_ns per step: median " + _STEP),
+    ("step_forward_wall_p90_ns", "ns", "forward_wall_ns per step: 90th percentile " + _STEP),
+    ("step_backward_wall_ns", "ns", "backward_wall_ns per step: mean " + _STEP),
+    ("step_backward_wall_median_ns", "ns", "backward_wall_ns per step: median " + _STEP),
+    ("step_backward_wall_p90_ns", "ns", "backward_wall_ns per step: 90th percentile " + _STEP),
+    ("self_forward_wall_ns", "ns", "forward range time not covered by a child module's forward "
+     "range (self)"),
+    ("self_backward_wall_ns", "ns", "backward range time not covered by a child module's "
+     "backward range (self)"),
+    ("step_self_wall_ns", "ns", "self forward + self backward wall time per step, mean " + _STEP),
+    ("forward_gpu_ns", "ns", "GPU time of forward kernels, " + _INCL),
+    ("backward_gpu_ns", "ns", "GPU time of backward kernels, " + _INCL),
+    ("step_forward_gpu_ns", "ns", "forward_gpu_ns per step: mean " + _STEP),
+    ("step_forward_gpu_median_ns", "ns", "forward_gpu_ns per step: median " + _STEP),
+    ("step_forward_gpu_p90_ns", "ns", "forward_gpu_ns per step: 90th percentile " + _STEP),
+    ("step_backward_gpu_ns", "ns", "backward_gpu_ns per step: mean " + _STEP),
+    ("step_backward_gpu_median_ns", "ns", "backward_gpu_ns per step: median " + _STEP),
+    ("step_backward_gpu_p90_ns", "ns", "backward_gpu_ns per step: 90th percentile " + _STEP),
+    ("self_forward_gpu_ns", "ns", "GPU time of forward kernels attributed to this module itself "
+     "(innermost module), not to a module inside it"),
+    ("self_backward_gpu_ns", "ns", "GPU time of backward kernels attributed to this module itself"),
+    ("step_self_gpu_ns", "ns", "gpu_ns (own kernels, any direction) per step, mean " + _STEP),
     ("recompute_calls", "", "forward recomputations in a backward (activation checkpointing)"),
     ("recompute_wall_ns", "ns", "sum of its recompute range durations (inside the backward)"),
-    ("recompute_gpu_ns", "ns", "GPU time of kernels its recomputations launched (backward phase)"),
-    ("gpu_ns", "ns", "GPU time of all kernels attributed to this module (any direction)"),
-    ("kernels", "", "kernel executions attributed to this module"),
-    ("tc_gpu_ns", "ns", "GPU time of its Tensor Core kernels"),
+    ("recompute_gpu_ns", "ns", "GPU time of kernels its recomputations launched (backward "
+     "phase), " + _INCL),
+    ("gpu_ns", "ns", "GPU time of its own kernels, any direction (self: those of modules inside "
+     "it are theirs)"),
+    ("kernels", "", "kernel executions attributed to this module itself"),
+    ("tc_gpu_ns", "ns", "GPU time of its own Tensor Core kernels"),
     ("tc_share", "", "tc_gpu_ns / gpu_ns; empty without kernels"),
     ("tc_eligible", "", "module type can use Tensor Cores (conv, linear, matmul, attention, RNN)"),
-    ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's kernels"),
-)
+    ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's own kernels"),
+)  # fmt: skip
 
 # What each layer ran (report/layer_kernels.py: layer_implementations), merged into the
 # layers table on ``layer``. Own kernels: those whose innermost module is the layer.
@@ -111,6 +140,9 @@ LAYER_IMPLEMENTATION_REPORT = _cols(
      "FP16/BF16/FP8 or TF32-allowed FP32 on a GPU with Tensor Cores for it; name verdicts "
      "stay in top_kernels"),
 )  # fmt: skip
+
+# The layers table (report/layers.py): its own columns, then what each layer ran.
+LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT)
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")
@@ -253,8 +285,9 @@ SUMMARY_REPORT = _cols(
     ),
     ("kernel_median_ns", "ns", "median kernel GPU duration over all executions"),
     ("short_launches", "", "kernel executions shorter on the GPU than their launch call (HTA)"),
-    ("eligible_non_tc_ns", "ns", "GPU time of TC-eligible layers in kernels without Tensor Cores"),
-    ("eligible_non_tc_share", "", "eligible_non_tc_ns / kernel_ns"),
+    ("eligible_non_tc_ns", "ns", "GPU time of TC-eligible layers in kernels without Tensor Cores "
+     "(layers table: the window)"),
+    ("eligible_non_tc_share", "", "eligible_non_tc_ns / window_kernel_ns"),
     ("fp32_gemm_ns", "ns", "GPU time of FP32 GEMM/conv kernels on CUDA cores (by kernel name)"),
     ("fp32_gemm_share", "", "fp32_gemm_ns / kernel_ns"),
     ("dataloader_count", "", "DataLoaders that fed a data phase (run facts); empty: not recorded"),
@@ -276,6 +309,14 @@ SUMMARY_REPORT = _cols(
         "rule that chose the key range: key-range, numbered-ranges, annotation, "
         "root-model-calls, most-repeated or none",
     ),
+    ("window_scope", "", "what the kernels, ranges and layers tables cover: analysed (the "
+     "analysed iterations), whole-run (--all-iterations) or no-iterations (whole run, none found)"),
+    ("window_iter_start", "", "first iteration of the window's steps (empty: no steps)"),
+    ("window_iter_stop", "", "iteration after its last step (exclusive, as --iter-stop)"),
+    ("window_steps", "", "steps the tables' per-step columns are taken over"),
+    ("window_start_ns", "ns", "window start (first step's start; whole run: session start)"),
+    ("window_end_ns", "ns", "window end (last step's end; whole run: session end)"),
+    ("window_kernel_ns", "ns", "GPU time of the kernels in the window (the kernels table's)"),
     *_PROJECTION,
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),

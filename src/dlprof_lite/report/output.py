@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dlprof_lite.errors import OutputError
-from dlprof_lite.report.build import TABLES, Report
+from dlprof_lite.report.build import TABLES, WINDOWED, Report
 from dlprof_lite.report.writers import WRITERS, Table
 
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
@@ -128,9 +128,12 @@ def _commit(stage: Path, target: Path, *, force: bool) -> None:
 
 def report_tables(report: Report) -> list[Table]:
     tables = []
+    # The tables cut to the analysed window say which (the summary's window_* fields).
+    window = {k: v for k, v in report.summary.window.items() if k.startswith("window_")}
     for name in TABLES:
         document = report.summary.document() if name == "summary" else None
-        tables.append(Table(name, report.table(name), document))
+        cut = window if name in WINDOWED else None
+        tables.append(Table(name, report.table(name), document, window=cut))
     return tables
 
 

@@ -51,10 +51,12 @@ def summarize(
     layers: pd.DataFrame,
     devices: int,
     projection: ProjectionInput | None = None,
+    window: Mapping[str, object] | None = None,
 ) -> Summary:
     """The summary without advice (:func:`dlprof_lite.report.build.build_report` adds it
     with ``dataclasses.replace`` before anyone sees the summary); ``projection``: the
-    user's steps per epoch and epochs, if given."""
+    user's steps per epoch and epochs, if given; ``window``: the ``window_*`` fields of the
+    tables' window (report/window.py; without it, the whole run)."""
     meta = profile.meta
     ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "pid", "device_id"])
     busy = busy_per_device(ops)
@@ -82,7 +84,9 @@ def summarize(
     flat.update(sync_api_facts(profile.api, iterations, wall))
     kernels = kernel_facts(profile.kernels)
     flat.update(kernels)
-    flat.update(tc_miss_facts(layers, totals["kernel_ns"]))
+    flat.update(window or {"window_scope": "whole-run", "window_kernel_ns": totals["kernel_ns"]})
+    # The layers table covers the window: its share is of the window's kernel time.
+    flat.update(tc_miss_facts(layers, int(number(flat["window_kernel_ns"]) or 0)))
     fp32 = fp32_gemm_facts(profile.kernels, totals["kernel_ns"])
     flat.update(fp32)
     facts = read_run_facts(profile.marks)

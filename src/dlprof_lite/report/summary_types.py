@@ -69,11 +69,19 @@ class System(_Group):
 
 @dataclass(frozen=True)
 class Window(_Group):
-    """Which steps the statistics cover: the key range and the analysed iterations."""
+    """Which steps the statistics cover (the key range, the analysed iterations) and what the
+    kernels, ranges and layers tables cover (``window_*``: report/window.py)."""
 
     key_range: str | None
     key_range_source: str | None
     iterations_analysed: int | None
+    window_scope: str | None
+    window_iter_start: int | None
+    window_iter_stop: int | None
+    window_steps: int | None
+    window_start_ns: int | None
+    window_end_ns: int | None
+    window_kernel_ns: int | None
 
 
 @dataclass(frozen=True)

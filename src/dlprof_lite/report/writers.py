@@ -29,13 +29,15 @@ from dlprof_lite.report.metrics import (
 class Table:
     """One report table: its rows, and for JSON optionally a document replacing ``rows``.
 
-    ``name`` selects the column definitions; the file is ``<file or name>.<format>``.
+    ``name`` selects the column definitions; the file is ``<file or name>.<format>``;
+    ``window``: the steps a table covers (the summary's ``window_*`` fields), in its JSON.
     """
 
     name: str
     frame: pd.DataFrame
     document: Mapping[str, object] | None = None
     file: str | None = None
+    window: Mapping[str, object] | None = None
 
     @property
     def stem(self) -> str:
@@ -56,8 +58,8 @@ class CsvWriter:
 
 
 class JsonWriter:
-    """``{"schema", "table", "definitions", "dtypes", "categories", "rows": [...]}``, written
-    by the ``json`` module.
+    """``{"schema", "table", "definitions", ["window",] "dtypes", "categories", "rows": [...]}``,
+    written by the ``json`` module (``window``: the kernels, ranges and layers tables').
 
     ``dtypes`` (pandas dtype names) and the categories of categorical columns let
     :func:`dlprof_lite.report.reader.open_report` give a table back with the dtypes it was
@@ -72,6 +74,8 @@ class JsonWriter:
             "table": table.name,
             "definitions": _definitions(table.name),
         }
+        if table.window is not None:
+            head["window"] = plain(dict(table.window))
         if table.document is not None:  # the summary: small, indented for reading
             doc = plain({**head, **dict(table.document)})
             return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
