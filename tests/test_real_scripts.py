@@ -57,8 +57,11 @@ def profile(
     nsys: str, tmp_path: Path, script: str, *args: str, options: tuple[str, ...] = ()
 ) -> Run:
     out, truth = tmp_path / "report", tmp_path / "truth.json"
+    # --all-iterations: the layers table counts every call of the run, as the scripts count
+    # them (warm-up and evaluation calls included); test_lenet_layers.py checks the window.
     cmd = [sys.executable, "-m", "dlprof_lite", "--quiet", "--nsys", nsys, "-o", str(out),
-           *options, str(SCRIPTS / script), *args, "--truth", str(truth)]  # fmt: skip
+           "--all-iterations", *options, str(SCRIPTS / script), *args,
+           "--truth", str(truth)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
