@@ -41,7 +41,7 @@ def _kernel(name: str, launch: int, dur: int) -> dict:
                 api_start_ns=launch, api_end_ns=launch + 2)  # fmt: skip
 
 
-def nested_profile(*, with_iterations: bool = True):
+def nested_profile(*, with_iterations: bool = True, gpu: bool = True):
     ranges, kernels = [], []
     for s, c in enumerate(CONV):
         b = s * STEP
@@ -68,7 +68,8 @@ def nested_profile(*, with_iterations: bool = True):
     ends = [(s + 1) * STEP - 1 for s in range(len(CONV))]
     windows = [(0 if s == 0 else ends[s - 1], e, s == 0, True) for s, e in enumerate(ends)]
     return make_profile(
-        ranges=ranges, kernels=kernels, iterations=windows if with_iterations else (),
+        ranges=ranges, kernels=kernels if gpu else (),
+        iterations=windows if with_iterations else (),
         session=(0, len(CONV) * STEP),
     )  # fmt: skip
 
@@ -187,10 +188,29 @@ def test_console_top_layers_by_self_time(report) -> None:
     text = console.export_text()
     section = text[text.index("Top layers") :].splitlines()
     assert "self GPU time, per step" in section[0]
-    rows = [line.split()[0] for line in section[3:5]]
+    rule = next(i for i, line in enumerate(section) if line.startswith("━"))
+    rows = [line.split()[0] for line in section[rule + 1 : rule + 3]]
     # By own GPU time per step: head 300, conv 30 + 100; model (inclusive 435) is no leaf.
     assert rows == ["head", "block.conv"]
     assert "tables: the analysed iterations (iterations 1..3, 3 steps" in text
+
+
+def test_console_on_a_cpu_run_leaves_the_gpu_columns_out() -> None:
+    report = build_report(nested_profile(gpu=False))
+    console = Console(record=True, width=140)
+    render(report, None, console, top=3)
+    text = console.export_text()
+    layers = text[text.index("Top layers") : text.index("Top NVTX ranges")].splitlines()
+    assert "self host time, per step" in layers[0]
+    rule = next(i for i, line in enumerate(layers) if line.startswith("━"))
+    assert "GPU" not in layers[rule - 1] and "TC" not in layers[rule - 1]
+    # Own host time per step: model 250 + 300, block 100 + 200, conv c + 400 (mean 700),
+    # head 50 + 100: conv, model, block.
+    rows = [line.split()[0] for line in layers[rule + 1 : rule + 4]]
+    assert rows == ["block.conv", "model", "block"]
+    ranges = text[text.index("Top NVTX ranges") :].splitlines()
+    assert "wall time" in ranges[0] and "GPU" not in " ".join(ranges[1:3])
+    assert "block.conv (Conv2d)" in repr(report) and "host (self) per step" in repr(report)
 
 
 def test_top_and_all_iterations_flags() -> None:

@@ -135,9 +135,18 @@ def _duration(ns: float | None) -> str:
 
 
 def _top_layer(layers: pd.DataFrame) -> str:
+    """The layer with the most self time per step (in the window without steps): its own
+    kernels' GPU time, else (a CPU run) its own forward + backward host time."""
     if layers.empty:
         return "- (no layer ranges)"
     gpu = pd.to_numeric(layers["gpu_ns"], errors="coerce").fillna(0)
-    row = layers.iloc[int(gpu.to_numpy().argmax())]
+    cpu = float(gpu.max()) == 0
+    per_step = pd.to_numeric(layers["step_self_wall_ns"], errors="coerce").notna().any()
+    if per_step:
+        own = pd.to_numeric(layers["step_self_wall_ns" if cpu else "step_self_gpu_ns"])
+    else:
+        own = layers["self_forward_wall_ns"] + layers["self_backward_wall_ns"] if cpu else gpu
+    what = ("host (self)" if cpu else "GPU (self)") + (" per step" if per_step else "")
+    row = layers.iloc[int(own.to_numpy().argmax())]
     kind = f" ({row['type']})" if isinstance(row["type"], str) and row["type"] else ""
-    return f"{row['layer']}{kind}, {_duration(float(gpu.max()))} GPU"
+    return f"{row['layer']}{kind}, {_duration(float(own.max()))} {what}"

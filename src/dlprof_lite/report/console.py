@@ -182,6 +182,18 @@ def _layers_table(layers: pd.DataFrame, width: int, top: int = TOP) -> RichTable
                   width, top)  # fmt: skip
 
 
+def _ranges_table(ranges: pd.DataFrame, width: int) -> RichTable | None:
+    """Ranges by GPU time; by wall time, without the empty GPU columns, on a CPU run."""
+    if len(ranges) and int(pd.to_numeric(ranges["gpu_ns"]).sum()) == 0:
+        walls = ranges.sort_values("wall_ns", ascending=False, kind="stable")
+        columns = {"path": "range", "instances": "calls", "wall_ns": "wall"}
+        return _table("Top NVTX ranges (wall time: no GPU work in this profile)", walls,
+                      columns, width)  # fmt: skip
+    return _table("Top NVTX ranges (GPU time)", ranges,
+                  {"path": "range", "instances": "calls", "gpu_ns": "GPU", "wall_ns": "wall",
+                   "tc_share": "TC"}, width)  # fmt: skip
+
+
 def render(report: Report, out_dir: Path | None, console: Console, *, top: int = TOP) -> None:
     """Print the summary of one report (``top``: layers in the top-layers list)."""
     for line in _header_lines(report.summary):
@@ -195,13 +207,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
              "pct_kernel_time": "share", "tc_class": "TC"},
             console.width,
         ),
-        _table(
-            "Top NVTX ranges (GPU time)",
-            report.ranges,
-            {"path": "range", "instances": "calls", "gpu_ns": "GPU", "wall_ns": "wall",
-             "tc_share": "TC"},
-            console.width,
-        ),
+        _ranges_table(report.ranges, console.width),
     )  # fmt: skip
     for table in tables:
         if table is not None:
