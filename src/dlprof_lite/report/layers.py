@@ -22,6 +22,8 @@ innermost module), and merges what each layer ran
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -36,6 +38,7 @@ _FWD, _BWD, _REC = range(3)  # codes into DIRECTIONS
 _STEP_SUMS = ("forward_wall_ns", "backward_wall_ns", "forward_gpu_ns", "backward_gpu_ns")
 _STATS = (("", "mean"), ("_median", "median"), ("_p90", "p90"))
 NO_WINDOW = StepWindow(NO_ITERATIONS, (), (), (), None, None)
+_NEVER = np.iinfo(np.int64).max  # no forward kernel: a start after every real one
 
 
 def layers_table(
@@ -52,41 +55,55 @@ def layers_table(
     steps = iterations if iterations is not None else pd.DataFrame()
     calls = _module_calls(ranges, steps)
     own = _kernel_rows(kernels)
-    if calls.empty and own.empty:
+    if calls.sums.empty and own.empty:
         return empty_report("layers")
-    parent = _parents(calls)
-    drop = ["start_ns", "parent_row", "type", "parent_layer"]
-    rows = pd.concat([calls.drop(columns=drop), own.drop(columns="start_ns")],
+    times = ["start_ns", "forward_start_ns"]
+    rows = pd.concat([calls.sums.drop(columns=times), own.drop(columns=times)],
                      ignore_index=True).fillna(0)  # fmt: skip
-    rows = _with_inclusive_gpu(rows, parent)
+    rows = _with_inclusive_gpu(rows, calls.parents)
     out = _totals(rows, calls, kernels)
-    out["parent"] = out["layer"].map(parent)
+    out["parent"] = out["layer"].map(calls.parents)
     out = out.join(_per_step(rows, window), on="layer")
     out["calls_per_step"] = out["calls_per_step"].where(out["calls"].notna().to_numpy())
-    out["order"] = _network_order(calls, own, window, out["layer"])
+    out["order"] = _network_order(calls.sums, own, window, out["layer"])
     out = out.sort_values(["order", "layer"], kind="stable")
     out = out.merge(_implementations(kernels, marks, gpus, out["layer"]), on="layer", how="left")
     return ordered(out, "layers")
 
 
-def _module_calls(ranges: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
-    """One row per module range: layer, type, direction's sums, self wall time, step."""
-    cols = ["layer", "type", "step", "start_ns", "parent_row", "calls", "recompute_calls",
-            "forward_wall_ns", "backward_wall_ns", "recompute_wall_ns",
-            "self_forward_wall_ns", "self_backward_wall_ns"]  # fmt: skip
+class _Calls(NamedTuple):
+    """Module calls per layer and step (``sums``: one row per pair, not per range), and per
+    layer its type and parent layer (of its first forward call, else its first call)."""
+
+    sums: pd.DataFrame
+    types: dict[str, str]
+    parents: dict[str, str | None]
+
+
+_CALL_SUMS = ["calls", "recompute_calls", "forward_wall_ns", "backward_wall_ns",
+              "recompute_wall_ns", "self_forward_wall_ns", "self_backward_wall_ns"]  # fmt: skip
+
+
+def _module_calls(ranges: pd.DataFrame, iterations: pd.DataFrame) -> _Calls:
+    """The module ranges' calls, wall time and self wall time per layer and step."""
+    columns = ["layer", "step", *_CALL_SUMS, "start_ns", "forward_start_ns"]
     if ranges.empty:
-        return pd.DataFrame(columns=[*cols, "parent_layer"])
+        return _Calls(pd.DataFrame(columns=columns), {}, {})
     direction = _direction_codes(ranges)
     names = ranges["name"].astype("category")
     parsed = [parse_module_range(str(n)) for n in names.cat.categories]
-    layer_of = np.array([m.qualname if m else None for m in parsed], dtype=object)
-    type_of = np.array([m.type_name if m else None for m in parsed], dtype=object)
-    codes = names.cat.codes.to_numpy()
+    layer_names = list(dict.fromkeys(m.qualname for m in parsed if m))
+    code_of = {n: i for i, n in enumerate(layer_names)}
+    # Per range: its layer as a code into layer_names (-1: not a module range).
+    layer = np.array([code_of[m.qualname] if m else -1 for m in parsed] + [-1])[
+        names.cat.codes.to_numpy()
+    ]
+    type_of = np.array([m.type_name if m else None for m in parsed] + [None], dtype=object)
     start = ranges["start_ns"].to_numpy(dtype=np.int64)
     dur = (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype=np.int64)
     up = _module_ancestor(ranges, direction >= 0)
     # Self wall: a range's duration less its child module ranges of the same direction.
-    same = (up >= 0) & (direction == direction[np.maximum(up, 0)]) & (direction >= 0)
+    same = (up >= 0) & (direction >= 0) & (direction == direction[np.maximum(up, 0)])
     covered = np.bincount(up[same], weights=dur[same], minlength=len(ranges))
     self_wall = np.maximum(dur - covered.round().astype(np.int64), 0)
     at = np.flatnonzero(direction >= 0)
@@ -96,13 +113,10 @@ def _module_calls(ranges: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFram
         return np.where(d == code, values[at], 0)
 
     ones = np.ones(len(ranges), dtype=np.int64)
-    return pd.DataFrame(
+    calls = pd.DataFrame(
         {
-            "layer": layer_of[codes[at]],
-            "type": type_of[codes[at]],
+            "layer": layer[at],
             "step": step_of(start[at], iterations),
-            "start_ns": start[at],
-            "parent_row": up[at],
             "calls": where(_FWD, ones),
             "recompute_calls": where(_REC, ones),
             "forward_wall_ns": where(_FWD, dur),
@@ -110,19 +124,24 @@ def _module_calls(ranges: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFram
             "recompute_wall_ns": where(_REC, dur),
             "self_forward_wall_ns": where(_FWD, self_wall),
             "self_backward_wall_ns": where(_BWD, self_wall),
-        },
-        columns=cols,
-    ).assign(parent_layer=lambda f: _layer_at(f, at))
-
-
-def _layer_at(calls: pd.DataFrame, at: np.ndarray) -> np.ndarray:
-    """The layer of each call's nearest enclosing module range (None at top level)."""
-    layer_by_row = np.full(int(at.max()) + 1 if len(at) else 0, None, dtype=object)
-    layer_by_row[at] = calls["layer"].to_numpy(dtype=object)
-    up = calls["parent_row"].to_numpy(dtype=np.int64)
-    out = np.full(len(calls), None, dtype=object)
-    out[up >= 0] = layer_by_row[up[up >= 0]]
-    return out
+            "start_ns": start[at],
+            "forward_start_ns": np.where(d == _FWD, start[at], _NEVER),
+        }
+    )
+    g = calls.groupby(["layer", "step"], sort=False)
+    sums = g[_CALL_SUMS].sum().join(g[["start_ns", "forward_start_ns"]].min()).reset_index()
+    sums["layer"] = np.asarray(layer_names, dtype=object)[sums["layer"].to_numpy()]
+    # Ranges come in start order: the first forward call of each layer is its first row.
+    first = pd.DataFrame({"layer": layer[at], "late": d != _FWD, "row": at})
+    first = first.sort_values(["late", "row"], kind="stable").drop_duplicates("layer")
+    rows, parent_rows = first["row"].to_numpy(), up[first["row"].to_numpy()]
+    name_code = names.cat.codes.to_numpy()
+    types = dict(zip([layer_names[i] for i in layer[rows]], type_of[name_code[rows]], strict=True))
+    parents = {
+        layer_names[child]: (layer_names[layer[p]] if p >= 0 else None)
+        for child, p in zip(layer[rows], parent_rows, strict=True)
+    }
+    return _Calls(sums, types, parents)
 
 
 def _direction_codes(ranges: pd.DataFrame) -> np.ndarray:
@@ -130,8 +149,7 @@ def _direction_codes(ranges: pd.DataFrame) -> np.ndarray:
     module range), read by value: the column's categories may come in any order."""
     if "module_direction" not in ranges.columns:
         raise SchemaError("ranges: missing column 'module_direction' (written by ingest)")
-    column = pd.Categorical(ranges["module_direction"], categories=list(DIRECTIONS))
-    return np.asarray(column.codes, dtype=np.int64)
+    return _codes(ranges["module_direction"], DIRECTIONS)
 
 
 def _module_ancestor(ranges: pd.DataFrame, is_module: np.ndarray) -> np.ndarray:
@@ -151,32 +169,35 @@ def _module_ancestor(ranges: pd.DataFrame, is_module: np.ndarray) -> np.ndarray:
 
 
 def _kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
-    """One row per attributed kernel: its layer, step and own-kernel sums."""
+    """Own-kernel sums per layer and step (one row per pair, not per kernel), with the
+    first launch of any and of a forward kernel (the network order of kernel-only layers:
+    launch time, as ingest places ops in steps). Column arrays only: no copy of the rows."""
     has = kernels["layer"].notna().to_numpy(dtype=bool)
-    k = kernels[has]
-    dur = k["dur_ns"].to_numpy(dtype=np.int64)
-    direction = k["direction"].astype(object).to_numpy()
-    return pd.DataFrame(
+    dur = kernels["dur_ns"].to_numpy(dtype=np.int64)[has]
+    direction = _codes(kernels["direction"], DIRECTIONS)[has]
+    launch = kernels["api_start_ns"].astype("Int64").fillna(kernels["start_ns"])
+    launch_ns = launch.to_numpy(dtype=np.int64)[has]
+    frame = pd.DataFrame(
         {
-            "layer": k["layer"].astype(object).to_numpy(),
-            "step": op_steps(k),
-            # launch time, as ingest places ops in steps: the network order of kernel layers
-            "start_ns": k["api_start_ns"].astype("Int64").fillna(k["start_ns"]).to_numpy(np.int64),
-            "self_forward_gpu_ns": np.where(direction == "forward", dur, 0),
-            "self_backward_gpu_ns": np.where(direction == "backward", dur, 0),
-            "self_recompute_gpu_ns": np.where(direction == "recompute", dur, 0),
+            "layer": kernels["layer"].astype("category").array[has],
+            "step": op_steps(kernels)[has],
+            "self_forward_gpu_ns": np.where(direction == _FWD, dur, 0),
+            "self_backward_gpu_ns": np.where(direction == _BWD, dur, 0),
+            "self_recompute_gpu_ns": np.where(direction == _REC, dur, 0),
+            "start_ns": launch_ns,
+            "forward_start_ns": np.where(direction == _FWD, launch_ns, _NEVER),
         }
     )
+    sums = ["self_forward_gpu_ns", "self_backward_gpu_ns", "self_recompute_gpu_ns"]
+    g = frame.groupby(["layer", "step"], observed=True, sort=False)
+    out = g[sums].sum().join(g[["start_ns", "forward_start_ns"]].min()).reset_index()
+    out["layer"] = out["layer"].astype(object)
+    return out
 
 
-def _parents(calls: pd.DataFrame) -> dict[str, str | None]:
-    """Each layer's parent layer: that of its first forward call (else its first call)."""
-    if calls.empty:
-        return {}
-    first = calls.sort_values(["calls", "start_ns"], ascending=[False, True], kind="stable")
-    first = first.drop_duplicates("layer")
-    return {str(k): (None if pd.isna(v) else str(v))
-            for k, v in zip(first["layer"], first["parent_layer"], strict=True)}  # fmt: skip
+def _codes(column: pd.Series, values: tuple[str, ...]) -> np.ndarray:
+    """A categorical column's values as codes into ``values`` (-1: missing or other)."""
+    return np.asarray(pd.Categorical(column, categories=list(values)).codes, dtype=np.int64)
 
 
 def _with_inclusive_gpu(rows: pd.DataFrame, parent: dict[str, str | None]) -> pd.DataFrame:
@@ -200,17 +221,17 @@ def _with_inclusive_gpu(rows: pd.DataFrame, parent: dict[str, str | None]) -> pd
     return pd.concat([rows, booked], ignore_index=True).fillna(0)
 
 
-def _totals(rows: pd.DataFrame, calls: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+def _totals(rows: pd.DataFrame, calls: _Calls, kernels: pd.DataFrame) -> pd.DataFrame:
     sums = rows.drop(columns=["step"])
     out = sums.groupby("layer", sort=False).sum().astype("int64").reset_index()
     own = _own_kernel_sums(kernels)
     out = out.merge(own, on="layer", how="left")
     counts = ["gpu_ns", "kernels", "tc_gpu_ns", "host_gap_ns"]
     out[counts] = out[counts].fillna(0).astype("int64")
-    types = dict(zip(calls["layer"], calls["type"], strict=True))
+    types = calls.types
     kernel_type = out.pop("kernel_type").astype(object)
     out["type"] = out["layer"].map(types).astype(object).where(lambda t: t.notna(), kernel_type)
-    ranged = out["layer"].isin(set(calls["layer"])).to_numpy(dtype=bool)
+    ranged = out["layer"].isin(set(calls.types)).to_numpy(dtype=bool)
     for c in ("calls", "recompute_calls"):  # empty for layers only known from kernels
         out[c] = pd.array(np.where(ranged, out[c], 0), dtype="Int64")
         out.loc[~ranged, c] = pd.NA
@@ -221,27 +242,29 @@ def _totals(rows: pd.DataFrame, calls: pd.DataFrame, kernels: pd.DataFrame) -> p
 
 
 def _own_kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
-    """Per layer: own kernel time, count, Tensor Core time, host gaps, first kernel's type."""
-    k = kernels[kernels["layer"].notna().to_numpy(dtype=bool)]
-    dur = k["dur_ns"].to_numpy(dtype=np.int64)
+    """Per layer: own kernel time, count, Tensor Core time, host gaps, first kernel's type
+    (grouped on the layer's category codes: no string per kernel, no copy of the rows)."""
+    has = kernels["layer"].notna().to_numpy(dtype=bool)
+    dur = kernels["dur_ns"].to_numpy(dtype=np.int64)[has]
+    tc = kernels["uses_tensor_cores"].to_numpy(dtype=bool)[has]
     frame = pd.DataFrame(
         {
-            "layer": k["layer"].astype(object).to_numpy(),
+            "layer": kernels["layer"].astype("category").array[has],
             "gpu_ns": dur,
-            "kernels": np.ones(len(k), dtype=np.int64),
-            "tc_gpu_ns": np.where(k["uses_tensor_cores"].to_numpy(dtype=bool), dur, 0),
-            "host_gap_ns": k["host_gap_ns"].to_numpy(dtype=np.int64),
+            "kernels": np.ones(len(dur), dtype=np.int64),
+            "tc_gpu_ns": np.where(tc, dur, 0),
+            "host_gap_ns": kernels["host_gap_ns"].to_numpy(dtype=np.int64)[has],
+            # A layer found without module ranges (emit_nvtx ops, DLProf payloads) gets the
+            # type of its first kernel.
+            "kernel_type": kernels["layer_type"].array[has],
         }
     )
-    out = frame.groupby("layer", sort=False).sum()
-    # A layer found without module ranges (emit_nvtx ops, DLProf payloads) gets the type
-    # of its first kernel.
-    out["kernel_type"] = (
-        k.groupby(k["layer"].astype(object).to_numpy(), sort=False)["layer_type"]
-        .first()
-        .astype(object)
-    )
-    return out.reset_index()
+    g = frame.groupby("layer", observed=True, sort=False)
+    out = g[["gpu_ns", "kernels", "tc_gpu_ns", "host_gap_ns"]].sum()
+    out["kernel_type"] = g["kernel_type"].first().astype(object)
+    out = out.reset_index()
+    out["layer"] = out["layer"].astype(object)
+    return out
 
 
 def _per_step(rows: pd.DataFrame, window: StepWindow) -> pd.DataFrame:
@@ -284,9 +307,13 @@ def _network_order(
     forward call follow, by their first module range or kernel."""
     key = pd.concat([
         pd.DataFrame({"layer": calls["layer"], "forward": calls["calls"] > 0,
-                      "step": calls["step"], "start": calls["start_ns"]}),
-        pd.DataFrame({"layer": own["layer"], "forward": own["self_forward_gpu_ns"] > 0,
-                      "step": own["step"], "start": own["start_ns"]}),
+                      "step": calls["step"],
+                      "start": calls["forward_start_ns"].where(calls["calls"] > 0,
+                                                               calls["start_ns"])}),
+        pd.DataFrame({"layer": own["layer"], "forward": own["forward_start_ns"] < _NEVER,
+                      "step": own["step"],
+                      "start": own["forward_start_ns"].where(own["forward_start_ns"] < _NEVER,
+                                                             own["start_ns"])}),
     ], ignore_index=True)  # fmt: skip
     key["forward"] = key["forward"].astype(bool)
     if window.steps:
