@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+import dlprof_lite
+
 pytest.importorskip("torch")
 
 SCRIPT = Path(__file__).resolve().parent / "real_scripts" / "lenet_layers.py"
@@ -64,14 +66,30 @@ def test_lenet_layers_in_network_order_with_the_scripts_own_timing(
     for name in LAYERS:
         row = by[name]
         assert (row["calls"], float(row["calls_per_step"]), row["parent"]) == ("7", 1.0, "model")
-        mine = sum(truth["steps"][i][f"model.{name}"] for i in steps) / len(steps) * 1e9
-        reported = float(row["step_forward_wall_ns"])
-        assert reported >= (1 - TOLERANCE) * mine, (name, reported, mine)
-        assert reported - mine <= max(TOLERANCE * mine, PER_CALL_NS), (name, reported, mine)
+        assert_close(name, float(row["step_forward_wall_ns"]), truth, steps)
         # A leaf's forward is all its own; the per-step mean is the window's total / steps.
         assert row["self_forward_wall_ns"] == row["forward_wall_ns"]
-        assert reported == pytest.approx(int(row["forward_wall_ns"]) / len(steps))
+        assert float(row["step_forward_wall_ns"]) == pytest.approx(
+            int(row["forward_wall_ns"]) / len(steps)
+        )
     # The model's own time is what its layers' ranges leave uncovered.
     model = by["model"]
     children = sum(int(by[n]["forward_wall_ns"]) for n in LAYERS)
     assert int(model["self_forward_wall_ns"]) == int(model["forward_wall_ns"]) - children
+
+    # --iter-start/--iter-stop choose the window: iterations 2, 3 and 4 of the same profile.
+    window = dlprof_lite.analyze(out / "profile.sqlite", iter_start=2, iter_stop=5)
+    s = window.summary
+    assert (s["window_iter_start"], s["window_iter_stop"], s["window_steps"]) == (2, 5, 3)
+    table = window.layers.set_index("layer")
+    assert table.index.tolist()[1:12] == LAYERS
+    for name in LAYERS:
+        assert int(table.loc[name, "calls"]) == 3
+        assert_close(name, float(table.loc[name, "step_forward_wall_ns"]), truth, [2, 3, 4])
+
+
+def assert_close(name: str, reported: float, truth: dict, steps: list[int]) -> None:
+    """The reported per-step mean against the script's own, over the same steps."""
+    mine = sum(truth["steps"][i][f"model.{name}"] for i in steps) / len(steps) * 1e9
+    assert reported >= (1 - TOLERANCE) * mine, (name, reported, mine)
+    assert reported - mine <= max(TOLERANCE * mine, PER_CALL_NS), (name, reported, mine)
