@@ -83,6 +83,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def _regex(text: str) -> str:
     try:
         re.compile(text)
@@ -132,6 +142,11 @@ def _profiling(parser: argparse.ArgumentParser) -> None:
     run("--nsys-args", metavar="ARGS", help=NSYS_ARGS_HELP)
     run("--delay", type=float, metavar="SEC", help="start collecting after SEC seconds")
     run("--duration", type=float, metavar="SEC", help="collect for SEC seconds")
+    run("--nsys-timeout", type=_seconds, metavar="SEC",
+        help="time limit of each stage that waits on nsys (--version, start-up before the "
+             "program runs, finishing the report after it, export); on timeout nsys is "
+             "stopped and the error names the stage (default: 60 s for --version, 300 s for "
+             "start-up, 600 s for the others; or $DLPROF_NSYS_TIMEOUT)")
 # fmt: on
 
 
@@ -198,15 +213,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_analyze(args)
         args = build_parser().parse_args(args_in)
         debug = args.debug
-        return cmd_run(args)
+        from dlprof_lite.launch.signals import signals_as_interrupts
+
+        with signals_as_interrupts():  # SIGTERM, SIGHUP: handled as SIGINT is
+            return cmd_run(args)
     except SystemExit as stop:  # argparse: --help, --version, usage errors
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
     except DlprofError as err:
         _error(str(err), debug)
         return err.exit_code
-    except KeyboardInterrupt:
-        _error("interrupted", debug)
-        return 130
+    except KeyboardInterrupt as interrupt:  # SIGINT; SIGTERM/SIGHUP in the run form
+        name = f" by {interrupt}" if getattr(interrupt, "signum", None) else ""
+        _error(f"interrupted{name}", debug)
+        return int(getattr(interrupt, "exit_code", 130))
     except Exception as err:  # a bug: still one line, the traceback with --debug
         hint = "" if debug else " (rerun with --debug for the traceback)"
         _error(f"unexpected {type(err).__name__}: {err}{hint}", debug)
@@ -322,7 +341,10 @@ def _program_name(cmd: Sequence[str]) -> str:
     if torchrun is not None:
         cmd = ["python", "-m", *torchrun.program] if torchrun.module else torchrun.program
     if "-m" in cmd[:-1] and Path(cmd[0]).name.startswith("python"):
-        return cmd[cmd.index("-m") + 1].rsplit(".", 1)[-1]
+        # The module's last dotted part, reduced to a plain name: '-m ../../tmp/x' must not
+        # put the report outside the current folder.
+        module = re.split(r"[./\\]", cmd[cmd.index("-m") + 1])[-1]
+        return re.sub(r"[^\w-]+", "_", module).strip("_-") or "run"
     for word in cmd:
         if word.endswith(".py"):
             return Path(word).stem
@@ -350,7 +372,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = profile_program(
             cmd, out_dir=stage, annotate=args.annotate, depth=args.depth, nsys=args.nsys,
             nsys_args=args.nsys_args, delay=args.delay, duration=args.duration,
-            show_nsys=args.debug,
+            nsys_timeout=args.nsys_timeout, show_nsys=args.debug,
         )  # fmt: skip
         for warning in run.warnings:
             _warn(warning)
@@ -361,8 +383,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 _warn(run.no_ranges_hint)
         except DlprofError as err:  # keep what nsys captured; report the error after
             failure = err
-    if failure is not None:
-        _error(f"{failure} (the profile is kept in {target})", args.debug)
+    if failure is not None:  # named by the final folder: the staging one is renamed away
+        message = str(failure).replace(str(stage), str(target))
+        _error(f"{message} (the profile is kept in {target})", args.debug)
         return run.exit_code or failure.exit_code
     _show(args, report, target)
     if run.exit_code:

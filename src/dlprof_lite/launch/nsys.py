@@ -8,15 +8,20 @@ Traps handled here (see ../shared/NSYS.md):
   :func:`import_qdstrm` turns it into a report with ``QdstrmImporter`` when one is found;
 - nsys 2022.4 exports reports from 2022.4 and older only; newer ones fail with
   ``Version number is invalid`` or a ``ProtobufParseException``, reported as such;
-- CPU sampling can hang the agent in VMs: the defaults switch it off (:data:`PROFILE_DEFAULTS`).
+- CPU sampling can hang the agent in VMs: the defaults switch it off (:data:`PROFILE_DEFAULTS`);
+- any stage may hang (a broken install, a stuck agent): each one is bounded
+  (:func:`stage_timeout`, ``--nsys-timeout``/``DLPROF_NSYS_TIMEOUT``), runs in a session of
+  its own and on timeout or interrupt its whole process group is stopped, so no child stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +35,21 @@ PROFILE_DEFAULTS = (
     "--sample=none",
     "--cpuctxsw=none",
 )
-EXPORT_TIMEOUT_S = 600.0
-IMPORT_TIMEOUT_S = 600.0
-VERSION_TIMEOUT_S = 30.0
+# How long each stage that waits on nsys may take by default (seconds). Generous: a large
+# report takes minutes to write and export; --nsys-timeout or DLPROF_NSYS_TIMEOUT sets one
+# limit for every stage instead.
+STAGE_TIMEOUTS = {
+    "version probe": 60.0,
+    "profile start-up": 300.0,
+    "profile finalize": 600.0,
+    "export": 600.0,
+    "import": 600.0,
+}
+TIMEOUT_ENV = "DLPROF_NSYS_TIMEOUT"
+TIMEOUT_HINT = f"raise --nsys-timeout (or {TIMEOUT_ENV}) if nsys needs longer"
+EXPORT_TIMEOUT_S = STAGE_TIMEOUTS["export"]
+IMPORT_TIMEOUT_S = STAGE_TIMEOUTS["import"]
+VERSION_TIMEOUT_S = STAGE_TIMEOUTS["version probe"]
 INSTALL_HINT = (
     "install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian: "
     "scripts/install_nsys.sh) and put nsys on PATH, or pass --nsys PATH"
@@ -59,19 +76,39 @@ class Nsys:
         return ".".join(str(part) for part in self.version) or "unknown"
 
 
-def find_nsys(explicit: str | os.PathLike[str] | None = None) -> Nsys:
-    """The nsys to use: ``explicit`` (a path or a name on PATH), else ``nsys`` on PATH."""
+def stage_timeout(stage: str, explicit: float | None = None) -> float:
+    """The time limit of one nsys stage: ``explicit``, else ``$DLPROF_NSYS_TIMEOUT``, else
+    the stage's default (:data:`STAGE_TIMEOUTS`)."""
+    if explicit is not None:
+        return check_timeout(explicit, "--nsys-timeout")
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return STAGE_TIMEOUTS[stage]
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{TIMEOUT_ENV}={text!r}: not a number of seconds") from None
+    return check_timeout(value, TIMEOUT_ENV)
+
+
+def check_timeout(value: float, name: str) -> float:
+    if not value > 0 or value == float("inf"):  # NaN fails both comparisons
+        raise InputError(f"{name} must be a positive number of seconds, not {value}")
+    return float(value)
+
+
+def find_nsys(explicit: str | os.PathLike[str] | None = None, *,
+              timeout: float | None = None) -> Nsys:  # fmt: skip
+    """The nsys to use: ``explicit`` (a path or a name on PATH), else ``nsys`` on PATH.
+
+    ``timeout`` bounds ``nsys --version`` (None: :func:`stage_timeout`)."""
     wanted = os.fspath(explicit) if explicit else "nsys"
     path = shutil.which(wanted)
     if path is None:
         where = f"{wanted!r} is not an executable" if explicit else "nsys is not on PATH"
         raise NsysError(f"Nsight Systems not found: {where}; {INSTALL_HINT}")
-    try:
-        done = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NsysError(f"{path} --version failed: {exc}") from None
+    limit = stage_timeout("version probe", timeout)
+    done = run_bounded([path, "--version"], limit, f"'{path} --version'", "version probe")
     text = (done.stdout + done.stderr).strip()
     match = _VERSION.search(text)
     if done.returncode != 0 or match is None:
@@ -147,16 +184,42 @@ def export_args(nsys: Nsys, report: Path, out: Path) -> list[str]:
             "--force-overwrite=true", str(report)]  # fmt: skip
 
 
-def run_bounded(args: list[str], timeout: float, what: str) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` with captured output; a timeout or a missing binary is an NsysError."""
+def run_bounded(
+    args: list[str], timeout: float, what: str, stage: str = "nsys"
+) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` with captured output, in a session of its own; a timeout or a missing
+    binary is an NsysError naming the ``stage``. On timeout or interrupt the whole process
+    group is killed: ``subprocess.run`` would kill only the direct child, leaving e.g. the
+    ``sleep`` of a hung wrapper script running."""
     try:
-        return subprocess.run(
-            args, capture_output=True, text=True, errors="replace", timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise NsysError(f"{what} did not finish within {timeout:g} s and was stopped") from None
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, errors="replace", start_new_session=True,
+        )  # fmt: skip
     except OSError as exc:
         raise NsysError(f"{what} could not start: {exc}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise NsysError(f"nsys hung in the {stage} stage: {what} did not finish within "
+                        f"{timeout:g} s and was stopped; {TIMEOUT_HINT}") from None  # fmt: skip
+    except BaseException:
+        kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc``'s process group (it leads one) and wait for ``proc``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def last_line(text: str) -> str:
@@ -188,18 +251,19 @@ def export_sqlite(
     out_path: str | os.PathLike[str],
     *,
     nsys: Nsys | str | None = None,
-    timeout: float = EXPORT_TIMEOUT_S,
+    timeout: float | None = None,
 ) -> Path:
     """Export an ``.nsys-rep``/``.qdrep`` (or a lone ``.qdstrm``) to SQLite at ``out_path``.
 
     The input is never modified; the export is written beside ``out_path`` under a temporary
-    name and renamed when complete, so a failed export leaves nothing behind.
+    name and renamed when complete, so a failed export leaves nothing behind. ``timeout``
+    bounds each nsys call (None: :func:`stage_timeout`).
     """
     report = Path(report_path)
     out = Path(out_path)
     if not report.is_file():
         raise InputError(f"{report}: no such file")
-    tool = nsys if isinstance(nsys, Nsys) else find_nsys(nsys)
+    tool = nsys if isinstance(nsys, Nsys) else find_nsys(nsys, timeout=timeout)
     if suffix_of(report) == QDSTRM_SUFFIX:
         staged = out.with_name(f".{out.stem}.{os.getpid()}.imported.nsys-rep")
         try:
@@ -212,7 +276,8 @@ def export_sqlite(
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.stem}.{os.getpid()}.partial.sqlite")
     try:
-        done = run_bounded(export_args(tool, report, partial), timeout, f"nsys export of {report}")
+        done = run_bounded(export_args(tool, report, partial), stage_timeout("export", timeout),
+                           f"nsys export of {report}", "export")  # fmt: skip
         if done.returncode != 0 or not partial.is_file():
             raise NsysError(_export_failure(report, tool, done.stdout + done.stderr))
         os.replace(partial, out)
@@ -249,7 +314,7 @@ def find_importer(nsys: Nsys) -> Path | None:
 
 
 def import_qdstrm(
-    qdstrm: Path, nsys: Nsys, *, output: Path | None = None, timeout: float = IMPORT_TIMEOUT_S
+    qdstrm: Path, nsys: Nsys, *, output: Path | None = None, timeout: float | None = None
 ) -> Path:
     """Turn a ``.qdstrm`` that nsys could not import into a ``.nsys-rep`` (``output``)."""
     importer = find_importer(nsys)
@@ -262,7 +327,8 @@ def import_qdstrm(
         )
     args = [str(importer), "--input-file", str(qdstrm), "--output-file", str(target),
             "--force-overwrite"]  # fmt: skip
-    done = run_bounded(args, timeout, f"QdstrmImporter on {qdstrm}")
+    done = run_bounded(args, stage_timeout("import", timeout), f"QdstrmImporter on {qdstrm}",
+                       "import")  # fmt: skip
     if done.returncode != 0 or not target.is_file():
         raise NsysError(f"importing {qdstrm} failed: {last_line(done.stdout + done.stderr)}")
     return target

@@ -13,7 +13,11 @@ the bootstrap (:mod:`.launchers`); each rank writes its own status file.
 
 The bootstrap's status files carry the program's exit code and tell when the program has
 ended: from then on nsys gets ``finalize_timeout`` seconds to write its report before it is
-stopped (a hung nsys agent, see NSYS.md), and a ``.qdstrm`` it left behind is imported. A
+stopped (a hung nsys agent, see NSYS.md), and a ``.qdstrm`` it left behind is imported.
+Every stage that waits on nsys is bounded (``nsys_timeout``, see :func:`~.nsys.stage_timeout`).
+SIGTERM and SIGHUP (raised as :class:`~.signals.Terminated` by the caller's
+:func:`~.signals.signals_as_interrupts`) are forwarded like SIGINT; the report is still
+written and the exit code is 128 + the signal. A
 program that fails still gets its report. Under a launcher the exit code is the launcher's,
 which nsys passes back (torchrun's is 1 when any worker failed; the rank's own code is a
 warning).
@@ -25,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -48,8 +53,10 @@ from dlprof_lite.launch.nsys import (
     profile_args,
     reason_line,
     split_nsys_args,
+    stage_timeout,
 )
 from dlprof_lite.launch.supervise import (
+    Limits,
     Outcome,
     nsys_notices,
     program_streams,
@@ -58,8 +65,8 @@ from dlprof_lite.launch.supervise import (
 )
 from dlprof_lite.rules.inputs import PROFILE_SUFFIXES
 
-FINALIZE_TIMEOUT_S = 600.0
 STATUS_PATTERN = "status-{rank}.json"
+START_MARKER = "started"
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _FLAGS_WITH_VALUE = ("-X", "-W")
 _GENERATING = re.compile(r"Generating '([^']+\.qdstrm)'")
@@ -147,7 +154,8 @@ def profile_program(
     delay: float | None = None,
     duration: float | None = None,
     timeout: float | None = None,
-    finalize_timeout: float = FINALIZE_TIMEOUT_S,
+    finalize_timeout: float | None = None,
+    nsys_timeout: float | None = None,
     name: str = "profile",
     echo: bool = True,
     show_nsys: bool = False,
@@ -155,13 +163,17 @@ def profile_program(
     """Run ``cmd`` under ``nsys profile``; write ``<out_dir>/<name>.nsys-rep`` and ``.sqlite``.
 
     ``timeout`` bounds the whole run (None: the program may run as long as it needs);
-    ``finalize_timeout`` bounds nsys after the program ended. ``annotate`` is one of
+    ``finalize_timeout`` bounds nsys after the program ended; ``nsys_timeout`` bounds every
+    stage that waits on nsys (None: each stage's default or ``$DLPROF_NSYS_TIMEOUT``; it is
+    also the default of ``finalize_timeout``). ``annotate`` is one of
     ``annotate.LEVELS`` (``auto`` means the default, ``modules``). ``echo``: the program's
     output reaches this process's stdout/stderr (else it is dropped); ``show_nsys``: nsys's
     own messages are copied to stderr as they come (else only its warnings are kept).
     Raises :class:`NsysError` when nsys is missing or produced no report.
     """
-    tool = find_nsys(nsys)
+    tool = find_nsys(nsys, timeout=nsys_timeout)
+    limits = Limits(stage_timeout("profile start-up", nsys_timeout),
+                    finalize_timeout or stage_timeout("profile finalize", nsys_timeout), timeout)
     annotate = "modules" if annotate in ("auto", None) else check_level(annotate)
     check_depth(depth)
     extra = split_nsys_args(nsys_args)
@@ -175,19 +187,20 @@ def profile_program(
         )
         launcher = split_torchrun(cmd) is not None
         with program_streams(echo) as fds:
-            args = profile_args(tool, base, redirected(program, fds), delay=delay,
-                                duration=duration, extra=extra)  # fmt: skip
+            wrapped = redirected(program, fds, str(status_dir / START_MARKER))
+            args = profile_args(tool, base, wrapped, delay=delay, duration=duration, extra=extra)
             sinks = (sys.stdout if echo else None, sys.stderr if echo else None,
                      sys.stderr if show_nsys else None, fds is None)  # fmt: skip
             outcome = supervise(
                 args, ended=lambda: _ended(status_dir, launcher),
-                pids=lambda: _pids(status_dir), timeout=timeout, finalize=finalize_timeout,
-                tees=sinks, pass_fds=fds or (),
+                pids=lambda: _pids(status_dir), limits=limits,
+                marker=str(status_dir / START_MARKER), tees=sinks, pass_fds=fds or (),
             )  # fmt: skip
         statuses = read_statuses(status_dir)
     warnings += outcome.warnings
-    report = _find_report(base, outcome, tool)
-    sqlite_path = export_sqlite(report, base.with_suffix(".sqlite"), nsys=tool)
+    report = _find_report(base, outcome, tool, nsys_timeout)
+    sqlite_path = export_sqlite(report, base.with_suffix(".sqlite"), nsys=tool,
+                                timeout=nsys_timeout)  # fmt: skip
     warnings += nsys_notices(outcome.nsys_output)
     annotated = annotated_command(program)
     exit_code, more = _exit_code(statuses, outcome, launcher, duration, annotated)
@@ -210,6 +223,10 @@ def _exit_code(
     annotated: bool,
 ) -> tuple[int, list[str]]:
     """The exit code to pass back, and warnings about how it was found."""
+    if outcome.signal in (signal.SIGTERM, signal.SIGHUP):
+        name = signal.Signals(outcome.signal).name
+        return 128 + outcome.signal, [f"the run was stopped by {name}: the report holds what "
+                                      "nsys captured until then"]  # fmt: skip
     codes = [s.get("exit_code") for s in statuses]
     reported = bool(codes) and all(isinstance(code, int) for code in codes)
     warnings = [f"rank {s.get('rank')} exited with code {s['exit_code']}" for s in statuses
@@ -260,7 +277,7 @@ def _read_status(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _find_report(base: Path, outcome: Outcome, tool: Nsys) -> Path:
+def _find_report(base: Path, outcome: Outcome, tool: Nsys, timeout: float | None) -> Path:
     """The report nsys wrote, importing a ``.qdstrm`` it could not import itself."""
     for suffix in PROFILE_SUFFIXES:
         report = base.with_name(base.name + suffix)
@@ -270,7 +287,8 @@ def _find_report(base: Path, outcome: Outcome, tool: Nsys) -> Path:
     streams += [Path(found) for found in _GENERATING.findall(outcome.nsys_output)]
     for stream in streams:
         if stream.is_file():
-            return import_qdstrm(stream, tool, output=base.with_name(base.name + ".nsys-rep"))
+            return import_qdstrm(stream, tool, output=base.with_name(base.name + ".nsys-rep"),
+                                 timeout=timeout)  # fmt: skip
     raise NsysError(
         f"nsys profile wrote no report (exit code {outcome.returncode}): "
         f"{reason_line(outcome.nsys_output)}"

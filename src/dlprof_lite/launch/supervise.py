@@ -12,6 +12,12 @@ only nsys's messages, which are shown with ``show_nsys`` (``--debug``) and kept 
 When our streams have no file descriptors (an embedding application, a test capturing
 ``sys.stdout``) the program's output comes through nsys's pipes; lines that look like nsys's
 messages (:data:`NSYS_LINE`) are then held back and the rest is forwarded.
+
+The wrapper also leaves a start marker (its pid, which the program keeps): until it appears
+nsys is still starting up, a stage bounded by ``startup`` seconds (a hung agent otherwise
+waits forever). An interrupt (SIGINT, or SIGTERM/SIGHUP as :class:`~.signals.Terminated`)
+is forwarded so that nsys still writes what it captured; when nsys has ended, every process
+left in its session or the program's is stopped (:func:`~.signals.stop_sessions`).
 """
 
 from __future__ import annotations
@@ -30,18 +36,25 @@ from dataclasses import dataclass
 from typing import IO, Any, cast
 
 from dlprof_lite.errors import NsysError
+from dlprof_lite.launch.signals import set_subreaper, signal_of, stop_sessions
 
 _TAIL_BYTES = 64 * 1024
 # Run by the interpreter (-I -S: no site, no user paths) before the program replaces it
-# with exec, so the program keeps the wrapper's pid. A missing program: one line, code 127.
+# with exec, so the program keeps the wrapper's pid: it writes that pid to the start marker
+# (atomically), points stdout and stderr at the descriptors passed ("-": unchanged), and
+# execs the program. A missing program: one line, code 127.
 REDIRECT = (
     "import os, sys\n"
-    "out, err = int(sys.argv[1]), int(sys.argv[2])\n"
-    "os.dup2(out, 1); os.dup2(err, 2); os.close(out); os.close(err)\n"
+    "marker, out, err = sys.argv[1:4]\n"
+    "with open(marker + '.tmp', 'w') as fh:\n"
+    "    fh.write(str(os.getpid()))\n"
+    "os.replace(marker + '.tmp', marker)\n"
+    "if out != '-':\n"
+    "    os.dup2(int(out), 1); os.dup2(int(err), 2); os.close(int(out)); os.close(int(err))\n"
     "try:\n"
-    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
+    "    os.execvp(sys.argv[4], sys.argv[4:])\n"
     "except OSError as exc:\n"
-    "    sys.stderr.write(f'dlprof-lite: error: cannot run {sys.argv[3]}: {exc.strerror}\\n')\n"
+    "    sys.stderr.write(f'dlprof-lite: error: cannot run {sys.argv[4]}: {exc.strerror}\\n')\n"
     "    sys.exit(127)\n"
 )
 # What nsys prints itself (2020.3 to 2025): progress, report names, its warnings and errors.
@@ -63,6 +76,8 @@ class Outcome:
     returncode: int
     nsys_output: str
     warnings: list[str]
+    # The signal that interrupted the run (forwarded; nsys then wrote what it had), or None.
+    signal: int | None = None
 
 
 @contextmanager
@@ -85,11 +100,20 @@ def program_streams(echo: bool) -> Iterator[tuple[int, int] | None]:
             os.close(fd)
 
 
-def redirected(program: list[str], fds: tuple[int, int] | None) -> list[str]:
-    """``program`` behind the wrapper that gives it ``fds`` as stdout and stderr."""
-    if fds is None:
-        return program
-    return [sys.executable, "-I", "-S", "-c", REDIRECT, str(fds[0]), str(fds[1]), *program]
+def redirected(program: list[str], fds: tuple[int, int] | None, marker: str) -> list[str]:
+    """``program`` behind the wrapper that writes the start ``marker`` and gives it ``fds``
+    as stdout and stderr (None: it keeps nsys's pipes)."""
+    out, err = (str(fds[0]), str(fds[1])) if fds is not None else ("-", "-")
+    return [sys.executable, "-I", "-S", "-c", REDIRECT, marker, out, err, *program]
+
+
+def started_pid(marker: str) -> int | None:
+    """The program's pid from the wrapper's start marker, or None before it started."""
+    try:
+        with open(marker, encoding="utf-8") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 class Tee(threading.Thread):
@@ -158,75 +182,136 @@ def nsys_notices(output: str) -> list[str]:
     return [f"nsys: {line}" for line in dict.fromkeys(found)]
 
 
+@dataclass
+class Limits:
+    """How long nsys may take: to start the program (``startup``), after the program ended
+    (``finalize``), and the whole run (``timeout``, None: unbounded)."""
+
+    startup: float
+    finalize: float
+    timeout: float | None = None
+
+
+@dataclass
+class _Watch:
+    """What the wait loop learnt: the run's sessions, the program's groups, the interrupt."""
+
+    proc: subprocess.Popen[bytes]
+    marker: str
+    sessions: set[int]
+    groups: set[int]
+    signal: int | None = None
+
+
 def supervise(
     args: list[str],
     *,
     ended: Callable[[], bool],
     pids: Callable[[], list[int]],
-    timeout: float | None,
-    finalize: float,
+    limits: Limits,
+    marker: str,
     tees: tuple[IO[Any] | None, IO[Any] | None, IO[Any] | None, bool],
     pass_fds: tuple[int, ...] = (),
 ) -> Outcome:
-    """Run nsys; stop it when it outlives the program by ``finalize`` s or runs past ``timeout``.
+    """Run nsys within ``limits``; ``marker`` is the wrapper's start marker.
 
     ``ended`` tells when the program has ended, ``pids`` its processes (stopped with nsys);
-    ``tees`` is (program stdout sink, program stderr sink, nsys sink, mixed).
+    ``tees`` is (program stdout sink, program stderr sink, nsys sink, mixed). Raises
+    :class:`NsysError` when nsys never started the program within ``limits.startup``.
     """
+    reaper = set_subreaper(True)  # orphans of nsys come to us, to be stopped and reaped
     try:
         proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, pass_fds=pass_fds,
         )  # fmt: skip
     except OSError as exc:
+        set_subreaper(False)
         raise NsysError(f"nsys could not start: {exc}") from None
+    watch = _Watch(proc, marker, {proc.pid}, set())
     out_sink, err_sink, nsys_sink, mixed = tees
     readers = [Tee(cast(IO[bytes], proc.stdout), out_sink, nsys_sink, mixed),
                Tee(cast(IO[bytes], proc.stderr), err_sink, nsys_sink, mixed)]  # fmt: skip
     for reader in readers:
         reader.start()
-    warnings = _wait(proc, ended, pids, timeout, finalize)
-    for reader in readers:
-        reader.join(timeout=10)
+    try:
+        warnings = _wait(watch, ended, pids, limits)
+    finally:
+        if proc.poll() is None:  # a time limit, an error or a second interrupt: stop it
+            stop(proc, pids())
+        stop_sessions(watch.sessions)
+        if reaper:
+            set_subreaper(False)
+        for reader in readers:
+            reader.join(timeout=10)
     tail = b"".join(bytes(reader.tail) for reader in readers).decode(errors="replace")
-    return Outcome(proc.returncode if proc.returncode is not None else -9, tail, warnings)
+    code = proc.returncode if proc.returncode is not None else -9
+    return Outcome(code, tail, warnings, watch.signal)
+
+
+def _learn(watch: _Watch, pids: list[int]) -> bool:
+    """Note the sessions and groups of the program's processes; whether it has started."""
+    first = started_pid(watch.marker)
+    for pid in ([first] if first else []) + pids:
+        with contextlib.suppress(OSError):
+            watch.sessions.add(os.getsid(pid))
+            watch.groups.add(os.getpgid(pid))
+    return first is not None
 
 
 def _wait(
-    proc: subprocess.Popen[bytes],
-    ended: Callable[[], bool],
-    pids: Callable[[], list[int]],
-    timeout: float | None,
-    finalize: float,
+    watch: _Watch, ended: Callable[[], bool], pids: Callable[[], list[int]], limits: Limits
 ) -> list[str]:
-    warnings: list[str] = []
+    proc = watch.proc
     started = time.monotonic()
     ended_at: float | None = None
-    interrupted = False
+    running = False
     while True:
         try:
             proc.wait(timeout=0.25)
-            return warnings
+            return []
         except subprocess.TimeoutExpired:
             pass
-        except KeyboardInterrupt:
-            if interrupted:
-                stop(proc, pids())
-                raise
-            interrupted = True  # let nsys stop collecting and write what it has
-            signal_group(proc.pid, signal.SIGINT)
+        except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM/SIGHUP as Terminated
+            if watch.signal is not None:
+                raise  # a second one: stop at once (the caller's finally stops everything)
+            watch.signal = signal_of(exc)
+            _learn(watch, pids())
+            forward(watch, watch.signal)  # let nsys stop collecting and write what it has
         now = time.monotonic()
+        running = running or _learn(watch, pids())
+        if not running and watch.signal is None and now - started > limits.startup:
+            raise NsysError(
+                f"nsys hung in the profile start-up stage: the program had not started "
+                f"{limits.startup:g} s after 'nsys profile' began, and nsys was stopped; "
+                "raise --nsys-timeout (or DLPROF_NSYS_TIMEOUT) if nsys needs longer"
+            )
         if ended_at is None and ended():
             ended_at = now
-        if ended_at is not None and now - ended_at > finalize:
-            warnings.append(f"nsys was still running {finalize:g} s after the program ended; "
-                            "it was stopped and its report recovered if possible")  # fmt: skip
-            stop(proc, pids())
-            return warnings
-        if timeout is not None and now - started > timeout:
-            warnings.append(f"the run was stopped after --timeout {timeout:g} s")
-            stop(proc, pids())
-            return warnings
+        if ended_at is not None and now - ended_at > limits.finalize:
+            return [f"nsys hung in the profile finalize stage: still running "
+                    f"{limits.finalize:g} s after the program ended; it was stopped and its "
+                    "report recovered if possible"]  # fmt: skip
+        if limits.timeout is not None and now - started > limits.timeout:
+            return [f"the run was stopped after --timeout {limits.timeout:g} s"]
+
+
+def forward(watch: _Watch, signum: int) -> None:
+    """Pass an interrupt on so that the program ends and nsys writes its report.
+
+    nsys (2022.4, checked) relays SIGINT and SIGTERM to the program it started, in that
+    program's own session, then writes the report; SIGHUP would kill nsys itself, report
+    unwritten, so SIGHUP goes to the program's process groups (nsys writes when the program
+    ends) and, before the program is known, nsys gets SIGTERM instead.
+    """
+    if signum != signal.SIGHUP:
+        signal_group(watch.proc.pid, signum)
+        return
+    groups = watch.groups - {watch.proc.pid}
+    for group in groups:
+        signal_group(group, signal.SIGHUP)
+    if not groups:
+        signal_group(watch.proc.pid, signal.SIGTERM)
 
 
 def signal_group(pgid: int, sig: int) -> None:

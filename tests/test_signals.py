@@ -1,0 +1,150 @@
+"""SIGTERM and SIGHUP in the run form do what SIGINT does (issue 13, item 1).
+
+A job scheduler ends a job with SIGTERM; a closed terminal sends SIGHUP. These tests run the
+real nsys on a real PyTorch training loop, send the signal to dlprof-lite alone in the middle
+of the run, and check what a user and their cluster see: the exit code (143, 129), a report
+folder written from what was captured (its iterations at least those the script had finished
+when the signal came, by the script's own count), and nothing left behind — no process of
+dlprof-lite's session, nsys's or the program's (read from /proc, zombies included), no
+``dlprof-lite-*`` temporary folder, no hidden staging folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dlprof_lite.launch.signals import Terminated, members, signal_of, signals_as_interrupts
+
+TRAIN = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import torch
+    from torch import nn
+
+    ready = sys.argv[1]
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 32), torch.randint(0, 4, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    steps = 0
+    for epoch in range(1000):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            steps += 1
+            time.sleep(0.02)
+            if steps >= 10:  # the script's own count, for the test to compare with
+                tmp = ready + ".tmp"
+                with open(tmp, "w") as fh:
+                    json.dump({"steps": steps, "sid": os.getsid(0), "pid": os.getpid()}, fh)
+                os.replace(tmp, ready)
+    """
+)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, session) of a live process, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return int(fields[1]), int(fields[3])
+
+
+def _descendant_sessions(root: int) -> set[int]:
+    """The sessions of ``root`` and every process descended from it, now."""
+    parents: dict[int, int] = {}
+    sessions: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            parents[int(entry)], sessions[int(entry)] = stat
+    found = {sessions[root]} if root in sessions else set()
+    for pid in parents:
+        walk = pid
+        while walk in parents and walk not in (0, 1):
+            if walk == root:
+                found.add(sessions[pid])
+                break
+            walk = parents[walk]
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_mid_run_writes_report_and_leaves_nothing(
+    nsys: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("nvtx")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    ready = tmp_path / "ready.json"
+    tmp = tmp_path / "tmp"  # dlprof-lite's temporary folders go here (TMPDIR), to be checked
+    tmp.mkdir()
+    out = tmp_path / "reports" / "train.dlprof"
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    # A session of its own, as a batch job has: every process it starts is findable by it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlprof_lite", "--quiet", "-o", str(out), str(script),
+         str(ready)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not ready.is_file() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.is_file(), f"the script never reached its 10th step: {proc.communicate()}"
+        time.sleep(0.5)
+        sessions = _descendant_sessions(proc.pid) | {proc.pid}
+        program = json.loads(ready.read_text())
+        sessions.add(program["sid"])
+        assert len(sessions) >= 3  # ours, nsys's and the program's (nsys gives it its own)
+        steps_at_signal = json.loads(ready.read_text())["steps"]
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr
+    assert f"report: {out}" in stdout, stdout
+    assert f"stopped by {signum.name}" in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert isinstance(summary, dict)
+    iterations = json.loads((out / "iterations.json").read_text())
+    rows = iterations["rows"] if isinstance(iterations, dict) else iterations
+    assert len(rows) >= steps_at_signal - 1  # the step in flight may be cut
+    left: dict[int, str] = {}
+    for _ in range(50):  # the last processes may still be on their way out
+        left = members(sessions)
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == {}, f"processes left behind (pid: state): {left}"
+    assert list(tmp.glob("dlprof-lite-*")) == []
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train.dlprof"]
+
+
+def test_signals_as_interrupts_raises_and_restores() -> None:
+    """In-process: SIGTERM and SIGHUP become Terminated (a KeyboardInterrupt with the exit
+    code the shell would give), and the previous handlers come back afterwards."""
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    for signum, code in ((signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+        with pytest.raises(Terminated) as caught, signals_as_interrupts():
+            os.kill(os.getpid(), signum)
+            time.sleep(1)  # the handler runs at the next bytecode boundary
+        assert isinstance(caught.value, KeyboardInterrupt)
+        assert caught.value.exit_code == code and signal_of(caught.value) == signum
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
+    assert signal_of(KeyboardInterrupt()) == signal.SIGINT
