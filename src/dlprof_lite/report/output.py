@@ -7,12 +7,20 @@
   is set aside, the new one renamed in, and only then is the old one deleted.
 - Every file is written to a temporary name in its own folder, then ``os.replace``-d.
 - ``--force`` only replaces a folder that is empty or holds a dlprof-lite report.
+- A run killed hard (SIGKILL, a crash, power loss) leaves its staging folder or temporary
+  file behind: the next report written into the same parent sweeps leftovers of exactly our
+  naming (:func:`sweep_stale`), once they are old and no live run holds them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
 import shutil
+import stat
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,6 +35,12 @@ REPORT_SUFFIX = ".dlprof"
 REPORT_MARKERS = ("summary.json", "summary.csv")
 GRAPH_FILE = "layers.dot"
 MAX_NAMES = 10_000
+# Our staging names (_token: 10 hex digits): .NAME.<token>.partial and .NAME.<token>.old
+# folders, .NAME.<token>.tmp files. Nothing else is ever swept.
+_STAGING = re.compile(r"^\..+\.[0-9a-f]{10}\.(partial|old|tmp)$")
+# A leftover is swept only this long after it last changed, and a staging folder only when
+# no run holds its lock: a long profiling run writes nothing into its folder for hours.
+STALE_AFTER_S = 3600.0
 
 
 def report_stem(path: Path) -> str:
@@ -87,23 +101,80 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def _lock(folder: Path, *, wait: bool) -> int | None:
+    """An open descriptor of ``folder`` holding its exclusive lock (released when closed or
+    when the process dies, however), or None when another holds it or locks are unsupported."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def sweep_stale(parent: Path, *, older_than: float = STALE_AFTER_S) -> list[Path]:
+    """Remove leftovers of our own staging naming in ``parent`` (never anything else): a
+    folder ``.NAME.<token>.partial|.old`` or a file ``.NAME.<token>.tmp``, ours (same user),
+    unchanged for ``older_than`` seconds, and for a folder, not locked by a live run.
+    Returns what was removed; errors are ignored (sweeping is a courtesy)."""
+    swept: list[Path] = []
+    try:
+        entries = [e for e in os.scandir(parent) if _STAGING.match(e.name)]
+    except OSError:
+        return swept
+    now = time.time()
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)  # a symlink is never ours: kept
+        except OSError:
+            continue
+        if info.st_uid != os.getuid() or now - info.st_mtime < older_than:
+            continue
+        path = Path(entry.path)
+        if entry.name.endswith(".tmp") and stat.S_ISREG(info.st_mode):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                swept.append(path)
+        elif not entry.name.endswith(".tmp") and stat.S_ISDIR(info.st_mode):
+            fd = _lock(path, wait=False)
+            if fd is None:
+                continue  # a live run is writing it
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                os.close(fd)
+            swept.append(path)
+    return swept
+
+
 @contextmanager
 def staged_folder(target: Path, *, force: bool = False) -> Iterator[Path]:
-    """Yield an empty staging folder; on success it becomes ``target``, on error it goes."""
+    """Yield an empty staging folder; on success it becomes ``target``, on error it goes.
+
+    The folder is locked while in use (see :func:`sweep_stale`, run here first)."""
     target = target.absolute()
     check_target(target, force=force)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(target.parent)
         stage = target.parent / f".{target.name}.{_token()}.partial"
         stage.mkdir()
     except OSError as err:
         raise OutputError(f"cannot create a report folder in {target.parent}: {err}") from err
+    lock = _lock(stage, wait=True)
     try:
         yield stage
         _commit(stage, target, force=force)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def _commit(stage: Path, target: Path, *, force: bool) -> None:
