@@ -3,13 +3,20 @@
 SQLAlchemy inspects the schema (which tables and columns exist); the rows themselves are
 fetched column-wise into numpy through the fastest driver at hand (:mod:`.fetch`). Every
 version difference is settled by :mod:`.schema`; this module only decodes and types.
-The user's file is opened with ``mode=ro`` and is never written to.
+The user's file is opened read-only and immutable and is never written to.
+
+The file is untrusted: whatever either driver raises on it becomes one :class:`InputError`
+naming the table and column (:mod:`.bad_input`), and values nsys cannot have written are
+refused (a non-integer where it writes integers, duplicated string ids, computed columns)
+or, where the rest of the file is still good, dropped with a counted warning
+(:mod:`.sanitize`: rows ending before they start, timestamps no capture has, unnamed
+kernels; text that is not UTF-8 is decoded with replacement characters).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +26,21 @@ import sqlalchemy as sa
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest import schema as S
+from dlprof_lite.ingest.bad_input import Checked, refuse_computed, translate
 from dlprof_lite.ingest.columns import categorical_from_codes, coerce, empty_frame
-from dlprof_lite.ingest.fetch import Fetcher, SplitFetcher, connect_readonly, open_fetcher
+from dlprof_lite.ingest.fetch import (
+    ReadLog,
+    SplitFetcher,
+    connect_readonly,
+    open_fetcher,
+)
 from dlprof_lite.ingest.profile import Meta
 from dlprof_lite.ingest.raw import RawExport
+from dlprof_lite.ingest.sanitize import TIME_LIMIT_NS, Repairs, as_text, sane_ops, sane_totals
 from dlprof_lite.rules.inputs import is_report
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+UNNAMED_KERNEL = "<unnamed kernel>"
 READ_THREADS = 2  # the machines this was measured on have two cores
 
 # How schema.kernel_query packs the launch configuration: (column, shift, bits) per value.
@@ -45,13 +60,15 @@ def read_export(path: Path) -> RawExport:
         raise InputError(
             f"{path}: SQLite database but not an Nsight Systems export (no StringIds table)"
         )
+    refuse_computed(path, schema)
+    log = ReadLog()
     try:
-        with open_fetcher(path) as fetch:
-            return _read(path, schema, fetch)
-    except (sqlite3.DatabaseError, sa.exc.DatabaseError) as err:
-        raise InputError(f"{path}: corrupt or truncated SQLite export ({err})") from err
-    except RuntimeError as err:  # ADBC reports a malformed file as a driver error
-        raise InputError(f"{path}: corrupt or truncated SQLite export ({err})") from err
+        with open_fetcher(path, log=log) as fetch:
+            return _read(path, schema, Checked(path, fetch), log)
+    except InputError:
+        raise
+    except Exception as err:  # what the drivers raise outside one query (open, close)
+        raise translate(path, err, None) from err
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -90,44 +107,77 @@ def inspect_schema(path: Path) -> S.ExportSchema:
     try:
         insp = sa.inspect(engine)
         tables = frozenset(insp.get_table_names())
-        wanted = (S.KERNEL_TABLE, S.MEMCPY_TABLE, S.MEMSET_TABLE, S.NVTX_TABLE,
-                  "TARGET_INFO_GPU", "ANALYSIS_DETAILS")  # fmt: skip
-        columns = {
-            t: frozenset(c["name"] for c in insp.get_columns(t)) for t in wanted if t in tables
-        }
+        with engine.connect() as conn:
+            virtual = frozenset(r[0] for r in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND sql LIKE 'CREATE VIRTUAL TABLE%'"))  # fmt: skip
+        columns, computed = {}, {}
+        for t in S.READ_TABLES:
+            if t in tables and t not in virtual:
+                cols = insp.get_columns(t)
+                columns[t] = frozenset(c["name"] for c in cols)
+                computed[t] = frozenset(c["name"] for c in cols if _computed_on_read(c))
     except sa.exc.DatabaseError as err:
-        raise InputError(f"{path}: corrupt or unreadable SQLite file ({err.orig})") from err
+        raise translate(path, err.orig or err, None) from err
     finally:
         engine.dispose()
-    return S.ExportSchema(tables=tables, columns=columns)
+    return S.ExportSchema(tables=tables, columns=columns, computed=computed, virtual=virtual)
 
 
-def _read(path: Path, schema: S.ExportSchema, fetch: Fetcher) -> RawExport:
-    strings = _strings(schema, fetch)
+def _computed_on_read(column: Any) -> bool:
+    """A VIRTUAL generated column: SQLite computes it on every read (a STORED one is read)."""
+    computed = column.get("computed")
+    return bool(computed) and not computed.get("persisted")
+
+
+def _read(path: Path, schema: S.ExportSchema, fetch: Checked, log: ReadLog) -> RawExport:
+    strings = _strings(path, schema, fetch)
+    repairs = Repairs()
     # The large tables are read in rowid ranges on two threads at once (fetch.SplitFetcher):
     # SQLite's stepping is the floor of ingest time and the drivers release the GIL.
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        split = SplitFetcher(path, pool, parts=READ_THREADS)
-        kernels = _kernels(schema, split, strings)
-        api = _api(schema, split, strings)
+        split = Checked(path, SplitFetcher(path, pool, parts=READ_THREADS, log=log))
+        kernels = sane_ops(_kernels(schema, split, strings, repairs), "kernels", repairs)
+        api = sane_ops(_api(schema, split, strings), "CUDA API calls", repairs)
         nvtx, marks = _nvtx(schema, split, strings)
-    memops = _memops(schema, fetch)
+        nvtx = sane_ops(nvtx, "NVTX ranges", repairs)
+    memops = sane_ops(_memops(schema, fetch), "memcpys/memsets", repairs)
+    sane_totals(path, kernels, memops)
     frames = (kernels, memops, api, nvtx)
+    meta = _meta(path, schema, fetch, frames)
+    warnings = (*repairs.warnings(), *_replaced_warnings(log))
     return RawExport(
         kernels=kernels, memops=memops, api=api, nvtx=nvtx, marks=marks,
-        gpus=_gpus(schema, fetch), meta=_meta(path, schema, fetch, frames),
+        gpus=_gpus(schema, fetch), meta=replace(meta, warnings=(*meta.warnings, *warnings)),
     )  # fmt: skip
 
 
-def _strings(schema: S.ExportSchema, fetch: Fetcher) -> pd.Series:
-    cols = fetch.columns(f"SELECT id, value FROM {S.STRINGS_TABLE}")
-    return pd.Series(cols["value"], index=cols["id"], dtype=object)
+def _replaced_warnings(log: ReadLog) -> list[str]:
+    return [
+        f"{n} value(s) of {table}.{column} are not valid UTF-8: shown with replacement "
+        "characters (\ufffd)"
+        for (table, column), n in sorted(log.replaced.items())
+    ]
 
 
-def _categorical(ids: np.ndarray, strings: pd.Series) -> pd.Categorical:
-    """Strings for StringIds ids, as a categorical built from the unique ids only."""
+def _strings(path: Path, schema: S.ExportSchema, fetch: Checked) -> pd.Series:
+    cols = fetch.columns(f"SELECT id, value FROM {S.STRINGS_TABLE}", text=("value",))
+    ids = cols["id"]
+    if len(ids) and not pd.Index(ids).is_unique:
+        dup = pd.Index(ids)[pd.Index(ids).duplicated()][0]
+        raise InputError(
+            f"{path}: {S.STRINGS_TABLE}.id {dup} appears more than once, so names are "
+            "ambiguous (nsys writes each id once): the export is damaged or was edited; "
+            "export the report again (nsys export --type sqlite)"
+        )
+    return pd.Series(as_text(cols["value"]), index=ids, dtype=object)
+
+
+def _categorical(ids: np.ndarray, strings: pd.Series, missing: str = "") -> pd.Categorical:
+    """Strings for StringIds ids, as a categorical built from the unique ids only; an id
+    that is NULL or not in StringIds gets ``missing``."""
     codes, uniq = pd.factorize(ids)  # hashing: no sort of a million ids
-    names = strings.reindex(uniq).fillna("").astype(str).to_numpy()
+    names = strings.reindex(uniq).fillna(missing).astype(str).to_numpy()
     if len(set(names)) == len(names):
         return categorical_from_codes(codes.astype(np.int32), names)
     return pd.Categorical(names[codes])
@@ -153,13 +203,14 @@ def _without_launch(table: str) -> pd.DataFrame:
     return empty_frame(table).drop(columns=list(LAUNCH_COLUMNS))
 
 
-def _kernels(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.DataFrame:
+def _kernels(
+    schema: S.ExportSchema, fetch: Checked, strings: pd.Series, repairs: Repairs
+) -> pd.DataFrame:
     if not schema.has(S.KERNEL_TABLE):
         return _without_launch("kernels")
     c = fetch.columns(schema.kernel_query())
     columns = _gpu_op_base(c)
-    columns["name"] = _categorical(c["demangledName"], strings)
-    columns["short_name"] = _categorical(c["shortName"], strings)
+    columns["name"], columns["short_name"] = _kernel_names(c, strings, repairs)
     for packed, fields in LAUNCH_CONFIG_FIELDS.items():
         for name, shift, bits in fields:
             value = c[packed] >> shift
@@ -169,12 +220,33 @@ def _kernels(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.D
     return coerce(pd.DataFrame(columns, copy=False), "kernels")
 
 
+def _kernel_names(
+    c: dict[str, np.ndarray], strings: pd.Series, repairs: Repairs
+) -> tuple[pd.Categorical, pd.Categorical]:
+    """Demangled and short names; either stands in for the other where one is missing (a
+    NULL id, or one StringIds lacks), and a kernel with neither is named UNNAMED_KERNEL."""
+    name = _categorical(c["demangledName"], strings)
+    short = _categorical(c["shortName"], strings)
+    no_name, no_short = name == "", short == ""
+    if not (no_name.any() or no_short.any()):
+        return name, short
+    both = no_name & no_short
+    if both.any():
+        repairs.note(f"{int(both.sum())} kernel(s) have no name (a NULL name id or one "
+                     f"missing from StringIds): shown as {UNNAMED_KERNEL!r}")  # fmt: skip
+    names = np.asarray(name, dtype=object)
+    shorts = np.asarray(short, dtype=object)
+    names = np.where(both, UNNAMED_KERNEL, np.where(no_name, shorts, names))
+    shorts = np.where(no_short, names, shorts)
+    return pd.Categorical(names), pd.Categorical(shorts)
+
+
 def _kind_categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical[str]:
     labels = pd.Series(codes).map(names)
     return pd.Categorical(labels, categories=sorted(set(names.values())))
 
 
-def _memops(schema: S.ExportSchema, fetch: Fetcher) -> pd.DataFrame:
+def _memops(schema: S.ExportSchema, fetch: Checked) -> pd.DataFrame:
     parts = []
     if schema.has(S.MEMCPY_TABLE):
         c = fetch.columns(schema.memcpy_query())
@@ -202,7 +274,7 @@ def _memops(schema: S.ExportSchema, fetch: Fetcher) -> pd.DataFrame:
     return coerce(frame.sort_values("start_ns", kind="stable", ignore_index=True), "memops")
 
 
-def _api(schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series) -> pd.DataFrame:
+def _api(schema: S.ExportSchema, fetch: Checked, strings: pd.Series) -> pd.DataFrame:
     parts = []
     for table, source in ((S.RUNTIME_TABLE, "runtime"), (S.DRIVER_TABLE, "driver")):
         if not schema.has(table):
@@ -230,11 +302,11 @@ def _domains(c: dict[str, Any], created: np.ndarray) -> dict[tuple[int, int], st
 
 
 def _nvtx(
-    schema: S.ExportSchema, fetch: Fetcher, strings: pd.Series
+    schema: S.ExportSchema, fetch: Checked, strings: pd.Series
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not schema.has(S.NVTX_TABLE):
         return empty_frame("nvtx_events"), empty_frame("marks")
-    c = fetch.columns(schema.nvtx_query())
+    c = fetch.columns(schema.nvtx_query(), text=("text",))
     created = c["eventType"] == S.EVENT_NVTX_DOMAIN_CREATE
     names = _domains(c, created)
     if created.any():  # a handful of rows: copy the columns only when there are some
@@ -303,11 +375,11 @@ def _domain_names(
     return pd.Categorical(np.asarray(labels, dtype=object)[codes])
 
 
-def _gpus(schema: S.ExportSchema, fetch: Fetcher) -> pd.DataFrame:
+def _gpus(schema: S.ExportSchema, fetch: Checked) -> pd.DataFrame:
     query = schema.gpu_query()
     if query is None:
         return empty_frame("gpus")
-    c = fetch.columns(query)
+    c = fetch.columns(query, text=("name",), nullable=True)
     frame = pd.DataFrame({k: c[k] for k in ("device_id", "name", "sm_count", "cc_major",
                                            "cc_minor")})  # fmt: skip
     frame["name"] = frame["name"].astype(object).where(frame["name"].notna(), "")
@@ -318,12 +390,12 @@ def _gpus(schema: S.ExportSchema, fetch: Fetcher) -> pd.DataFrame:
 
 
 def _meta(
-    path: Path, schema: S.ExportSchema, fetch: Fetcher, frames: tuple[pd.DataFrame, ...]
+    path: Path, schema: S.ExportSchema, fetch: Checked, frames: tuple[pd.DataFrame, ...]
 ) -> Meta:
     values: dict[str, str] = {}
     table = schema.meta_table()
     if table:
-        c = fetch.columns(f"SELECT name, value FROM {table}")
+        c = fetch.columns(f"SELECT name, value FROM {table}", text=("name", "value"))
         values = {str(k): str(v) for k, v in zip(c["name"], c["value"])}
     start, end = _session_bounds(schema, fetch, frames)
     return Meta(
@@ -337,16 +409,16 @@ def _meta(
 
 
 def _session_bounds(
-    schema: S.ExportSchema, fetch: Fetcher, frames: tuple[pd.DataFrame, ...]
+    schema: S.ExportSchema, fetch: Checked, frames: tuple[pd.DataFrame, ...]
 ) -> tuple[int, int]:
     """The capture's span; the event span where the export does not record it."""
     lo = [int(f["start_ns"].min()) for f in frames if len(f)]
     hi = [int(f["end_ns"].max()) for f in frames if len(f) and f["end_ns"].notna().any()]
     query = schema.session_query()
     if query is not None:
-        c = fetch.columns(query)
+        c = fetch.columns(query, nullable=True)
         first, last = (c[k][0] if len(c[k]) else None for k in c)
-        if not (pd.isna(first) or pd.isna(last)):
+        if not (pd.isna(first) or pd.isna(last) or _extreme(first) or _extreme(last)):
             start, stop = int(first), int(last)
             if not (lo and hi) or (start <= max(hi) and stop >= min(lo)):
                 # Events just outside the recorded span (sliced exports) widen it.
@@ -354,3 +426,8 @@ def _session_bounds(
             # A span disjoint from every event is on another clock (seen in a 2025.5
             # export): the events' own span is the only usable one.
     return (min(lo), max(hi)) if lo and hi else (0, 0)
+
+
+def _extreme(t: object) -> bool:
+    """A recorded session time no capture has (then the events' own span is used)."""
+    return not -TIME_LIMIT_NS <= int(t) <= TIME_LIMIT_NS  # type: ignore[call-overload]

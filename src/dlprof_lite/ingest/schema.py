@@ -11,7 +11,7 @@ is a plain int64 array; ``NULL_INT`` marks "absent" and the reader turns it into
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
@@ -26,6 +26,12 @@ RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_DRIVER"
 NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
+GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+# Every table the reader queries (the only ones whose columns it inspects).
+READ_TABLES = (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, DRIVER_TABLE,
+               NVTX_TABLE, STRINGS_TABLE, *GPU_TABLES, *META_TABLES,
+               "ANALYSIS_DETAILS")  # fmt: skip
 
 # Tables whose presence marks a file as an nsys export: every export has StringIds, and
 # every export with any data has at least one of the others.
@@ -55,6 +61,10 @@ class ExportSchema:
 
     tables: frozenset[str]
     columns: dict[str, frozenset[str]]
+    # Columns SQLite computes on read (VIRTUAL generated), and virtual tables: nsys writes
+    # neither, and the reader refuses to read them from an untrusted file.
+    computed: dict[str, frozenset[str]] = field(default_factory=dict)
+    virtual: frozenset[str] = frozenset()
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -83,7 +93,9 @@ class ExportSchema:
             "SELECT start, end, deviceId, contextId, streamId, "
             f"COALESCE(correlationId, {NULL_INT}) AS correlationId, "
             f"COALESCE(globalPid, {NULL_INT}) AS globalPid, "
-            "demangledName, shortName, "
+            # A NULL name id is read as an id StringIds lacks: the reader names the kernel.
+            f"COALESCE(demangledName, {NULL_INT}) AS demangledName, "
+            f"COALESCE(shortName, {NULL_INT}) AS shortName, "
             # Launch configuration packed three values to a column: the drivers pay per
             # result cell, and these nine are rarely read. Lossless within CUDA's limits
             # (gridX < 2^31, gridY/Z and block dims <= 65535, registers <= 255, shared
