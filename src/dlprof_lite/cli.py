@@ -367,7 +367,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     files.check_target(target, force=options.force)  # before a long profiling run
     from dlprof_lite.launch.run import profile_program
 
-    failure: DlprofError | None = None
+    failure: DlprofError | KeyboardInterrupt | None = None
     with files.staged_folder(target, force=options.force) as stage:
         run = profile_program(
             cmd, out_dir=stage, annotate=args.annotate, depth=args.depth, nsys=args.nsys,
@@ -381,8 +381,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 report = report_profiled(Path(run.sqlite_path), stage, target, options, progress)
             if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
-        except DlprofError as err:  # keep what nsys captured; report the error after
+        # Keep what nsys captured, also when interrupted (SIGINT, or a scheduler's SIGTERM)
+        # while analysing it; report the error after.
+        except (DlprofError, KeyboardInterrupt) as err:
             failure = err
+    if isinstance(failure, KeyboardInterrupt):
+        name = f" by {failure}" if getattr(failure, "signum", None) else ""
+        _error(f"interrupted{name} while analysing the profile (the profile is kept in "
+               f"{target}; '{PROG} analyze {target / Path(run.report_path).name}' analyses it)",
+               args.debug)  # fmt: skip
+        return int(getattr(failure, "exit_code", 130))
     if failure is not None:  # named by the final folder: the staging one is renamed away
         message = str(failure).replace(str(stage), str(target))
         _error(f"{message} (the profile is kept in {target})", args.debug)
