@@ -11,10 +11,13 @@ it fails if any class below escapes as anything but an InputError, in either rea
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import random
 import re
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -26,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from dlprof_lite.cli import main
-from dlprof_lite.errors import InputError
+from dlprof_lite.errors import InputError, OutputError
 from dlprof_lite.ingest import fetch
 from dlprof_lite.ingest.reader import UNNAMED_KERNEL, read_export
 
@@ -345,3 +348,65 @@ def test_one_bad_export_as_a_real_process(make) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("dlprof-lite: error: ")
     assert "CUPTI_ACTIVITY_KIND_KERNEL.start holds NULL" in done.stderr
+
+
+def test_a_type_change_between_arrow_batches_names_the_value(
+    make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADBC types a column from its first batch and fails on a later batch that differs
+    ("Type mismatch in column N"): the error still names the table, column and row."""
+    pytest.importorskip("adbc_driver_sqlite")
+    monkeypatch.setenv("DLPROF_LITE_READER", "arrow")
+    monkeypatch.setattr(fetch.ArrowFetcher, "BATCH_ROWS", 4)
+    with pytest.raises(InputError, match=rf"{K}\.end holds text 'abc' \(rowid \d+\)"):
+        read_export(make("text in CUPTI_ACTIVITY_KIND_KERNEL.end"))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "database or disk is full",  # sqlite3
+        "IO: [SQLite] Failed to step query: database or disk is full",  # ADBC
+    ],
+)
+def test_full_disk_while_reading_is_an_input_error(message: str) -> None:
+    """SQLite's temporary files filling the disk (not reproducible on demand): the real
+    exception classes with the drivers' own wording map to the same one line."""
+    from dlprof_lite.ingest.bad_input import translate
+
+    error = translate(Path("x.sqlite"), sqlite3.OperationalError(message), "SELECT a FROM T")
+    assert str(error).startswith("x.sqlite: no disk space to read it while reading T")
+    assert "SQLITE_TMPDIR" in str(error)
+
+
+@pytest.mark.parametrize(
+    "code, hint",
+    [(errno.ENOSPC, "free some space"), (errno.EFBIG, "ulimit -f"), (errno.EROFS, "read-only")],
+)
+def test_output_error_for_a_failed_write(code: int, hint: str) -> None:
+    error = OutputError.from_os_error(OSError(code, os.strerror(code)), "/r/x.dlprof")
+    assert str(error).startswith(f"cannot write the report in /r/x.dlprof: {os.strerror(code)}")
+    assert hint in str(error)
+    assert error.exit_code == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="report/output.py lets OSError from writing the report escape (requested: "
+    "OutputError.from_os_error in staged_folder)",
+)
+def test_file_size_limit_while_writing_the_report(make) -> None:
+    """A file-size limit (ulimit -f) hit by the report writer: one line, exit 2."""
+    path = make(None)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dlprof_lite", "analyze", str(path), "-o",
+         str(path.parent.parent / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=120, preexec_fn=limit,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("dlprof-lite: error: cannot write the report"), done.stderr
+    assert "ulimit -f" in done.stderr and done.stderr.count("\n") == 1

@@ -6,6 +6,8 @@ names the file and the problem.
 
 from __future__ import annotations
 
+import errno
+
 
 class DlprofError(Exception):
     """Base of every error dlprof-lite raises on purpose (a user error or a bad input)."""
@@ -25,6 +27,23 @@ class NsysError(DlprofError):
 
 class OutputError(DlprofError):
     """The output folder exists (and no ``--force``), or cannot be written."""
+
+    @classmethod
+    def from_os_error(cls, err: OSError, folder: object) -> OutputError:
+        """The one line for a write that failed: a full disk, a file-size limit (``ulimit
+        -f``; Python ignores SIGXFSZ, so the write fails with EFBIG), a quota, a read-only
+        or vanished folder, each with what to do."""
+        hints = {
+            errno.ENOSPC: "free some space there, or write elsewhere with -o",
+            errno.EDQUOT: "your disk quota is used up: free some space, or write elsewhere with -o",
+            errno.EFBIG: "a file-size limit (ulimit -f) stops the report; raise it or write less "
+            "(--formats)",
+            errno.EROFS: "the file system is read-only: write elsewhere with -o",
+            errno.EACCES: "no permission to write there: write elsewhere with -o",
+        }
+        hint = hints.get(err.errno or 0, "check the folder and try again")
+        reason = err.strerror or type(err).__name__
+        return cls(f"cannot write the report in {folder}: {reason}; {hint}")
 
 
 class SchemaError(DlprofError):
