@@ -154,6 +154,10 @@ CASES: dict[str, Case] = {
         r"1 of \d+ kernels dropped as impossible \(1 end before they start\)",
         error=False,
     ),
+    "durations past 64 bits": Case(  # each call 2**54 ns, within the time limit; 279 calls
+        sql(f"UPDATE {R} SET start = -9007199254740992, end = 9007199254740992"),
+        r"CUDA API call times add up to 5\.\d+e\+18, past what 64-bit totals hold",
+    ),
     "extreme timestamps": Case(
         sql(
             f"UPDATE {K} SET end = 9223372036854775807 WHERE rowid = 3",
@@ -410,3 +414,16 @@ def test_file_size_limit_while_writing_the_report(make) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("dlprof-lite: error: cannot write the report"), done.stderr
     assert "ulimit -f" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_adbc_connections_are_hardened(tmp_path: Path) -> None:
+    """ADBC's own SQLite: trusted_schema off and the heap limit that bounds any one value
+    (a value past it fails as 'out of memory', which reads as a read-limit error)."""
+    pytest.importorskip("adbc_driver_sqlite")
+    path = tmp_path / "x.sqlite"
+    sqlite3.connect(path).close()
+    with fetch.open_fetcher(path, prefer_arrow=True) as reader:
+        assert isinstance(reader, fetch.ArrowFetcher)
+        assert list(reader.columns("PRAGMA trusted_schema")["trusted_schema"]) == [0]
+        limit = reader.columns("PRAGMA hard_heap_limit")["hard_heap_limit"]
+        assert 0 < int(limit[0]) <= fetch.ADBC_HEAP_LIMIT

@@ -142,7 +142,9 @@ def _read(path: Path, schema: S.ExportSchema, fetch: Checked, log: ReadLog) -> R
         nvtx, marks = _nvtx(schema, split, strings)
         nvtx = sane_ops(nvtx, "NVTX ranges", repairs)
     memops = sane_ops(_memops(schema, fetch), "memcpys/memsets", repairs)
-    sane_totals(path, kernels, memops)
+    nvtx_ns = nvtx["end_ns"].astype("Int64") - nvtx["start_ns"]
+    sane_totals(path, {"kernel": kernels, "memcpy/memset": memops, "CUDA API call": api,
+                       "NVTX range": pd.DataFrame({"dur_ns": nvtx_ns})})  # fmt: skip
     frames = (kernels, memops, api, nvtx)
     meta = _meta(path, schema, fetch, frames)
     warnings = (*repairs.warnings(), *_replaced_warnings(log))

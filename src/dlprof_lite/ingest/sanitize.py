@@ -70,20 +70,25 @@ def sane_ops(frame: pd.DataFrame, what: str, repairs: Repairs) -> pd.DataFrame:
     return frame.loc[~(extreme | backwards)].reset_index(drop=True)
 
 
-def sane_totals(path: Path, kernels: pd.DataFrame, memops: pd.DataFrame) -> None:
-    """Refuse an export whose durations or byte counts add up past int64 (sums wrap there)."""
-    for frame, column, what in ((kernels, "dur_ns", "kernel times"),
-                                (memops, "dur_ns", "memcpy/memset times"),
-                                (memops, "bytes", "memcpy/memset bytes")):  # fmt: skip
-        if frame.empty:
-            continue
-        values = frame[column].to_numpy()
-        total = float(np.abs(values.astype(np.float64)).sum())
-        if total >= SUM_LIMIT:
-            raise InputError(
-                f"{path}: {what} add up to {total:.3g}, past what 64-bit totals hold: not the "
-                "values of one capture; the export is damaged or was edited"
-            )
+def sane_totals(path: Path, frames: dict[str, pd.DataFrame]) -> None:
+    """Refuse an export whose durations or byte counts add up past int64 (sums wrap there).
+
+    Every sum ingest and the report take is over a subset of one of these columns (range
+    times over nested ranges: at most depth x the ranges' total), so none can wrap once the
+    whole column's total is within :data:`SUM_LIMIT`.
+    """
+    for what, frame in frames.items():
+        for column in ("dur_ns", "bytes"):
+            if frame.empty or column not in frame.columns:
+                continue
+            values = frame[column].to_numpy(dtype=np.float64, na_value=0.0)
+            total = float(np.abs(values).sum())
+            if total >= SUM_LIMIT:
+                unit = "bytes" if column == "bytes" else "times"
+                raise InputError(
+                    f"{path}: {what} {unit} add up to {total:.3g}, past what 64-bit totals "
+                    "hold: not the values of one capture; the export is damaged or was edited"
+                )
 
 
 def as_text(values: Any) -> Any:
