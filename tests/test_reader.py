@@ -226,3 +226,21 @@ def test_split_read_joins_parts_whose_types_differ(tmp_path: Path) -> None:
     cols = split.columns("SELECT a, b FROM t")
     assert list(cols["b"]) == list(range(100))
     assert list(cols["a"]) == [r[0] for r in rows]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
+def test_real_exports_need_no_repair(corpus_dir: Path, path: Path) -> None:
+    """The checks for damaged and hostile files (ingest/sanitize.py, bad_input.py) never
+    fire on a real export: no warning, nothing dropped, every duration >= 0."""
+    raw = read_export(path)
+    assert raw.meta.warnings == ()
+    counts = query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    tables = {r[0] for r in counts}
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        total = query(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+        assert len(raw.kernels) == total
+    for frame in (raw.kernels, raw.memops, raw.api):
+        assert (frame["dur_ns"] >= 0).all()
+    closed = raw.nvtx["end_ns"].notna()
+    assert (raw.nvtx["end_ns"][closed] >= raw.nvtx["start_ns"][closed]).all()
