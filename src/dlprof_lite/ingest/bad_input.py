@@ -1,5 +1,7 @@
 """Every way a hostile or damaged export fails, as one :class:`InputError` naming the place.
 
+:func:`check_sqlite_file` refuses what is not a whole SQLite file before SQLite opens it.
+
 Both drivers raise their own classes with their own wording (the standard library's
 ``sqlite3.Error``, ADBC's ``adbc_driver_manager.Error``, pyarrow's ``ArrowException`` and
 ``OSError``); :func:`translate` maps each kind of bad input to the same message whichever
@@ -23,9 +25,42 @@ from dlprof_lite.errors import InputError
 from dlprof_lite.ingest import schema as S
 from dlprof_lite.ingest.fetch import Fetcher, ReadLimitError, connect_readonly
 from dlprof_lite.ingest.sanitize import as_text
+from dlprof_lite.rules.inputs import is_report
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
 REEXPORT = "export the report again (nsys export --type sqlite)"
 DAMAGED = f"the export is damaged or was edited; {REEXPORT}"
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Fail fast, with one clear line, on what is not a complete SQLite file."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not an nsys export")
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from err
+    if not header:
+        raise InputError(f"{path}: empty file")
+    if not header.startswith(SQLITE_MAGIC):
+        hint = ""
+        if is_report(path):
+            hint = " (a report: export it with `nsys export --type sqlite`)"
+        raise InputError(f"{path}: not a SQLite file{hint}")
+    if len(header) < 100:
+        raise InputError(f"{path}: truncated SQLite file ({len(header)} bytes)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # The in-header page count is valid when the two change counters agree (SQLite docs,
+    # "Database File Format" §1.3.7); then a shorter file has lost its tail.
+    if pages and header[24:28] == header[92:96] and path.stat().st_size < pages * page_size:
+        raise InputError(
+            f"{path}: truncated SQLite file ({path.stat().st_size} of {pages * page_size} bytes)"
+        )
 
 
 def driver_errors() -> tuple[type[BaseException], ...]:

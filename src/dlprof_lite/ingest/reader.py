@@ -26,7 +26,12 @@ import sqlalchemy as sa
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest import schema as S
-from dlprof_lite.ingest.bad_input import Checked, refuse_computed, translate
+from dlprof_lite.ingest.bad_input import (
+    Checked,
+    check_sqlite_file,
+    refuse_computed,
+    translate,
+)
 from dlprof_lite.ingest.columns import categorical_from_codes, coerce, empty_frame
 from dlprof_lite.ingest.fetch import (
     ReadLog,
@@ -37,9 +42,7 @@ from dlprof_lite.ingest.fetch import (
 from dlprof_lite.ingest.profile import Meta
 from dlprof_lite.ingest.raw import RawExport
 from dlprof_lite.ingest.sanitize import TIME_LIMIT_NS, Repairs, as_text, sane_ops, sane_totals
-from dlprof_lite.rules.inputs import is_report
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 UNNAMED_KERNEL = "<unnamed kernel>"
 READ_THREADS = 2  # the machines this was measured on have two cores
 
@@ -69,37 +72,6 @@ def read_export(path: Path) -> RawExport:
         raise
     except Exception as err:  # what the drivers raise outside one query (open, close)
         raise translate(path, err, None) from err
-
-
-def check_sqlite_file(path: Path) -> None:
-    """Fail fast, with one clear line, on what is not a complete SQLite file."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, not an nsys export")
-    try:
-        with path.open("rb") as f:
-            header = f.read(100)
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from err
-    if not header:
-        raise InputError(f"{path}: empty file")
-    if not header.startswith(SQLITE_MAGIC):
-        hint = ""
-        if is_report(path):
-            hint = " (a report: export it with `nsys export --type sqlite`)"
-        raise InputError(f"{path}: not a SQLite file{hint}")
-    if len(header) < 100:
-        raise InputError(f"{path}: truncated SQLite file ({len(header)} bytes)")
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(header[28:32], "big")
-    # The in-header page count is valid when the two change counters agree (SQLite docs,
-    # "Database File Format" §1.3.7); then a shorter file has lost its tail.
-    if pages and header[24:28] == header[92:96] and path.stat().st_size < pages * page_size:
-        raise InputError(
-            f"{path}: truncated SQLite file ({path.stat().st_size} of {pages * page_size} bytes)"
-        )
 
 
 def inspect_schema(path: Path) -> S.ExportSchema:
