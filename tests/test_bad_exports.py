@@ -149,6 +149,21 @@ CASES: dict[str, Case] = {
         r"NVTX_EVENTS\.text are not valid UTF-8",
         error=False,
     ),
+    "BLOB range text": Case(
+        sql(
+            "UPDATE NVTX_EVENTS SET text = x'41ff42' WHERE rowid IN "
+            "(SELECT rowid FROM NVTX_EVENTS WHERE text IS NOT NULL LIMIT 2)"
+        ),
+        r"^2 value\(s\) of NVTX_EVENTS\.text are BLOBs where nsys writes text",
+        error=False,
+    ),
+    "BLOB kernel name": Case(
+        sql(
+            f"UPDATE StringIds SET value = x'4142' WHERE id IN (SELECT shortName FROM {K} LIMIT 1)"
+        ),
+        r"^1 value\(s\) of StringIds\.value are BLOBs where nsys writes text",
+        error=False,
+    ),
     "end before start": Case(
         sql(f"UPDATE {K} SET end = start - 1000000 WHERE rowid = 3"),
         r"1 of \d+ kernels dropped as impossible \(1 end before they start\)",
@@ -427,3 +442,16 @@ def test_adbc_connections_are_hardened(tmp_path: Path) -> None:
         assert list(reader.columns("PRAGMA trusted_schema")["trusted_schema"]) == [0]
         limit = reader.columns("PRAGMA hard_heap_limit")["hard_heap_limit"]
         assert 0 < int(limit[0]) <= fetch.ADBC_HEAP_LIMIT
+
+
+@pytest.mark.parametrize("name", sorted(n for n, case in CASES.items() if not case.error))
+def test_both_readers_repair_alike(name: str, make, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same repairs, the same warnings (counts too), whichever driver read the file."""
+    pytest.importorskip("adbc_driver_sqlite")
+    path = make(name)
+    got = {}
+    for reader in READERS:
+        monkeypatch.setenv("DLPROF_LITE_READER", reader)
+        raw = read_export(path)
+        got[reader] = (raw.meta.warnings, len(raw.kernels), len(raw.api), len(raw.nvtx))
+    assert got["arrow"] == got["sqlite"]

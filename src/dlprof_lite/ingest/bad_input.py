@@ -23,7 +23,7 @@ import pandas as pd
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest import schema as S
-from dlprof_lite.ingest.fetch import Fetcher, ReadLimitError, connect_readonly
+from dlprof_lite.ingest.fetch import Fetcher, ReadLimitError, ReadLog, connect_readonly
 from dlprof_lite.ingest.sanitize import as_text
 from dlprof_lite.rules.inputs import is_report
 
@@ -81,9 +81,10 @@ class Checked:
     """A fetcher whose queries fail only with :class:`InputError` and whose integer columns
     are integers (``text`` names the text columns; ``nullable`` lets NULL through)."""
 
-    def __init__(self, path: Path, fetch: Fetcher) -> None:
+    def __init__(self, path: Path, fetch: Fetcher, log: ReadLog) -> None:
         self._path = path
         self._fetch = fetch
+        self._log = log
 
     def columns(
         self, query: str, *, text: tuple[str, ...] = (), nullable: bool = False
@@ -94,10 +95,31 @@ class Checked:
             raise translate(self._path, err, query) from err
         for name, values in cols.items():
             if name in text:
-                cols[name] = as_text(values)
+                cols[name], blobs = as_text(values)
+                if blobs:
+                    self._log.note_blobs(query, name, self._stored_blobs(query, name, blobs))
             elif not _integers(values, nullable):
                 raise bad_value(self._path, query, name, nullable)
         return cols
+
+    def _stored_blobs(self, query: str, alias: str, fetched: int) -> int:
+        """How many BLOBs the column a text result came from holds. Counted in the file:
+        ADBC types a whole column as binary when its first batch has one BLOB, so the
+        fetched values cannot tell which were BLOBs (the standard library's can)."""
+        table = _table(query)
+        column = select_items(query).get(alias, alias)
+        column = re.sub(r"^COALESCE\((\w+), ''\)$", r"\1", column)
+        if table is None or not re.fullmatch(r"\w+", column):
+            return fetched
+        try:
+            conn = connect_readonly(self._path)
+            try:
+                sql = f"SELECT COUNT(*) FROM {table} WHERE typeof(\"{column}\") = 'blob'"
+                return int(conn.execute(sql).fetchone()[0]) or fetched
+            finally:
+                conn.close()
+        except driver_errors():
+            return fetched
 
 
 def _integers(values: Any, nullable: bool) -> bool:

@@ -99,12 +99,19 @@ class ReadLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.replaced: dict[tuple[str, str], int] = {}  # (query's table, column) -> values
+        self.blobs: dict[tuple[str, str], int] = {}  # BLOBs where text belongs, the same way
 
     def note_replaced(self, query: str, column: str, count: int) -> None:
         table = _FROM.search(query)
         key = (table.group(1) if table else "?", column)
         with self._lock:
             self.replaced[key] = self.replaced.get(key, 0) + count
+
+    def note_blobs(self, query: str, column: str, count: int) -> None:
+        table = _FROM.search(query)
+        key = (table.group(1) if table else "?", column)
+        with self._lock:
+            self.blobs[key] = self.blobs.get(key, 0) + count
 
 
 class Fetcher(Protocol):
@@ -175,13 +182,20 @@ def _transpose(rows: list[tuple[Any, ...]], names: list[str]) -> dict[str, np.nd
     No dtype is forced on the whole block: ``np.array(..., dtype=int64)`` would silently
     truncate a float (and the reader must see it, as Arrow shows it).
     """
-    table = np.array(rows)
+    try:
+        table = np.array(rows)
+    except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
+        table = np.empty(0, dtype=object)
     if table.dtype == np.int64:  # the common case: an all-integer result in one call
         return {n: table[:, i].copy() for i, n in enumerate(names)}
     out = {}
     for i, n in enumerate(names):
-        col = np.array([r[i] for r in rows])
-        out[n] = col if col.dtype == np.int64 else _object_column([r[i] for r in rows])
+        values = [r[i] for r in rows]
+        try:
+            col = np.array(values)
+        except (UnicodeDecodeError, ValueError, TypeError, OverflowError):
+            col = None  # text mixed with bytes numpy cannot unify, and the like
+        out[n] = col if col is not None and col.dtype == np.int64 else _object_column(values)
     return out
 
 

@@ -41,7 +41,7 @@ from dlprof_lite.ingest.fetch import (
 )
 from dlprof_lite.ingest.profile import Meta
 from dlprof_lite.ingest.raw import RawExport
-from dlprof_lite.ingest.sanitize import TIME_LIMIT_NS, Repairs, as_text, sane_ops, sane_totals
+from dlprof_lite.ingest.sanitize import TIME_LIMIT_NS, Repairs, sane_ops, sane_totals
 
 UNNAMED_KERNEL = "<unnamed kernel>"
 READ_THREADS = 2  # the machines this was measured on have two cores
@@ -67,7 +67,7 @@ def read_export(path: Path) -> RawExport:
     log = ReadLog()
     try:
         with open_fetcher(path, log=log) as fetch:
-            return _read(path, schema, Checked(path, fetch), log)
+            return _read(path, schema, Checked(path, fetch, log), log)
     except InputError:
         raise
     except Exception as err:  # what the drivers raise outside one query (open, close)
@@ -108,7 +108,7 @@ def _read(path: Path, schema: S.ExportSchema, fetch: Checked, log: ReadLog) -> R
     # The large tables are read in rowid ranges on two threads at once (fetch.SplitFetcher):
     # SQLite's stepping is the floor of ingest time and the drivers release the GIL.
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        split = Checked(path, SplitFetcher(path, pool, parts=READ_THREADS, log=log))
+        split = Checked(path, SplitFetcher(path, pool, parts=READ_THREADS, log=log), log)
         kernels = sane_ops(_kernels(schema, split, strings, repairs), "kernels", repairs)
         api = sane_ops(_api(schema, split, strings), "CUDA API calls", repairs)
         nvtx, marks = _nvtx(schema, split, strings)
@@ -119,19 +119,26 @@ def _read(path: Path, schema: S.ExportSchema, fetch: Checked, log: ReadLog) -> R
                        "NVTX range": pd.DataFrame({"dur_ns": nvtx_ns})})  # fmt: skip
     frames = (kernels, memops, api, nvtx)
     meta = _meta(path, schema, fetch, frames)
-    warnings = (*repairs.warnings(), *_replaced_warnings(log))
+    gpus = _gpus(schema, fetch)
+    warnings = (*repairs.warnings(), *_replaced_warnings(log))  # after the last query
     return RawExport(
         kernels=kernels, memops=memops, api=api, nvtx=nvtx, marks=marks,
-        gpus=_gpus(schema, fetch), meta=replace(meta, warnings=(*meta.warnings, *warnings)),
+        gpus=gpus, meta=replace(meta, warnings=(*meta.warnings, *warnings)),
     )  # fmt: skip
 
 
 def _replaced_warnings(log: ReadLog) -> list[str]:
-    return [
+    replaced = [
         f"{n} value(s) of {table}.{column} are not valid UTF-8: shown with replacement "
         "characters (\ufffd)"
         for (table, column), n in sorted(log.replaced.items())
     ]
+    blobs = [
+        f"{n} value(s) of {table}.{column} are BLOBs where nsys writes text: decoded as "
+        "UTF-8, with replacement characters (\ufffd) where they are not"
+        for (table, column), n in sorted(log.blobs.items())
+    ]
+    return replaced + blobs
 
 
 def _strings(path: Path, schema: S.ExportSchema, fetch: Checked) -> pd.Series:
@@ -144,7 +151,7 @@ def _strings(path: Path, schema: S.ExportSchema, fetch: Checked) -> pd.Series:
             "ambiguous (nsys writes each id once): the export is damaged or was edited; "
             "export the report again (nsys export --type sqlite)"
         )
-    return pd.Series(as_text(cols["value"]), index=ids, dtype=object)
+    return pd.Series(cols["value"], index=ids, dtype=object)
 
 
 def _categorical(ids: np.ndarray, strings: pd.Series, missing: str = "") -> pd.Categorical:

@@ -91,20 +91,22 @@ def sane_totals(path: Path, frames: dict[str, pd.DataFrame]) -> None:
                 )
 
 
-def as_text(values: Any) -> Any:
-    """A text column as text: a categorical or all-``str`` array as it is; otherwise bytes
-    (a BLOB where text belongs) decoded with U+FFFD replacements, NULL as '', numbers as
-    their digits."""
-    if isinstance(values, pd.Categorical):
-        if pd.api.types.infer_dtype(values.categories, skipna=False) in ("string", "empty"):
-            return values
-        values = np.asarray(values, dtype=object)
+def as_text(values: Any) -> tuple[Any, int]:
+    """A text column as text, and how many BLOBs it held: a categorical or all-``str`` array
+    as it is; otherwise bytes (a BLOB where text belongs) decoded with U+FFFD replacements,
+    NULL as '', numbers as their digits."""
+    text_kinds = ("string", "empty")
+    if isinstance(values, pd.Categorical) and (
+        pd.api.types.infer_dtype(values.categories, skipna=False) in text_kinds
+    ):
+        return values, 0
     values = np.asarray(values, dtype=object)
-    if pd.api.types.infer_dtype(values, skipna=False) in ("string", "empty"):
-        return values
+    if pd.api.types.infer_dtype(values, skipna=False) in text_kinds:
+        return values, 0
+    blobs = sum(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
     out = np.empty(len(values), dtype=object)
     out[:] = [_text(v) for v in values]
-    return out
+    return out, blobs
 
 
 def _text(value: object) -> str:
