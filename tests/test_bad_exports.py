@@ -164,6 +164,11 @@ CASES: dict[str, Case] = {
         r"^1 value\(s\) of StringIds\.value are BLOBs where nsys writes text",
         error=False,
     ),
+    "negative memcpy bytes": Case(
+        sql("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = -4096 WHERE rowid = 2"),
+        r"^1 of \d+ memcpys/memsets dropped as impossible \(1 have a negative byte count\)",
+        error=False,
+    ),
     "end before start": Case(
         sql(f"UPDATE {K} SET end = start - 1000000 WHERE rowid = 3"),
         r"1 of \d+ kernels dropped as impossible \(1 end before they start\)",

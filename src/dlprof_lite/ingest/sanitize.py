@@ -56,18 +56,24 @@ def sane_ops(frame: pd.DataFrame, what: str, repairs: Repairs) -> pd.DataFrame:
     extreme = (start < -TIME_LIMIT_NS) | (start > TIME_LIMIT_NS)
     extreme |= (end < -TIME_LIMIT_NS) | (end > TIME_LIMIT_NS)
     backwards = ~extreme & (end < start)
-    if not (extreme.any() or backwards.any()):
+    negative = np.zeros(len(frame), dtype=bool)
+    if "bytes" in frame.columns:  # a copy or set of fewer than 0 bytes
+        negative = ~extreme & ~backwards & (frame["bytes"].to_numpy(dtype=np.int64) < 0)
+    bad = extreme | backwards | negative
+    if not bad.any():
         return frame
     parts = []
     if backwards.any():
         parts.append(f"{int(backwards.sum())} end before they start")
     if extreme.any():
         parts.append(f"{int(extreme.sum())} have a time beyond ±{TIME_LIMIT_NS} ns (104 days)")
+    if negative.any():
+        parts.append(f"{int(negative.sum())} have a negative byte count")
     repairs.note(
-        f"{int((extreme | backwards).sum())} of {len(frame)} {what} dropped as impossible "
+        f"{int(bad.sum())} of {len(frame)} {what} dropped as impossible "
         f"({'; '.join(parts)}): the export is damaged or was edited"
     )
-    return frame.loc[~(extreme | backwards)].reset_index(drop=True)
+    return frame.loc[~bad].reset_index(drop=True)
 
 
 def sane_totals(path: Path, frames: dict[str, pd.DataFrame]) -> None:
