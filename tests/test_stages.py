@@ -86,8 +86,8 @@ def violations(found: dict[str, Path] | None = None) -> set[tuple[str, str]]:
 
 
 def test_the_parser_sees_every_kind_of_import() -> None:
-    tables = modules()["dlprof_lite.report.tables"]
-    assert "dlprof_lite.rules.gemm" in imports(tables, "dlprof_lite.report.tables")
+    layers = modules()["dlprof_lite.report.layers"]
+    assert "dlprof_lite.rules.gemm" in imports(layers, "dlprof_lite.report.layers")
     load = modules()["dlprof_lite.ingest.load"]
     found = imports(load, "dlprof_lite.ingest.load")
     assert "dlprof_lite.launch.nsys" in found  # imported inside a function

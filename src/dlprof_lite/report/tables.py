@@ -1,8 +1,9 @@
-"""Per-kernel, per-NVTX-range and per-layer tables: pure functions from Profile frames.
+"""Per-kernel and per-NVTX-range tables: pure functions from Profile frames.
 
 Each function returns the columns declared in :mod:`dlprof_lite.report.metrics`, in order,
-one row per kernel name / range path / module. Aggregation is vectorised group-bys; the
-only Python loops run once per output row or per distinct name.
+one row per kernel name / range path. Aggregation is vectorised group-bys; the only Python
+loops run once per output row or per distinct name. The layers table, one row per module,
+is :mod:`dlprof_lite.report.layers`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import pandas as pd
 from dlprof_lite.errors import SchemaError
 from dlprof_lite.report.frames import empty_report, ordered, share
 from dlprof_lite.report.overhead import overhead_summary
-from dlprof_lite.rules.gemm import is_tc_eligible
-from dlprof_lite.rules.names import DIRECTIONS, parse_module_range
 
 
 def kernels_table(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -118,117 +117,3 @@ def _require(ranges: pd.DataFrame, columns: tuple[str, ...]) -> None:
     for c in columns:
         if c not in ranges.columns:
             raise SchemaError(f"ranges: missing column {c!r} (written by dlprof_lite's ingest)")
-
-
-def _module_walls(ranges: pd.DataFrame) -> pd.DataFrame:
-    """Forward/backward/recompute wall time and calls per module, from module range names
-    and ingest's ``module_direction`` (a ``fwd:`` range inside a backward is a recompute,
-    not a call)."""
-    names = ranges["name"]
-    if not isinstance(names.dtype, pd.CategoricalDtype):
-        names = names.astype("category")
-    # Parse each distinct name once, then broadcast to rows through the category codes.
-    parsed = [parse_module_range(n) for n in names.cat.categories.astype(str)]
-    layer_of = np.array([m.qualname if m else None for m in parsed], dtype=object)
-    type_of = np.array([m.type_name if m else None for m in parsed], dtype=object)
-    codes = names.cat.codes.to_numpy()
-    direction = _direction_codes(ranges)
-    rows = np.flatnonzero(direction >= 0)
-    if len(rows) == 0:
-        return pd.DataFrame(columns=["layer", "type", *_WALL_SUMS])
-    dur = (ranges["end_ns"] - ranges["start_ns"]).to_numpy(dtype="int64")[rows]
-    fwd, rec = direction[rows] == 0, direction[rows] == DIRECTIONS.index("recompute")
-    at = codes[rows]
-    work = pd.DataFrame(
-        {
-            "layer": layer_of[at],
-            "type": type_of[at],
-            "forward_wall_ns": np.where(fwd, dur, 0),
-            "backward_wall_ns": np.where(direction[rows] == 1, dur, 0),
-            "recompute_wall_ns": np.where(rec, dur, 0),
-            "calls": fwd.astype("int64"),
-            "recompute_calls": rec.astype("int64"),
-        }
-    )
-    return work.groupby(["layer", "type"], sort=False).sum().reset_index()
-
-
-def _direction_codes(ranges: pd.DataFrame) -> np.ndarray:
-    """Ingest's ``module_direction`` per range as codes into :data:`DIRECTIONS` (-1: not a
-    module range), read by value: the column's categories may come in any order."""
-    _require(ranges, ("module_direction",))
-    column = pd.Categorical(ranges["module_direction"], categories=list(DIRECTIONS))
-    return np.asarray(column.codes, dtype=np.int64)
-
-
-_WALL_SUMS = ["forward_wall_ns", "backward_wall_ns", "recompute_wall_ns", "calls",
-              "recompute_calls"]  # fmt: skip
-_GPU_SUMS = ["forward_gpu_ns", "backward_gpu_ns", "recompute_gpu_ns", "gpu_ns", "kernels",
-             "tc_gpu_ns", "host_gap_ns"]  # fmt: skip
-
-
-def _layer_gpu(kernels: pd.DataFrame) -> pd.DataFrame:
-    """GPU time per module from the kernels' ``layer``/``direction`` attribution.
-
-    Summed with ``bincount`` over the layer's category codes: no copy of the kernel rows.
-    """
-    layer = kernels["layer"].astype("category")
-    codes = layer.cat.codes.to_numpy()
-    has = codes >= 0
-    at = codes[has]
-    n = len(layer.cat.categories)
-    dur = kernels["dur_ns"].to_numpy(dtype="int64")[has]
-
-    def total(weights: np.ndarray | None) -> np.ndarray:
-        # float64 sums are exact for integers below 2**53 ns (104 days)
-        return np.bincount(at, weights=weights, minlength=n).round().astype("int64")
-
-    direction = kernels["direction"]  # compared as categorical codes, not as objects
-    forward = (direction == "forward").to_numpy(dtype=bool)[has]
-    backward = (direction == "backward").to_numpy(dtype=bool)[has]
-    recompute = (direction == "recompute").to_numpy(dtype=bool)[has]
-    sums = {
-        "forward_gpu_ns": total(np.where(forward, dur, 0)),
-        "backward_gpu_ns": total(np.where(backward, dur, 0)),
-        "recompute_gpu_ns": total(np.where(recompute, dur, 0)),
-        "gpu_ns": total(dur),
-        "kernels": total(None),
-        "tc_gpu_ns": total(np.where(kernels["uses_tensor_cores"].to_numpy(bool)[has], dur, 0)),
-        "host_gap_ns": total(kernels["host_gap_ns"].to_numpy(dtype="int64")[has]),
-    }
-    # The analysis also names a type for layers found without module ranges (emit_nvtx
-    # ops, DLProf payloads): the first kernel's, as for any other per-layer value.
-    first = np.full(n, -1)
-    seen, where = np.unique(at, return_index=True)
-    first[seen] = np.flatnonzero(has)[where]
-    types = kernels["layer_type"].to_numpy(dtype=object)
-    out = pd.DataFrame({"layer": layer.cat.categories.astype(object), **sums})
-    kernel_type: np.ndarray = types[np.maximum(first, 0)]  # a copy (fancy indexing)
-    kernel_type[first < 0] = None
-    out["kernel_type"] = kernel_type
-    return out[out["kernels"] > 0].reset_index(drop=True)
-
-
-def layers_table(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
-    """One row per module: forward/backward wall and GPU time, kernels, Tensor Core share."""
-    walls = _module_walls(ranges)
-    gpu = _layer_gpu(kernels)
-    if walls.empty and gpu.empty:
-        return empty_report("layers")
-    out = walls.merge(gpu, on="layer", how="outer", sort=False)
-    out["type"] = out["type"].astype(object).fillna(out.pop("kernel_type"))
-    sums = ["forward_wall_ns", "backward_wall_ns", "recompute_wall_ns", *_GPU_SUMS]
-    out[sums] = out[sums].fillna(0).astype("int64")
-    out[["calls", "recompute_calls"]] = out[["calls", "recompute_calls"]].astype("Int64")
-    out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
-    out["tc_eligible"] = _eligibility(out["type"])
-    out = out.sort_values(
-        ["gpu_ns", "forward_wall_ns", "layer"], ascending=[False, False, True], kind="stable"
-    )
-    return ordered(out, "layers")
-
-
-def _eligibility(types: pd.Series) -> pd.Series:
-    """Tensor Core eligibility per module type (one lookup per distinct type)."""
-    known = {t: bool(is_tc_eligible(t)) for t in types.dropna().unique()}
-    return types.map(known).astype("boolean")
