@@ -83,10 +83,17 @@ def _descendant_sessions(root: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize(
+    ("signum", "everyone"),
+    [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGINT, False),
+     (signal.SIGTERM, True)],
+    ids=["SIGTERM", "SIGHUP", "SIGINT", "SIGTERM-to-every-process"],
+)  # fmt: skip
 def test_signal_mid_run_writes_report_and_leaves_nothing(
-    nsys: str, tmp_path: Path, signum: signal.Signals
+    nsys: str, tmp_path: Path, signum: signal.Signals, everyone: bool
 ) -> None:
+    """``everyone``: as a scheduler ending a job does, every process of the run gets the
+    signal at once (nsys, its helpers and the program too, not only dlprof-lite)."""
     pytest.importorskip("torch")
     pytest.importorskip("nvtx")
     script = tmp_path / "train.py"
@@ -114,12 +121,23 @@ def test_signal_mid_run_writes_report_and_leaves_nothing(
         sessions.add(program["sid"])
         assert len(sessions) >= 3  # ours, nsys's and the program's (nsys gives it its own)
         steps_at_signal = json.loads(ready.read_text())["steps"]
-        proc.send_signal(signum)
+        if everyone:
+            for pid in members(sessions):
+                os.kill(pid, signum)
+        else:
+            proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + signum, stderr
+    if everyone and not out.exists():
+        # nsys's own agent got SIGTERM too and nsys wrote nothing (nsys 2022.4 does so with
+        # the CUDA trace's agent): one line says so and what to do; still nothing left.
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "nsys wrote no report after SIGTERM" in lines[0], stderr
+        assert_nothing_left(sessions, tmp, out)
+        return
     # The program's own KeyboardInterrupt traceback reaches stderr unchanged; none of ours.
     assert "dlprof_lite/cli.py" not in stderr and "dlprof_lite/launch" not in stderr
     if signum != signal.SIGINT:
@@ -132,6 +150,11 @@ def test_signal_mid_run_writes_report_and_leaves_nothing(
     iterations = json.loads((out / "iterations.json").read_text())
     rows = iterations["rows"] if isinstance(iterations, dict) else iterations
     assert len(rows) >= steps_at_signal - 1  # the step in flight may be cut
+    assert_nothing_left(sessions, tmp, out)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["train.dlprof"]
+
+
+def assert_nothing_left(sessions: set[int], tmp: Path, out: Path) -> None:
     left: dict[int, str] = {}
     for _ in range(50):  # the last processes may still be on their way out
         left = members(sessions)
@@ -140,7 +163,7 @@ def test_signal_mid_run_writes_report_and_leaves_nothing(
         time.sleep(0.1)
     assert left == {}, f"processes left behind (pid: state): {left}"
     assert list(tmp.glob("dlprof-lite-*")) == []
-    assert sorted(p.name for p in out.parent.iterdir()) == ["train.dlprof"]
+    assert [p.name for p in out.parent.glob(".*")] == []
 
 
 def test_signals_as_interrupts_raises_and_restores() -> None:

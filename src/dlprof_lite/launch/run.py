@@ -285,14 +285,28 @@ def _find_report(base: Path, outcome: Outcome, tool: Nsys, timeout: float | None
             return report
     streams = [base.with_name(base.name + ".qdstrm")]
     streams += [Path(found) for found in _GENERATING.findall(outcome.nsys_output)]
-    for stream in streams:
-        if stream.is_file():
+    why = reason_line(outcome.nsys_output)
+    for stream in (s for s in streams if s.is_file()):
+        try:
             return import_qdstrm(stream, tool, output=base.with_name(base.name + ".nsys-rep"),
                                  timeout=timeout)  # fmt: skip
-    raise NsysError(
-        f"nsys profile wrote no report (exit code {outcome.returncode}): "
-        f"{reason_line(outcome.nsys_output)}"
-    )
+        except NsysError as err:
+            if outcome.signal is None:
+                raise
+            why = str(err)
+    if outcome.signal is not None:
+        # nsys writes after SIGINT/SIGTERM/SIGHUP reach us alone; when its agent got the
+        # signal too (a scheduler signalling every process of a job) it ends unwritten.
+        name = signal.Signals(outcome.signal).name
+        error = NsysError(
+            f"nsys wrote no report after {name} (exit code {outcome.returncode}: {why}); if "
+            "every process of the job was signalled, nsys's own agent was stopped too: signal "
+            "dlprof-lite alone (Slurm: '#SBATCH --signal=B:TERM@120' and 'exec dlprof-lite "
+            "...' in the batch script)"
+        )
+        error.exit_code = 128 + outcome.signal
+        raise error
+    raise NsysError(f"nsys profile wrote no report (exit code {outcome.returncode}): {why}")
 
 
 def _status_warnings(

@@ -299,17 +299,19 @@ def _wait(
 def forward(watch: _Watch, signum: int) -> None:
     """Pass an interrupt on so that the program ends and nsys writes its report.
 
-    nsys (2022.4, checked) relays SIGINT and SIGTERM to the program it started, in that
-    program's own session, then writes the report; SIGHUP would kill nsys itself, report
-    unwritten, so SIGHUP goes to the program's process groups (nsys writes when the program
-    ends) and, before the program is known, nsys gets SIGTERM instead.
+    SIGINT goes to nsys, which (2022.4, checked) relays it to the program it started in a
+    session of its own, then writes the report. SIGTERM and SIGHUP go to the program's
+    process groups instead, and nsys writes when the program has ended: SIGHUP kills nsys
+    with its report unwritten, and so does a second SIGTERM (checked), which nsys gets when
+    a scheduler signals every process of a job and we relayed it too. Before the program is
+    known, nsys gets SIGTERM (it stops the program and writes).
     """
-    if signum != signal.SIGHUP:
+    if signum == signal.SIGINT:
         signal_group(watch.proc.pid, signum)
         return
     groups = watch.groups - {watch.proc.pid}
     for group in groups:
-        signal_group(group, signal.SIGHUP)
+        signal_group(group, signum)
     if not groups:
         signal_group(watch.proc.pid, signal.SIGTERM)
 
