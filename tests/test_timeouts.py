@@ -95,13 +95,18 @@ def run_cli(tmp_path: Path, nsys: Path, *extra: str, env: dict[str, str] | None 
     return done, time.monotonic() - started
 
 
-def assert_nothing_left(tmp_path: Path) -> None:
-    pids = [int(line) for line in (tmp_path / "PIDS").read_text().split()]
-    assert len(pids) >= 2  # the stand-in and its sleep at least
+def still_alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running after a few seconds' grace."""
     deadline = time.monotonic() + 5
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [pid for pid in pids if alive(pid)] == []
+    return [pid for pid in pids if alive(pid)]
+
+
+def assert_nothing_left(tmp_path: Path) -> None:
+    pids = [int(line) for line in (tmp_path / "PIDS").read_text().split()]
+    assert len(pids) >= 2  # the stand-in and its sleep at least
+    assert still_alive(pids) == []
     assert list((tmp_path / "tmp").iterdir()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert not (tmp_path / "train.dlprof").exists()
@@ -168,3 +173,29 @@ def test_bad_flag_value_is_a_usage_error(tmp_path: Path, value: str) -> None:
     done, _ = run_cli(tmp_path, nsys, f"--nsys-timeout={value}")
     assert done.returncode == 2 and "--nsys-timeout" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_analyze_export_that_hangs_is_stopped(tmp_path: Path) -> None:
+    """``analyze run.nsys-rep`` exports with the nsys on PATH; DLPROF_NSYS_TIMEOUT bounds it."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake_nsys(tools, version="ok", profile="hang", export="hang")
+    (tmp_path / "tmp").mkdir()
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"a report")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "dlprof_lite", "analyze", str(report)], cwd=tmp_path,
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+             "TMPDIR": str(tmp_path / "tmp"), TIMEOUT_ENV: "2"},
+    )  # fmt: skip
+    assert done.returncode == 3
+    line = one_error(done.stderr)
+    assert "export" in line and "2 s" in line
+    assert time.monotonic() - started < 60
+    pids = [int(line) for line in (tools / "PIDS").read_text().split()]
+    assert len(pids) >= 3 and still_alive(pids) == []  # --version, export, its sleep
+    assert report.read_bytes() == b"a report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "run.nsys-rep", "tmp"]
+    assert list((tmp_path / "tmp").iterdir()) == []
