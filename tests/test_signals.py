@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +25,13 @@ import pytest
 
 import dlprof_lite.cli
 from dlprof_lite.cli import main
-from dlprof_lite.launch.signals import Terminated, members, signal_of, signals_as_interrupts
+from dlprof_lite.launch.signals import (
+    Terminated,
+    deferred_signals,
+    members,
+    signal_of,
+    signals_as_interrupts,
+)
 from test_timeouts import fake_nsys
 
 TRAIN = textwrap.dedent(
@@ -178,6 +185,21 @@ def test_signals_as_interrupts_raises_and_restores() -> None:
         assert caught.value.exit_code == code and signal_of(caught.value) == signum
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == before
     assert signal_of(KeyboardInterrupt()) == signal.SIGINT
+
+
+def test_a_signal_during_cleanup_waits_for_it() -> None:
+    """The cleanup that stops every process of a run must not be cut short by one more
+    signal: it is held back until the cleanup ends, then raised. A thread is running, as
+    the output-draining ones are in a run (a per-thread signal mask would not hold there)."""
+    threading.Thread(target=time.sleep, args=(3,), daemon=True).start()
+    finished = False
+    with pytest.raises(Terminated), signals_as_interrupts():
+        with deferred_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.3)  # no Terminated here
+            finished = True
+        time.sleep(1)
+    assert finished
 
 
 def test_signal_while_analysing_keeps_the_profile(

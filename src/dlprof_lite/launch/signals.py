@@ -68,6 +68,35 @@ def signals_as_interrupts() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Within: SIGINT, SIGTERM and SIGHUP are noted, not acted on, so that a cleanup that
+    must finish (stopping every process of the run) is not cut short by one more signal;
+    the first one noted is handled as before right after. (Handlers, not a signal mask: a
+    mask is per thread, and the output-draining threads would take the signal.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[signal.Signals] = []
+    previous = {signum: signal.signal(signum, lambda n, _f: noted.append(signal.Signals(n)))
+                for signum in (signal.SIGINT, *HANDLED)}  # fmt: skip
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if noted:
+            _deliver(noted[0], previous[noted[0]])
+
+
+def _deliver(signum: int, handler: object) -> None:
+    """Act on a held-back signal as ``handler`` (what was installed before) would have."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)
+
+
 def set_subreaper(on: bool) -> bool:
     """Become (or stop being) the subreaper of our descendants; False where unsupported."""
     if not sys.platform.startswith("linux"):

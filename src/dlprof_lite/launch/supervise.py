@@ -36,7 +36,12 @@ from dataclasses import dataclass
 from typing import IO, Any, cast
 
 from dlprof_lite.errors import NsysError
-from dlprof_lite.launch.signals import set_subreaper, signal_of, stop_sessions
+from dlprof_lite.launch.signals import (
+    deferred_signals,
+    set_subreaper,
+    signal_of,
+    stop_sessions,
+)
 
 _TAIL_BYTES = 64 * 1024
 # Run by the interpreter (-I -S: no site, no user paths) before the program replaces it
@@ -237,13 +242,14 @@ def supervise(
     try:
         warnings = _wait(watch, ended, pids, limits)
     finally:
-        if proc.poll() is None:  # a time limit, an error or a second interrupt: stop it
-            stop(proc, pids())
-        stop_sessions(watch.sessions)
-        if reaper:
-            set_subreaper(False)
-        for reader in readers:
-            reader.join(timeout=10)
+        with deferred_signals():  # one more signal must not leave half the run behind
+            if proc.poll() is None:  # a time limit, an error or a second interrupt: stop it
+                stop(proc, pids())
+            stop_sessions(watch.sessions)
+            if reaper:
+                set_subreaper(False)
+            for reader in readers:
+                reader.join(timeout=10)
     tail = b"".join(bytes(reader.tail) for reader in readers).decode(errors="replace")
     code = proc.returncode if proc.returncode is not None else -9
     return Outcome(code, tail, warnings, watch.signal)
