@@ -28,7 +28,7 @@ VERSION = "NVIDIA Nsight Systems version 2022.4.2.1-fake"
 
 def fake_nsys(folder: Path, *, version: str, profile: str, export: str) -> Path:
     """A stand-in nsys. ``version``: ok|hang; ``profile``: hang (before the program starts)
-    |run (writes ``report`` bytes as the .nsys-rep, then runs the program); ``export``:
+    |run (writes a .nsys-rep, then runs the program)|linger (the same, then hangs); ``export``:
     hang|garbage (writes a file that is not SQLite). Each process appends its pid to PIDS."""
     pids = folder / "PIDS"
     hang = f'sleep 300 & echo $! >> "{pids}"; wait; exit 1'
@@ -52,7 +52,9 @@ def fake_nsys(folder: Path, *, version: str, profile: str, export: str) -> Path:
             done
             printf 'not a report' > "$out.nsys-rep"
             "$@"
-            exit $? ;;
+            code=$?
+            {hang if profile == "linger" else ":"}
+            exit $code ;;
         export)
             {hang if export == "hang" else ":"}
             for arg in "$@"; do
@@ -199,3 +201,21 @@ def test_analyze_export_that_hangs_is_stopped(tmp_path: Path) -> None:
     assert report.read_bytes() == b"a report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "run.nsys-rep", "tmp"]
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_nsys_that_lingers_after_the_program_is_stopped(tmp_path: Path) -> None:
+    """The finalize stage (nsys writing its report after the program ended) is bounded by
+    --nsys-timeout too: a warning names it, nsys is stopped, and the run goes on with what
+    was written (here a garbage export, so one error line naming the final folder)."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    nsys = fake_nsys(tools, version="ok", profile="linger", export="garbage")
+    done, took = run_cli(tmp_path, nsys, "--nsys-timeout", "2")
+    assert "Traceback" not in done.stderr
+    assert "nsys hung in the profile finalize stage" in done.stderr
+    assert "still running 2 s after the program ended" in done.stderr
+    assert took < 60
+    assert done.returncode == 2
+    pids = [int(line) for line in (tools / "PIDS").read_text().split()]
+    assert still_alive(pids) == []
+    assert (tmp_path / "train.dlprof" / "profile.nsys-rep").is_file()
