@@ -189,10 +189,8 @@ class ModuleRanges:
                 self._watch.disarm()  # type: ignore[union-attr]
                 self._tracker.on_root_forward(module, grad, module.training)
         pushed = self._ranges and (self._depth is None or name.depth <= self._depth)
-        if pushed:
-            self._backend.push(name.rec if recompute else name.fwd)
         if not name.described:
-            self._describe(module, name, args)  # inside its range, after any phase event
+            self._describe(module, name, args)  # after any phase event it starts
         stack = frame.stack
         if recompute or _sequence_nr is None:  # hooked as it runs (see _watch_backward)
             floor = floor_of(args) if pushed and grad else -1
@@ -209,6 +207,8 @@ class ModuleRanges:
                     frame.forward.calls.append(call)
             stack.append(_Open(module, pushed, True, _NO_TASK, -1, call, call or scope))
         frame.forwards += 1
+        if pushed:  # last: the range holds the module's own work, not this bookkeeping
+            self._backend.push(name.rec if recompute else name.fwd)
 
     def _describe(self, module: torch.nn.Module, name: ModuleName, args: Any) -> None:
         name.described = True
