@@ -414,11 +414,6 @@ def test_output_error_for_a_failed_write(code: int, hint: str) -> None:
     assert error.exit_code == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report/output.py lets OSError from writing the report escape (requested: "
-    "OutputError.from_os_error in staged_folder)",
-)
 def test_file_size_limit_while_writing_the_report(make) -> None:
     """A file-size limit (ulimit -f) hit by the report writer: one line, exit 2."""
     path = make(None)

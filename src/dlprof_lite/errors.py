@@ -33,17 +33,24 @@ class OutputError(DlprofError):
         """The one line for a write that failed: a full disk, a file-size limit (``ulimit
         -f``; Python ignores SIGXFSZ, so the write fails with EFBIG), a quota, a read-only
         or vanished folder, each with what to do."""
-        hints = {
-            errno.ENOSPC: "free some space there, or write elsewhere with -o",
-            errno.EDQUOT: "your disk quota is used up: free some space, or write elsewhere with -o",
-            errno.EFBIG: "a file-size limit (ulimit -f) stops the report; raise it or write less "
-            "(--formats)",
-            errno.EROFS: "the file system is read-only: write elsewhere with -o",
-            errno.EACCES: "no permission to write there: write elsewhere with -o",
-        }
-        hint = hints.get(err.errno or 0, "check the folder and try again")
+        hint = _WRITE_HINTS.get(err.errno or 0, "check the folder and try again")
         reason = err.strerror or type(err).__name__
         return cls(f"cannot write the report in {folder}: {reason}; {hint}")
+
+    @staticmethod
+    def is_write_failure(err: OSError) -> bool:
+        """A failure of writing itself (space, size limit, quota, permission), not a bug."""
+        return err.errno in _WRITE_HINTS
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "free some space there, or write elsewhere with -o",
+    errno.EDQUOT: "your disk quota is used up: free some space, or write elsewhere with -o",
+    errno.EFBIG: "a file-size limit (ulimit -f) stops the report; raise it or write less "
+    "(--formats)",
+    errno.EROFS: "the file system is read-only: write elsewhere with -o",
+    errno.EACCES: "no permission to write there: write elsewhere with -o",
+}
 
 
 class SchemaError(DlprofError):

@@ -169,6 +169,11 @@ def staged_folder(target: Path, *, force: bool = False) -> Iterator[Path]:
     try:
         yield stage
         _commit(stage, target, force=force)
+    except OSError as err:
+        shutil.rmtree(stage, ignore_errors=True)
+        if OutputError.is_write_failure(err):  # a full disk, ulimit -f, ...: not a bug
+            raise OutputError.from_os_error(err, target) from err
+        raise
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
