@@ -38,6 +38,7 @@ from dlprof_lite.pipeline import (
     has_annotation,
     report_profiled,
 )
+from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -235,12 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _error(message: str, debug: bool) -> None:
     if debug:
         traceback.print_exc()
-    line = " ".join(message.split())
+    line = printable(" ".join(message.split()))  # names in it: no control character passes
     print(f"{PROG}: error: {line}", file=sys.stderr)
 
 
 def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {' '.join(message.split())}", file=sys.stderr)
+    print(f"{PROG}: warning: {printable(' '.join(message.split()))}", file=sys.stderr)
 
 
 def _options(args: argparse.Namespace) -> AnalyzeOptions:
@@ -304,7 +305,7 @@ def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
     """The console summary; with --quiet only the report folder, one line."""
     console = _console(args)
     if console is None:
-        print(f"report: {folder}", flush=True)
+        print(f"report: {printable(folder)}", flush=True)
         return
     from dlprof_lite.report.console import render
 
@@ -325,7 +326,7 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
         from dlprof_lite.report.console import render_many
 
         render_many(result.rows, console)
-    print(f"reports: {result.folder}", flush=True)
+    print(f"reports: {printable(result.folder)}", flush=True)
     return result.failures[0].exit_code if result.failures else 0
 
 

@@ -12,14 +12,25 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary, number
+from dlprof_lite.safe_text import printable
 
 TOP = 5
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
+
+
+def _text(*parts: str | tuple[str, str]) -> Text:
+    """One printable line: ``parts`` are text or (text, style); all of it, names included,
+    goes to rich as a ``Text`` with control characters made visible, so neither markup
+    (``[/bold]``, ``[link=...]``), emoji codes nor ESC sequences from a name are acted on."""
+    return Text.assemble(
+        *((printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts)
+    )
 
 
 def _t(value: object) -> str:
@@ -33,8 +44,10 @@ def _pct(value: object, scale: float = 100.0) -> str:
     return "-" if share is None else f"{share * scale:.1f}%"
 
 
-def _header_lines(s: Summary) -> list[str]:
-    lines = [f"[bold]dlprof-lite[/] {s['source']}  (nsys {s.get('nsys_version') or '?'})"]
+def _header_lines(s: Summary) -> list[str | Text]:
+    lines: list[str | Text] = [
+        _text(("dlprof-lite", "bold"), f" {s['source']}  (nsys {s.get('nsys_version') or '?'})")
+    ]
     several = len({g.pid for g in s.gpus if g.pid is not None}) > 1
     for g in s.gpus:
         who = f" (pid {g.pid})" if several and g.pid is not None else ""
@@ -58,7 +71,49 @@ def _header_lines(s: Summary) -> list[str]:
             f" cv {_pct(s['iterations_cv'])}{steady}"
         )
         lines += _step_lines(s)
-    return [*lines, _window_line(s)]
+    projected = _projection_line(s)
+    return [*lines, *([projected] if projected else []), _window_line(s)]
+
+
+# Units for long durations, largest first: (nanoseconds per unit, name, decimals).
+_UNITS = ((3600e9, "h", 1), (60e9, "min", 1), (1e9, "s", 1), (1e6, "ms", 2), (1e3, "µs", 1),
+          (1.0, "ns", 0))  # fmt: skip
+
+
+def _unit(ns: float) -> tuple[float, str, int]:
+    return next((u for u in _UNITS if abs(ns) >= u[0]), _UNITS[-1])
+
+
+def _long(ns: float) -> str:
+    """A duration up to hours, in the largest unit it reaches: ``12.3 s``, ``1.0 h``."""
+    scale, name, digits = _unit(ns)
+    return f"{ns / scale:.{digits}f} {name}"
+
+
+def _span(low: float, high: float) -> str:
+    """Two durations in the unit of the larger: ``11.9–12.8 s``."""
+    scale, name, digits = _unit(max(abs(low), abs(high)))
+    return f"{low / scale:.{digits}f}–{high / scale:.{digits}f} {name}"
+
+
+def _projection_line(s: Summary) -> str | None:
+    """The projected epoch and training time (summary ``projection_*``); None without a
+    projection, whose reason is already among the warnings."""
+    epoch, train = s.number("projection_epoch_ns"), s.number("projection_train_ns")
+    if epoch is None or train is None:
+        return None
+    low, high = s.number("projection_epoch_p10_ns"), s.number("projection_epoch_p90_ns")
+    spread = f" (p10–p90 {_span(low, high)})" if low is not None and high is not None else ""
+    epochs = int(s.number("projection_epochs") or 1)
+    steps = f"{s.get('projection_steps_per_epoch')} steps of {_t(s.get('projection_step_ns'))}"
+    source = s.get("projection_steps_source")
+    startup = _long(s.number("projection_startup_ns") or 0)
+    outside = _long(s.number("projection_outside_ns") or 0)
+    return (
+        f"projected: epoch {_long(epoch)}{spread}, {steps}"
+        f"{f' ({source})' if source else ''}; training {_long(train)} for {epochs} "
+        f"epoch{'s' if epochs != 1 else ''} (start-up {startup}, outside steps {outside}/epoch)"
+    )
 
 
 def _window_line(s: Summary) -> str:
@@ -142,7 +197,7 @@ def _table(
                 cells.append("-" if v != v else f"{v:.3g}")  # NaN: unknown
             else:
                 cells.append("-" if v is None or v is pd.NA else str(v))
-        table.add_row(*cells)
+        table.add_row(*(_text(c) for c in cells))  # names as Text: never markup
     return table
 
 
@@ -197,7 +252,7 @@ def _ranges_table(ranges: pd.DataFrame, width: int) -> RichTable | None:
 def render(report: Report, out_dir: Path | None, console: Console, *, top: int = TOP) -> None:
     """Print the summary of one report (``top``: layers in the top-layers list)."""
     for line in _header_lines(report.summary):
-        console.print(line, highlight=False)
+        console.print(line if isinstance(line, Text) else _text(line), highlight=False)
     tables = (
         _layers_table(report.layers, console.width, top),
         _table(
@@ -215,24 +270,25 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
             console.print(table)
     _advice(report.advice, console)
     for warning in report.summary.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        console.print(_text(("warning:", "yellow"), f" {warning}"), highlight=False)
     if out_dir is not None:
-        console.print(f"report: {out_dir}", highlight=False)
+        console.print(_text(f"report: {out_dir}"), highlight=False)
 
 
 def _advice(advice: pd.DataFrame, console: Console) -> None:
     console.print()
     if advice.empty:
-        console.print("advice: nothing stands out", highlight=False)
+        console.print(_text("advice: nothing stands out"), highlight=False)
         return
-    console.print("[bold]advice[/]")
+    console.print(_text(("advice", "bold")))
     for a in advice.to_dict("records"):
         style = SEVERITY_STYLE.get(str(a["severity"]), "")
+        # One Text per line: the line break is ours, any in the evidence is made visible.
         console.print(
-            f" [{style}]{a['severity']}[/] {a['problem']}: {a['evidence']}\n"
-            f"     -> {a['recommendation']}",
+            _text(" ", (str(a["severity"]), style), f" {a['problem']}: {a['evidence']}"),
             highlight=False,
         )
+        console.print(_text(f"     -> {a['recommendation']}"), highlight=False)
 
 
 def render_many(rows: Sequence[Mapping[str, object]], console: Console) -> None:
@@ -242,7 +298,7 @@ def render_many(rows: Sequence[Mapping[str, object]], console: Console) -> None:
     for heading in ("input", "kernels", "busy", "launch", "iteration", "advice", "report"):
         table.add_column(heading, overflow="fold")
     for r in rows:
-        table.add_row(
+        cells = (
             Path(str(r.get("source"))).name,
             _t(r.get("kernel_ns")),
             _pct(r.get("gpu_utilization")),
@@ -251,4 +307,5 @@ def render_many(rows: Sequence[Mapping[str, object]], console: Console) -> None:
             str(r.get("advice_count", "-")),
             Path(str(r["report_dir"])).name if r.get("report_dir") else str(r.get("error") or "-"),
         )
+        table.add_row(*(_text(c) for c in cells))
     console.print(table)
