@@ -20,6 +20,7 @@ from dlprof_lite.report.build import TABLES, Report
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
 from dlprof_lite.report.summary_types import Advice, Summary, build_summary, scalar
+from dlprof_lite.report.writers import unquote_cell
 
 
 def open_report(folder: str | Path) -> Report:
@@ -56,7 +57,12 @@ def _read_table(root: Path, name: str) -> pd.DataFrame:
         return empty_report(name)
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: not a readable report table ({err})") from err
-    return frame if len(frame) else empty_report(name)
+    if not len(frame):
+        return empty_report(name)
+    # The writer quoted text cells that a spreadsheet would run as formulas: undo it.
+    text = [c for c in frame.columns if frame[c].dtype == object
+            or isinstance(frame[c].dtype, pd.StringDtype)]  # fmt: skip
+    return frame.assign(**{str(c): frame[c].map(unquote_cell) for c in text})
 
 
 def _from_json(path: Path, name: str) -> pd.DataFrame:

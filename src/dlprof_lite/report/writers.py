@@ -51,10 +51,52 @@ class Writer(Protocol):
 
 
 class CsvWriter:
+    """CSV with formula-safe text cells (:func:`formula_safe`); numbers are written as-is."""
+
     suffix = "csv"
 
     def render(self, table: Table) -> str:
-        return table.frame.to_csv(index=False, lineterminator="\n")
+        return formula_safe(table.frame).to_csv(index=False, lineterminator="\n")
+
+
+# A spreadsheet runs a cell starting with one of these as a formula (OWASP, "CSV Injection");
+# a quote is added before them, and before a leading quote so that the rule can be undone.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_QUOTED = (*FORMULA_START, "'")
+
+
+def quote_cell(value: object) -> object:
+    """``value`` with a ``'`` before it when it is text that starts a formula or a quote."""
+    return "'" + value if isinstance(value, str) and value.startswith(_QUOTED) else value
+
+
+def unquote_cell(value: object) -> object:
+    """The inverse of :func:`quote_cell`, for reading a report's CSV back."""
+    return value[1:] if isinstance(value, str) and value.startswith("'") else value
+
+
+def formula_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its text cells quoted by :func:`quote_cell` (a copy only when one is).
+
+    Names come from the profile, which may be hostile: ``=cmd|' /C calc'!A0`` as a kernel
+    name must reach a spreadsheet as text. Categorical columns are fixed in their categories.
+    """
+    fixed: dict[str, pd.Series] = {}
+    for name, column in frame.items():
+        dtype = column.dtype
+        if isinstance(dtype, pd.CategoricalDtype):
+            cats = dtype.categories
+            if any(_needs_quote(c) for c in cats):
+                fixed[str(name)] = column.cat.rename_categories([quote_cell(c) for c in cats])
+        elif dtype == np.dtype(object) or isinstance(dtype, pd.StringDtype):
+            text = column.astype(object)
+            if text.map(_needs_quote).any():
+                fixed[str(name)] = text.map(quote_cell)
+    return frame.assign(**fixed) if fixed else frame
+
+
+def _needs_quote(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(_QUOTED)
 
 
 class JsonWriter:
