@@ -105,8 +105,9 @@ class TruthAccumulator:
 
     def __init__(self, tpl: Template, model: list[Layer]) -> None:
         self.tpl, self.model = tpl, model
-        self.op_count, self.op_ns, self.op_gap = (np.zeros(len(tpl.op_tok), np.int64)
-                                                  for _ in range(3))  # fmt: skip
+        self.op_count, self.op_ns, self.op_gap, self.op_step_gap = (
+            np.zeros(len(tpl.op_tok), np.int64) for _ in range(4))  # fmt: skip
+        self.last_end: dict[tuple[int, int], int] = {}  # per thread: its last iteration's end
         self.iterations = 0
         self.idle_ns = self.gap_count = 0
         self.by_device: dict[int, int] = {}
@@ -133,9 +134,23 @@ class TruthAccumulator:
         mine[0] += n * tpl.n_kernels
         mine[1] += int(sim["dur"][:, k].sum())
         it = tpl.range_push[0], tpl.range_pop[0]  # the iteration range is the first push
+        step_gap = self._step_gaps(sim, gap, it, (st.pid, st.tid))
+        self.op_step_gap += step_gap.sum(axis=0)
         cols = [sim["cpu_start"][:, it[0]], sim["cpu_end"][:, it[1]],
-                sim["dur"][:, k].sum(axis=1), gap.sum(axis=1)]  # fmt: skip
+                sim["dur"][:, k].sum(axis=1), gap.sum(axis=1), step_gap.sum(axis=1)]  # fmt: skip
         self.iters.setdefault((st.pid, st.tid), []).append(np.stack(cols, axis=1))
+
+    def _step_gaps(self, sim: dict[str, np.ndarray], gap: np.ndarray, it: tuple[int, int],
+                   thread: tuple[int, int]) -> np.ndarray:  # fmt: skip
+        """The part of each op's gap ``[start - gap, start]`` inside its step, the steps tiling
+        the thread's time as the report's do (a step starts where the one before ended)."""
+        t1 = sim["cpu_end"][:, it[1]]
+        prev = self.last_end.get(thread, int(sim["cpu_start"][0, it[0]]))
+        t0 = np.concatenate(([prev], t1[:-1]))
+        self.last_end[thread] = int(t1[-1])
+        start = sim["gpu_start"]
+        lo = np.maximum(start - gap, t0[:, None])
+        return np.where(gap > 0, np.maximum(np.minimum(start, t1[:, None]) - lo, 0), 0)
 
     def _kernels(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -177,7 +192,8 @@ class TruthAccumulator:
                         "tc_kernel_ns": int(self.op_ns[m & tc].sum()),
                         "memops": int(self.op_count[m & ~k].sum()),
                         "memop_ns": int(self.op_ns[m & ~k].sum()),
-                        "host_gap_ns": int(self.op_gap[m].sum())})  # fmt: skip
+                        "host_gap_ns": int(self.op_gap[m].sum()),
+                        "step_host_gap_ns": int(self.op_step_gap[m].sum())})  # fmt: skip
         return out
 
     def _layers(self) -> dict[str, dict[str, Any]]:
@@ -200,7 +216,8 @@ class TruthAccumulator:
             a = np.concatenate(parts)
             out.append({"pid": pid, "tid": tid, "count": len(a), "start_ns": a[:, 0].tolist(),
                         "end_ns": a[:, 1].tolist(), "kernel_ns": a[:, 2].tolist(),
-                        "host_gap_ns": a[:, 3].tolist()})  # fmt: skip
+                        "host_gap_ns": a[:, 3].tolist(),
+                        "step_host_gap_ns": a[:, 4].tolist()})  # fmt: skip
         return out
 
     def result(self, params: dict[str, Any], processes: list[dict[str, Any]]) -> GroundTruth:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.frames import cat_mask
-from dlprof_lite.report.intervals import in_windows
+from dlprof_lite.report.intervals import covered_between, merge, total
 from dlprof_lite.report.metrics import threshold
 from dlprof_lite.report.overhead import is_short_kernel
 from dlprof_lite.report.steps import analysed
@@ -40,22 +40,35 @@ def memcpy_facts(memops: pd.DataFrame) -> dict[str, int]:
     }
 
 
-def sync_api_facts(api: pd.DataFrame, iterations: pd.DataFrame, wall_ns: int) -> dict[str, object]:
-    """cudaDeviceSynchronize/cudaStreamSynchronize calls (nsys cuda-sync-api): all of them,
-    and their share of the in-window steps (of the session when there are no iterations)."""
+def sync_api_facts(
+    api: pd.DataFrame, iterations: pd.DataFrame, session: tuple[int, int]
+) -> dict[str, object]:
+    """cudaDeviceSynchronize/cudaStreamSynchronize calls (nsys cuda-sync-api): how many, the
+    time threads spent in them, and the share of the analysed steps (of the session when
+    there are no iterations) during which some thread was inside one.
+
+    Time is a union of intervals, never a sum of durations: duplicated rows or calls that
+    overlap (several threads, nested driver calls) count each instant once, so the share
+    stays within 0-100 %. ``sync_api_ns`` unites per thread and sums over threads.
+    """
     mask = cat_mask(api["name"], lambda s: s.str.startswith(SYNC_APIS))
     calls = api[mask]
+    starts = calls["start_ns"].to_numpy(dtype=np.int64)
+    ends = calls["end_ns"].to_numpy(dtype=np.int64)
+    threads = (calls["pid"].to_numpy(dtype=np.int64) << 32) ^ calls["tid"].to_numpy(np.int64)
+    per_thread = sum(
+        total(merge(starts[threads == t], ends[threads == t])) for t in np.unique(threads)
+    )
+    union = merge(starts, ends)
     window = analysed(iterations)
     if len(window):
-        inside = in_windows(
-            calls["start_ns"].to_numpy(), window["start_ns"].to_numpy(), window["end_ns"].to_numpy()
-        )
-        part, whole = int(calls["dur_ns"][inside].sum()), int(window["wall_ns"].sum())
+        t0, t1 = window["start_ns"].to_numpy(np.int64), window["end_ns"].to_numpy(np.int64)
     else:
-        part, whole = int(calls["dur_ns"].sum()), wall_ns
+        t0, t1 = np.array([session[0]], np.int64), np.array([session[1]], np.int64)
+    part, whole = int(covered_between(union, t0, t1).sum()), int(np.maximum(t1 - t0, 0).sum())
     return {
         "sync_api_calls": len(calls),
-        "sync_api_ns": int(calls["dur_ns"].sum()),
+        "sync_api_ns": int(per_thread),
         "sync_api_pct": part / whole * 100.0 if whole else None,
     }
 

@@ -3,7 +3,9 @@
 Windows are the iterations the ingest stage found (DLProf's key-node rule). Time-based
 columns (busy, per-phase, idle, data) measure what happened *inside* each window on the
 clock, so GPU work spilling past a step's end counts in the next window; count-based
-columns (kernels, kernel time, host gaps) use the ops' ``iteration`` assignment.
+columns (kernels, kernel time, host gaps) use the ops' ``iteration`` assignment; a host
+gap counts only the part of it inside its iteration's window, so ``launch_overhead_pct``
+(host gaps / (wall x devices)) never exceeds 100 %.
 
 Both breakdowns add up to the step. On the GPU, each instant a device is busy counts once,
 for one phase: where ops of several phases overlap (a data copy on a side stream under the
@@ -63,9 +65,9 @@ def iterations_table(
         covered = now
     out["other_wall_ns"] = out["wall_ns"] - covered
     out = out.join(_kernel_sums(kernels), on="iteration")
-    gaps = ops.groupby("iteration", dropna=True)["host_gap_ns"].sum()
-    out["host_gap_ns"] = out["iteration"].map(gaps)
-    out = out.join(_phase_gaps(ops), on="iteration")
+    gaps = _window_gaps(ops, out)
+    out["host_gap_ns"] = out["iteration"].map(gaps.groupby("iteration")["gap"].sum())
+    out = out.join(_phase_gaps(gaps), on="iteration")
     gap_cols = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
     counts = ["kernels", "kernel_ns", "tc_ns", "host_gap_ns", *gap_cols]
     out[counts] = out[counts].fillna(0).astype("int64")
@@ -104,13 +106,38 @@ def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     return work.groupby("iteration", dropna=True).sum()
 
 
-def _phase_gaps(ops: pd.DataFrame) -> pd.DataFrame:
-    """Host-bound gap time per iteration and phase (ops without a phase count as other)."""
-    phase = ops["phase"].astype(object)
-    phase = phase.where(phase.isin(PHASES), "other")
-    frame = pd.DataFrame({"iteration": ops["iteration"], "phase": phase,
-                          "gap": ops["host_gap_ns"]})  # fmt: skip
-    table = frame.groupby(["iteration", "phase"], dropna=True)["gap"].sum().unstack("phase")
+def _window_gaps(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
+    """Each op's host gap clipped to its iteration's window: ``iteration``, ``phase``, ``gap``.
+
+    The gap is the GPU idle interval ``[start - host_gap, start]``; it can begin long before
+    the step that launched the op (an idle GPU between steps, a first step after a long
+    set-up), and unclipped it made a step's gaps exceed its wall time (1435 % on a real
+    export). On one timeline the gaps are disjoint, so clipped ones sum to at most the wall.
+    """
+    gap = ops["host_gap_ns"].to_numpy(dtype=np.int64)
+    has = ops["iteration"].notna().to_numpy(dtype=bool) & (gap > 0)
+    number = ops["iteration"].to_numpy(dtype=np.int64, na_value=-1)[has]
+    pos = pd.Index(iterations["iteration"].to_numpy(dtype=np.int64)).get_indexer(number)
+    known = pos >= 0
+    pos = pos[known]
+    start = ops["start_ns"].to_numpy(dtype=np.int64)[has][known]
+    t0 = iterations["start_ns"].to_numpy(dtype=np.int64)[pos]
+    t1 = iterations["end_ns"].to_numpy(dtype=np.int64)[pos]
+    lo = np.maximum(start - gap[has][known], t0)
+    phase = ops["phase"].astype(object).to_numpy()[has][known]
+    return pd.DataFrame(
+        {
+            "iteration": number[known],
+            "phase": np.where(pd.Series(phase).isin(PHASES).to_numpy(), phase, "other"),
+            "gap": np.maximum(np.minimum(start, t1) - lo, 0),
+        }
+    )
+
+
+def _phase_gaps(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Host-bound gap time per iteration and phase (from :func:`_window_gaps`: ops without
+    a phase count as other)."""
+    table = gaps.groupby(["iteration", "phase"])["gap"].sum().unstack("phase")
     table = table.reindex(columns=list(PHASE_COLUMNS))
     table.columns = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
     return table
