@@ -222,3 +222,16 @@ def test_long_durations_reach_hours() -> None:
     assert _long(12.34e9) == "12.3 s"
     assert _long(90e9) == "1.5 min"
     assert _span(11.9e9, 12.8e9) == "11.9–12.8 s"
+
+
+def test_console_text_acts_on_no_markup_or_emoji_code() -> None:
+    from dlprof_lite.report.console import _text
+
+    buffer = io.StringIO()
+    Console(file=buffer, width=200, force_terminal=True).print(
+        _text(("warning:", "yellow"), " :smile: [/bold] [link=http://x]y[/link] \x1b[2J")
+    )
+    shown = buffer.getvalue()
+    assert ":smile: [/bold] [link=http://x]y[/link] \\x1b[2J" in shown
+    assert "\x1b[2J" not in shown and "\x1b]8;" not in shown  # no clear screen, no OSC 8 link
+    assert "\x1b[33mwarning:" in shown  # our own style still applies
