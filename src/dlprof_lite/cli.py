@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from dlprof_lite import __version__
 from dlprof_lite.batch import default_jobs
@@ -158,9 +158,16 @@ _USAGE = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors quote the command line: shown as text, never as codes."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The run form (``analyze`` has its own parser, :func:`build_analyze_parser`)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         usage=_USAGE,
         description="Profile a PyTorch training script under Nsight Systems and report, "
@@ -177,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_analyze_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"{PROG} analyze",
         description="Analyze nsys exports (.sqlite) or reports (.nsys-rep, .qdrep; needs nsys). "
         "Several inputs: one report folder each, plus a combined summary.csv.",
@@ -302,9 +309,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
-    """The console summary; with --quiet only the report folder, one line."""
+    """The console summary; with --quiet only the warnings (stderr) and the report folder."""
     console = _console(args)
     if console is None:
+        for warning in report.summary.warnings:  # the console summary shows them otherwise
+            _warn(warning)
+        sys.stderr.flush()
         print(f"report: {printable(folder)}", flush=True)
         return
     from dlprof_lite.report.console import render
@@ -322,12 +332,15 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
         where = "" if failure.source in failure.error else f"{failure.source}: "
         _error(where + failure.error, False)
     console = _console(args)
+    for row in result.rows if console is None else ():  # --quiet: warnings, one line per input
+        if row.get("warnings"):
+            _warn(f"{row['source']}: {row['warnings']}")
     if console is not None:
         from dlprof_lite.report.console import render_many
 
         render_many(result.rows, console)
     print(f"reports: {printable(result.folder)}", flush=True)
-    return result.failures[0].exit_code if result.failures else 0
+    return 2 if result.failures else 0  # some inputs failed: the others' reports are written
 
 
 # --- run ----------------------------------------------------------------------------------

@@ -94,8 +94,21 @@ def analyze_one(
 
 
 def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict[str, Scalar]:
-    """:func:`analyze_one` for a worker process: returns only the summary row (picklable)."""
-    return analyze_one(path, out_dir, options).row()
+    """:func:`analyze_one` for a worker process: returns only the summary row (picklable).
+
+    A bug on one input is that input's one-line error (exit 1), as a bad input's is: the
+    other inputs of the batch go on.
+    """
+    from dlprof_lite.errors import DlprofError
+
+    try:
+        return analyze_one(path, out_dir, options).row()
+    except DlprofError:
+        raise
+    except Exception as err:  # not KeyboardInterrupt: an interrupt still stops the batch
+        bug = DlprofError(f"{path}: unexpected {type(err).__name__}: {err}")
+        bug.exit_code = 1
+        raise bug from err
 
 
 def has_annotation(report: Report) -> bool:
@@ -141,7 +154,6 @@ def analyze_many(
     nothing is kept and the first failure is raised.
     """
     from dlprof_lite.batch import run_all
-    from dlprof_lite.errors import DlprofError
     from dlprof_lite.report import output as files
     from dlprof_lite.report.summary import combined_table
 
@@ -165,11 +177,23 @@ def analyze_many(
                 continue
             rows.append({**outcome.result, "report_dir": str(parent / out.name)})
         if len(failures) == len(paths):  # nothing to keep: the staging folder goes
-            none = DlprofError(f"none of the {len(failures)} inputs could be analysed")
-            none.exit_code = failures[0].exit_code
-            raise none
+            raise _none_analysed(failures)
         files.write_tables([combined_table(rows)], stage, options.formats)
     return BatchResult(parent, tuple(rows), tuple(failures))
+
+
+def _none_analysed(failures: Sequence[Failure]) -> Exception:
+    """One error line for a batch of which no input could be analysed, naming why (the
+    first three), exit 2 as for any batch with a failed input."""
+    from dlprof_lite.errors import DlprofError
+
+    why = "; ".join(
+        f.error if f.source in f.error else f"{f.source}: {f.error}" for f in failures[:3]
+    )
+    more = f"; and {len(failures) - 3} more" if len(failures) > 3 else ""
+    err = DlprofError(f"none of the {len(failures)} inputs could be analysed: {why}{more}")
+    err.exit_code = 2
+    return err
 
 
 def report_profiled(

@@ -164,28 +164,18 @@ ITERATION_REPORT = _cols(
     ("kernels", "", "kernel executions assigned to the iteration"),
     ("kernel_ns", "ns", "GPU time of kernels assigned to the iteration"),
     ("tc_share", "", "share of kernel_ns in Tensor Core kernels; empty without kernels"),
-    (
-        "host_gap_ns",
-        "ns",
-        "GPU idle time the CPU caused before the iteration's ops, the part "
-        "inside [start, end) (a gap that began earlier is clipped)",
-    ),
-    (
-        "launch_overhead_pct",
-        "%",
-        "host_gap_ns / (wall_ns x devices) x 100: of the step's device time, 0-100",
-    ),
+    ("host_gap_ns", "ns", "GPU idle time the CPU caused before the iteration's ops, the part "
+     "inside [start, end) (a gap that began earlier is clipped)"),
+    ("launch_overhead_pct", "%", "host_gap_ns / (wall_ns x devices) x 100: of the step's device "
+     "time, 0-100"),
     *(
         (f"phase_{p}_ns", "ns", f"device time in [start, end) running {p}-phase GPU ops; {_SHARED}")
         for p in PHASE_COLUMNS
     ),
     ("phase_idle_ns", "ns", "device time in [start, end) with no GPU op: wall x devices - busy"),
     *(
-        (
-            f"phase_{p}_host_gap_ns",
-            "ns",
-            f"host-bound GPU gaps before {p}-phase ops, clipped to [start, end)",
-        )
+        (f"phase_{p}_host_gap_ns", "ns", f"host-bound GPU gaps before {p}-phase ops, "
+         "clipped to [start, end)")
         for p in PHASE_COLUMNS
     ),
     *(
@@ -253,18 +243,10 @@ SUMMARY_REPORT = _cols(
     ("active_utilization", "", "busy share of each device's first-op-to-last-op span, averaged"),
     ("tc_gpu_ns", "ns", "GPU time of Tensor Core kernels"),
     ("tc_share", "", "tc_gpu_ns / kernel_ns"),
-    (
-        "launch_overhead_ns",
-        "ns",
-        "host-bound GPU gaps inside the analysed steps (each clipped "
-        "to its step); no iterations: all gaps",
-    ),
-    (
-        "launch_overhead_pct",
-        "%",
-        "launch_overhead_ns / (analysed steps' wall x devices) x 100; "
-        "no iterations: / the devices' active spans (first op start to last op end), 0-100",
-    ),
+    ("launch_overhead_ns", "ns", "host-bound GPU gaps inside the analysed steps (each clipped "
+     "to its step); no iterations: all gaps"),
+    ("launch_overhead_pct", "%", "launch_overhead_ns / (analysed steps' wall x devices) x 100; "
+     "no iterations: / the devices' active spans (first op start to last op end), 0-100"),
     ("launch_overhead_scope", "", "iterations (analysed steps) or active_span (no iterations)"),
     ("compile_count", "", "torch.compile compilations ('compile' ranges) in the whole session"),
     ("compile_wall_ns", "ns", "host time of all compilations, in steps or not"),
@@ -308,11 +290,8 @@ SUMMARY_REPORT = _cols(
     ),
     ("kernel_median_ns", "ns", "median kernel GPU duration over all executions"),
     ("short_launches", "", "kernel executions shorter on the GPU than their launch call (HTA)"),
-    (
-        "eligible_non_tc_ns",
-        "ns",
-        "GPU time of TC-eligible layers in kernels without Tensor Cores (layers table: the window)",
-    ),
+    ("eligible_non_tc_ns", "ns", "GPU time of TC-eligible layers in kernels without Tensor Cores "
+     "(layers table: the window)"),
     ("eligible_non_tc_share", "", "eligible_non_tc_ns / window_kernel_ns"),
     ("fp32_gemm_ns", "ns", "GPU time of FP32 GEMM/conv kernels on CUDA cores (by kernel name)"),
     ("fp32_gemm_share", "", "fp32_gemm_ns / kernel_ns"),
@@ -326,18 +305,10 @@ SUMMARY_REPORT = _cols(
     ("pageable_async_count", "", "cudaMemcpy*Async from or to pageable host memory"),
     ("pageable_async_ns", "ns", "GPU time of those copies"),
     ("sync_api_calls", "", "cudaDeviceSynchronize/cudaStreamSynchronize calls"),
-    (
-        "sync_api_ns",
-        "ns",
-        "time threads spent in those calls: union per thread (duplicates and "
-        "overlaps once), summed over threads",
-    ),
-    (
-        "sync_api_pct",
-        "%",
-        "time some thread was in one, inside the analysed steps / their wall "
-        "x 100 (no iterations: of the session), 0-100",
-    ),
+    ("sync_api_ns", "ns", "time threads spent in those calls: union per thread (duplicates and "
+     "overlaps once), summed over threads"),
+    ("sync_api_pct", "%", "time some thread was in one, inside the analysed steps / their wall "
+     "x 100 (no iterations: of the session), 0-100"),
     ("key_range", "", "NVTX range whose instances delimit iterations"),
     (
         "key_range_source",
@@ -345,12 +316,8 @@ SUMMARY_REPORT = _cols(
         "rule that chose the key range: key-range, numbered-ranges, annotation, "
         "root-model-calls, most-repeated or none",
     ),
-    (
-        "window_scope",
-        "",
-        "what the kernels, ranges and layers tables cover: analysed (the "
-        "analysed iterations), whole-run (--all-iterations) or no-iterations (whole run, none found)",
-    ),
+    ("window_scope", "", "what the kernels, ranges and layers tables cover: analysed (the "
+     "analysed iterations), whole-run (--all-iterations) or no-iterations (whole run, none found)"),
     ("window_iter_start", "", "first iteration of the window's steps (empty: no steps)"),
     ("window_iter_stop", "", "iteration after its last step (exclusive, as --iter-stop)"),
     ("window_steps", "", "steps the tables' per-step columns are taken over"),

@@ -311,5 +311,6 @@ def _compile_warnings(iterations: pd.DataFrame) -> list[str]:
 
 def combined_table(rows: Sequence[Mapping[str, object]]) -> Table:
     """The ``runs`` table (one summary row per input), written as ``summary.*``."""
-    frame = pd.DataFrame(rows).reindex(columns=column_names("runs"))
+    # object columns: a failed input's empty row must not turn every count into a float.
+    frame = pd.DataFrame(rows, dtype=object).reindex(columns=column_names("runs"))
     return Table("runs", frame, file="summary")
