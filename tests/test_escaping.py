@@ -238,11 +238,6 @@ def test_console_text_acts_on_no_markup_or_emoji_code() -> None:
 
 
 @pytest.mark.corpus
-@pytest.mark.xfail(
-    strict=True,
-    reason="progress.py's bar label is Rich markup: needs "
-    "TextColumn(..., markup=False) and printable(label) (not X1's file)",
-)
 def test_the_progress_bar_shows_the_file_name_as_text(tmp_path: Path, corpus_dir: Path) -> None:
     """On a terminal stderr carries the stage bar, labelled with the input's name; a file
     name cannot hold '/', but it can hold an opening tag, a link, or an ESC."""
@@ -252,3 +247,12 @@ def test_the_progress_bar_shows_the_file_name_as_text(tmp_path: Path, corpus_dir
     assert code == 0, shown
     assert "\x1b]8;" not in shown and "\x1b[2J" not in shown
     assert "p[bold]q[link=http:x]r\\x1b[2J.sqlite" in shown
+
+
+def test_usage_errors_quote_the_command_line_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse's own messages (an unknown option) show control characters escaped."""
+    from dlprof_lite.cli import main
+
+    assert main(["analyze", "a.sqlite", "--\x1b]0;owned\x07"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned\\x07" in err

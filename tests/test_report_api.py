@@ -95,7 +95,7 @@ def test_a_failed_write_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.Mon
         real(path, text)
 
     monkeypatch.setattr(output, "atomic_write", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="No space left on device; free some space"):
         report.save(tmp_path / "r")
     assert len(calls) == 3 and os.listdir(tmp_path) == []
 

@@ -1,9 +1,10 @@
 """Imports follow the pipeline: annotate < launch < ingest < report < pipeline/cli/batch.
 
 DESIGN.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
-modules (``errors``, ``rules``, ``progress``), which import no stage themselves. ``report``
-imports only the ``Profile`` type from ``ingest``. Every import statement counts, inside
-functions and under ``TYPE_CHECKING`` too: each is read with ``ast``, nothing is imported.
+modules (``errors``, ``rules``, ``progress``, ``safe_text``), which import no stage
+themselves. ``report`` imports only the ``Profile`` type from ``ingest``. Every import
+statement counts, inside functions and under ``TYPE_CHECKING`` too: each is read with
+``ast``, nothing is imported.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dlprof_lite"
 STAGES = ("annotate", "launch", "ingest", "report")
 TOP = len(STAGES)  # pipeline, cli, batch, memory, the package itself: right of every stage
-SHARED = ("errors", "rules", "progress")  # leaves: any module may import them
+SHARED = ("errors", "rules", "progress", "safe_text")  # leaves: any module may import them
+BOTTOM = ("errors", "safe_text")  # leaves the other leaves may import (they import nothing)
 REPORT_MAY_IMPORT_FROM_INGEST = {"dlprof_lite.ingest.profile"}
 
 # Imports against the order that are still there, each with what it waits for. The list may
@@ -72,8 +74,8 @@ def violations(found: dict[str, Path] | None = None) -> set[tuple[str, str]]:
             if target == "dlprof_lite" and rank(name) == TOP:
                 continue  # the CLI reads the package's __version__
             if rank(name) is None:
-                # A shared leaf imports only itself and the other leaves below it.
-                ok = part(target) == part(name) or part(target) == "errors"
+                # A shared leaf imports only itself and the leaves below every other.
+                ok = part(target) == part(name) or part(target) in BOTTOM
             elif rank(target) is None:
                 ok = True
             else:
@@ -146,5 +148,5 @@ def test_report_imports_only_the_profile_type_from_ingest() -> None:
 def test_shared_leaves_import_no_stage() -> None:
     for name, path in modules().items():
         if rank(name) is None:
-            stages = {part(t) for t in imports(path, name)} - {part(name), "errors"}
+            stages = {part(t) for t in imports(path, name)} - {part(name), *BOTTOM}
             assert not stages, (name, stages)

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from dlprof_lite.safe_text import printable
+
 
 class Stage(enum.StrEnum):
     """The pipeline's stages in order; the value is what the bar shows."""
@@ -45,9 +47,10 @@ def stage_progress(label: str, *, quiet: bool = False) -> Iterator[StageProgress
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     stages = list(Stage)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+    columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        label = printable(label)  # a file name is text, never markup or escape codes
         task = bar.add_task(label, total=len(stages))
 
         def advance(stage: Stage) -> None:
