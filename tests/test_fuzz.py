@@ -296,3 +296,19 @@ def _kind(what: str) -> str:
 def test_corpus_is_there(corpus_dir: Path) -> None:
     """The fuzz test needs its real bases (CI fails rather than skips without them)."""
     assert all((CORPUS / base).is_file() for base in BASES)
+
+
+def test_every_real_export_has_sane_durations_and_shares(corpus_dir: Path) -> None:
+    """The same property on every unmodified corpus export, over the analysed window and the
+    whole run (real files once gave a per-iteration launch overhead of 1435 %)."""
+    from dlprof_lite import analyze
+
+    problems = []
+    for path in sorted(corpus_dir.glob("*.sqlite")):
+        for whole in (False, True):
+            report = analyze(path, all_iterations=whole)
+            where = f"{path.name}{' (whole run)' if whole else ''}"
+            problems += insane(pd.DataFrame([report.summary.row()]), f"{where}: summary")
+            for name in ("kernels", "ranges", "layers", "iterations"):
+                problems += insane(report.table(name), f"{where}: {name}")
+    assert not problems, "\n".join(problems)
