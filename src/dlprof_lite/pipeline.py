@@ -55,15 +55,12 @@ def analyze_profile(
         iter_stop=options.iter_stop,
         **({"progress": progress} if progress is not None else {}),
     )
-    (progress or no_progress)(Stage.WRITING)
-    report = build_report(profile, all_iterations=options.all_iterations)
-    if options.steps_per_epoch is None and options.epochs is None:
-        return report
-    # build_report projected with the DataLoader's length and one epoch: the user's say.
-    from dlprof_lite.report.projection import ProjectionInput, reproject
+    from dlprof_lite.report.projection import ProjectionInput
 
+    (progress or no_progress)(Stage.WRITING)
+    # The user's steps per epoch and epochs, where given, win over the DataLoader's length.
     given = ProjectionInput(options.steps_per_epoch, options.epochs)
-    return replace(report, summary=reproject(report.summary, profile, report.iterations, given))
+    return build_report(profile, all_iterations=options.all_iterations, projection=given)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.layers import layers_table
 from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.projection import ProjectionInput
 from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.summary import summarize
 from dlprof_lite.report.summary_types import Summary
@@ -72,9 +73,13 @@ class Report:
         return replace(self, summary=replace(self.summary, system=system))
 
 
-def build_report(profile: Profile, *, all_iterations: bool = False) -> Report:
+def build_report(
+    profile: Profile, *, all_iterations: bool = False, projection: ProjectionInput | None = None
+) -> Report:
     """Every table of ``profile``: kernels, ranges and layers over the analysed window (the
-    whole run with ``all_iterations`` or without iterations; report/window.py)."""
+    whole run with ``all_iterations`` or without iterations; report/window.py); the summary's
+    projection from ``projection`` (the user's steps per epoch and epochs), else from the
+    DataLoader's length and one epoch (report/projection.py)."""
     devices = device_count(profile.kernels, profile.memops, profile.gpus)
     meta = profile.meta
     window = choose_window(profile.iterations, (meta.session_start_ns, meta.session_end_ns),
@@ -89,7 +94,7 @@ def build_report(profile: Profile, *, all_iterations: bool = False) -> Report:
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices
     )
     fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum())}
-    found = summarize(profile, iterations, layers, devices, window=fields)
+    found = summarize(profile, iterations, layers, devices, projection, window=fields)
     summary = replace(found, advice=tuple(advise(found, layers)))
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
