@@ -30,7 +30,9 @@ def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     Columns: the ``by`` columns, ``ops`` (row count), ``host_gap_ns`` (sum, int64),
     ``api_ns_mean`` and ``queue_ns_mean`` (float64, NaN where no op has the value) and
     ``short_kernels`` (int64, see :func:`is_short_kernel`). Null group keys form their own
-    group (an op outside every iteration is still overhead).
+    group (an op outside every iteration is still overhead). ``host_gap_ns`` sums whole gaps,
+    wherever they began: a share of a time window needs the gaps clipped to the window, as the
+    iterations table does (:func:`dlprof_lite.report.steps.iterations_table`).
     """
     data = pd.DataFrame(
         {
