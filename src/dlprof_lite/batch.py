@@ -10,12 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
 
 from dlprof_lite.errors import DlprofError
 from dlprof_lite.memory import keep_freed_memory
+
+WORKER_DIED = (
+    "the process analysing it died (killed, e.g. for memory); analyse it alone with -j1 to see why"
+)
 
 
 @dataclass(frozen=True)
@@ -70,17 +75,39 @@ def run_all(
     return outcomes
 
 
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # "spawn": the parent may hold open SQLite/Arrow handles and threads that fork would copy.
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("spawn"), initializer=keep_freed_memory
+    )
+
+
 def _run_pool(
     func: Callable[..., Any], items: Sequence[tuple[Any, ...]], jobs: int
 ) -> list[Outcome]:
-    # "spawn": the parent may hold open SQLite/Arrow handles and threads that fork would copy.
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(items)),
-        mp_context=get_context("spawn"),
-        initializer=keep_freed_memory,
-    ) as pool:
+    """A worker that dies (killed for memory, a crash in a native library) breaks the whole
+    pool: the inputs it took down with it are analysed again one by one, each in a pool of
+    its own, so only the input that kills its worker gets the error."""
+    outcomes: list[Outcome | None] = [None] * len(items)
+    broken = []
+    with _pool(min(jobs, len(items))) as pool:
         futures = [pool.submit(_guarded, func, item) for item in items]
-        return [f.result() for f in futures]
+        for index, future in enumerate(futures):
+            try:
+                outcomes[index] = future.result()
+            except BrokenProcessPool:
+                broken.append(index)
+    for index in broken:
+        outcomes[index] = _alone(func, items[index])
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _alone(func: Callable[..., Any], item: tuple[Any, ...]) -> Outcome:
+    with _pool(1) as pool:
+        try:
+            return pool.submit(_guarded, func, item).result()
+        except BrokenProcessPool:
+            return Outcome(item, error=WORKER_DIED, exit_code=1)
 
 
 def _run_dask(
