@@ -8,7 +8,6 @@ table name and the one-line definition of each column from the metric registry.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +22,7 @@ from dlprof_lite.report.metrics import (
     SUMMARY_LISTS,
     definitions,
 )
+from dlprof_lite.report.summary_types import scalar
 
 
 @dataclass(frozen=True)
@@ -185,12 +185,4 @@ def plain(value: object) -> object:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
+    return scalar(value)
