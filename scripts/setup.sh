@@ -20,6 +20,14 @@ if ! command -v g++ >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends g++ >/dev/null
 fi
 
+# The run store's tests start a real PostgreSQL server (Debian's package: initdb, pg_ctl).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        postgresql >/dev/null
+fi
+
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
@@ -27,5 +35,5 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/python -m pip install -q "$TORCH_SPEC"
 fi
-.venv/bin/python -m pip install -q -e ".[dev,fast,dask]" "$NVTX_SPEC"
+.venv/bin/python -m pip install -q -e ".[dev,fast,dask,postgres]" "$NVTX_SPEC"
 echo "setup: ready ($(.venv/bin/dlprof-lite --version))"

@@ -1,0 +1,1 @@
+"""Comparisons of runs with statistics (stage after store)."""

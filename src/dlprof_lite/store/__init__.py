@@ -1,0 +1,1 @@
+"""The run store: every analysed report recorded through SQLAlchemy (stage after report)."""
