@@ -72,7 +72,8 @@ class RunRecord:
         if it.empty:
             return it
         keep = it["in_window"].to_numpy(dtype=bool) & ~it["warmup"].to_numpy(dtype=bool)
-        return it[keep]
+        chosen: pd.DataFrame = it[keep]
+        return chosen
 
     def step_ns(self) -> np.ndarray:
         """Wall time of each analysed step, ns (float64), in iteration order."""
