@@ -8,6 +8,7 @@ is an ``nn.Module``, so each gets its own forward and backward range in a profil
     python examples/lenet.py --steps 20                  # CPU
     python examples/lenet.py --device cuda --amp         # GPU, mixed precision
     dlprof-lite examples/lenet.py --steps 20             # profiled, no code change
+    python examples/lenet.py --slow-layer conv2 --slow-ms 5   # conv2's forward 5 ms slower
 
 The data is random (a fixed seed), ``steps * batch_size`` samples through a ``DataLoader``,
 so one epoch is exactly ``--steps`` optimizer steps.
@@ -73,10 +74,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps (default 20)")
     parser.add_argument("--batch-size", type=int, default=64, help="default 64")
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--slow-layer", metavar="NAME",
+                        help="a layer whose forward sleeps --slow-ms more (a known regression)")
+    parser.add_argument("--slow-ms", type=float, default=5.0, help="default 5")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1:
         parser.error("--steps and --batch-size must be at least 1")
+    if args.slow_layer is not None and args.slow_layer not in dict(LeNet().named_children()):
+        parser.error(f"--slow-layer: no layer {args.slow_layer!r} in LeNet")
     return args
+
+
+def slow_down(layer: nn.Module, ms: float) -> None:
+    """Make ``layer``'s forward ``ms`` milliseconds slower, inside the layer's own call (an
+    instance attribute ``forward`` runs between the module's hooks, as the class's would)."""
+    forward = layer.forward
+
+    def slower(*args: object, **kwargs: object) -> object:
+        time.sleep(ms / 1e3)
+        return forward(*args, **kwargs)
+
+    layer.forward = slower  # type: ignore[method-assign]
 
 
 def train(args: argparse.Namespace) -> float:
@@ -84,6 +102,8 @@ def train(args: argparse.Namespace) -> float:
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = LeNet().to(device)
+    if args.slow_layer is not None:
+        slow_down(getattr(model, args.slow_layer), args.slow_ms)
     criterion = CategoricalCrossEntropy()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader = DataLoader(synthetic_mnist(args.steps * args.batch_size), batch_size=args.batch_size)
