@@ -1,0 +1,315 @@
+"""The run store: :class:`RunStore` records a :class:`RunRecord` and gives it back equal.
+
+Place in the pipeline: store (right of report; ``compare`` and the ``runs`` command read it).
+The database is any SQLAlchemy URL; the default is an SQLite file per user,
+``$XDG_DATA_HOME/dlprof-lite/runs.db`` (``~/.local/share/dlprof-lite/runs.db``) on Linux
+(:func:`default_url`; :mod:`dlprof_lite.store.engine` lists the other systems), and
+``$DLPROF_LITE_DB`` names another. Tables and the choice of JSON rows:
+:mod:`dlprof_lite.store.schema`.
+
+A run is written in one transaction, a bulk insert per table: it is in the database whole or
+not at all. Times are stored in UTC; a naive ``datetime`` given to :meth:`RunStore.find` is
+local time.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.store.engine import (
+    DEFAULT_DB_ENV,
+    StoreError,
+    create_engine,
+    default_url,
+    masked,
+    parse_url,
+    translated,
+    writing,
+)
+from dlprof_lite.store.migrate import upgrade
+from dlprof_lite.store.record import RunContext, RunRecord
+from dlprof_lite.store.rows import frame, layout, table_rows
+from dlprof_lite.store.schema import ROW_TABLES, run_phases, runs
+
+__all__ = ["DEFAULT_DB_ENV", "RunInfo", "RunStore", "StoreError", "default_url"]
+
+# Summary fields a run's versions may come from, first found wins (the names other
+# releases use included, so an older or newer summary still fills the column).
+_SUMMARY_FACTS = {
+    "host": ("host", "hostname"),
+    "driver_version": ("driver_version", "cuda_driver_version", "gpu_driver_version"),
+    "cuda_version": ("cuda_version", "torch_cuda_version"),
+    "torch_version": ("torch_version",),
+    "python_version": ("python_version",),
+}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run as ``runs list`` shows it: no summary, no tables."""
+
+    id: int
+    created_at: datetime
+    tag: str | None
+    group: str | None
+    script: str | None
+    command: tuple[str, ...]
+    host: str | None
+    gpus: str | None
+    git_commit: str | None
+    git_dirty: bool | None
+    steps: int
+    step_median_ns: float | None
+    step_mean_ns: float | None
+    report_dir: str | None
+    source: str | None
+
+    def row(self) -> dict[str, object]:
+        """Plain JSON-ready values (time as ISO 8601, the command as a list)."""
+        out = asdict(self)
+        out["created_at"] = self.created_at.isoformat()
+        out["command"] = list(self.command)
+        return out
+
+
+_INFO_COLUMNS = {f.name: ("run_group" if f.name == "group" else f.name) for f in fields(RunInfo)}
+
+
+class RunStore:
+    """The run database at ``url`` (default: :func:`default_url`), its schema brought to the
+    newest revision when opened. ``create`` False: a missing SQLite file or an empty database
+    is a :class:`StoreError` instead of being created (for commands that only read)."""
+
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        parsed = parse_url(url or default_url())
+        self.display = masked(parsed)
+        self.engine = create_engine(parsed, create=create)
+        try:
+            with translated(self.display):
+                upgrade(self.engine, self.display, create=create)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"RunStore({self.display!r})"
+
+    def record(self, run: RunRecord) -> int:
+        """Write ``run`` (its ``run_id`` is ignored) in one transaction; returns its new id."""
+        values = _run_values(run)
+        with translated(self.display), writing(self.engine) as connection:
+            result = connection.execute(runs.insert().values(**values))
+            run_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one PK
+            for name, (table, keys) in ROW_TABLES.items():
+                rows = table_rows(getattr(run, name), [table.c[k] for k in keys])
+                _insert(connection, table, run_id, rows)
+            phases = [_finite_numbers(r) for r in run.phases().to_dict("records")]
+            _insert(connection, run_phases, run_id, phases)
+        return run_id
+
+    def get(self, run_id: int) -> RunRecord:
+        """The run recorded as ``run_id``, its summary and tables equal to those recorded."""
+        with translated(self.display), self.engine.connect() as connection:
+            found = connection.execute(sa.select(runs).where(runs.c.id == run_id)).first()
+            if found is None:
+                raise StoreError(f"no run {run_id} in {self.display}")
+            row = found._mapping
+            tables: Mapping[str, Any] = row["tables"]
+            frames = {
+                name: _read_rows(connection, table, run_id, tables[name])
+                for name, (table, _) in ROW_TABLES.items()
+            }
+        return RunRecord(_context(row), Summary.from_document(row["summary"]), **frames,
+                         run_id=int(row["id"]))  # fmt: skip
+
+    def find(
+        self,
+        *,
+        tag: str | None = None,
+        script: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        group: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunInfo]:
+        """Runs newest first. ``script`` matches the recorded path or its last part(s)
+        (``train.py`` finds ``/home/me/proj/train.py``); ``since`` is inclusive, ``until``
+        exclusive."""
+        query = sa.select(*(runs.c[c] for c in _INFO_COLUMNS.values()))
+        if tag is not None:
+            query = query.where(runs.c.tag == tag)
+        if group is not None:
+            query = query.where(runs.c.run_group == group)
+        if script is not None:
+            suffix = "/" + script.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            query = query.where(
+                sa.or_(runs.c.script == script, runs.c.script.like("%" + suffix, escape="\\"))
+            )
+        if since is not None:
+            query = query.where(runs.c.created_at >= _utc(since))
+        if until is not None:
+            query = query.where(runs.c.created_at < _utc(until))
+        query = query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
+        with translated(self.display), self.engine.connect() as connection:
+            found = connection.execute(query).all()
+        return [_info(r._mapping) for r in found]
+
+    def runs_with_tag(self, tag: str) -> list[RunRecord]:
+        """Every run whose tag or ``--repeat`` group is ``tag``, oldest first (compare pools
+        them)."""
+        query = (
+            sa.select(runs.c.id)
+            .where(sa.or_(runs.c.tag == tag, runs.c.run_group == tag))
+            .order_by(runs.c.created_at, runs.c.id)
+        )
+        with translated(self.display), self.engine.connect() as connection:
+            ids = connection.execute(query).scalars().all()
+        return [self.get(run_id) for run_id in ids]
+
+    def remove(self, run_ids: Sequence[int]) -> int:
+        """Delete these runs with all their rows (ON DELETE CASCADE); returns how many were
+        there."""
+        if not run_ids:
+            return 0
+        with translated(self.display), writing(self.engine) as connection:
+            result = connection.execute(runs.delete().where(runs.c.id.in_(list(run_ids))))
+        return int(result.rowcount)
+
+    def export_csv(self, infos: Sequence[RunInfo], target: str | Path | IO[str]) -> None:
+        """``infos`` as CSV (the command as one shell-quoted string; text cells that a
+        spreadsheet would run as formulas quoted, as in the report's CSV files)."""
+        export_csv(infos, target)
+
+
+def export_csv(infos: Sequence[RunInfo], target: str | Path | IO[str]) -> None:
+    from dlprof_lite.report.writers import formula_safe
+
+    rows = [{**info.row(), "command": shlex.join(info.command)} for info in infos]
+    table = pd.DataFrame(rows, columns=[f.name for f in fields(RunInfo)])
+    text = formula_safe(table).to_csv(index=False, lineterminator="\n")
+    if isinstance(target, str | Path):
+        try:
+            Path(target).write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise StoreError(f"cannot write {target}: {err.strerror or err}") from err
+    else:
+        target.write(text)
+
+
+def _insert(
+    connection: sa.Connection, table: sa.Table, run_id: int, rows: list[dict[str, object]]
+) -> None:
+    if rows:  # executemany: one statement, many parameter sets
+        connection.execute(table.insert(), [{**r, "run_id": run_id} for r in rows])
+
+
+def _read_rows(
+    connection: sa.Connection, table: sa.Table, run_id: int, table_layout: Mapping[str, Any]
+) -> pd.DataFrame:
+    query = sa.select(table.c.data).where(table.c.run_id == run_id).order_by(table.c.position)
+    return frame(connection.execute(query).scalars().all(), table_layout)
+
+
+def _run_values(run: RunRecord) -> dict[str, object]:
+    ctx, summary = run.context, run.summary
+    steps = run.step_ns()
+    facts = {column: _summary_fact(summary, names) for column, names in _SUMMARY_FACTS.items()}
+    from dlprof_lite import __version__
+
+    return {
+        **facts,
+        "created_at": _utc(ctx.created_at),
+        "tag": ctx.tag,
+        "run_group": ctx.group,
+        "repeat_index": ctx.repeat_index,
+        "command": list(ctx.command),
+        "cwd": ctx.cwd,
+        "script": ctx.script,
+        "host": ctx.host or facts["host"],
+        "gpus": _text(summary.get("gpu_names")),
+        "nsys_version": _text(summary.get("nsys_version")),
+        "tool_version": ctx.tool_version or __version__,
+        "git_commit": ctx.git_commit,
+        "git_dirty": ctx.git_dirty,
+        "source": _text(summary.get("source")),
+        "report_dir": ctx.report_dir,
+        "steps": len(steps),
+        "step_mean_ns": _finite(float(np.mean(steps))) if len(steps) else None,
+        "step_median_ns": _finite(float(np.median(steps))) if len(steps) else None,
+        "summary": summary.document(),
+        "tables": {name: layout(getattr(run, name)) for name in ROW_TABLES},
+    }
+
+
+def _summary_fact(summary: Summary, names: Sequence[str]) -> str | None:
+    for name in names:
+        value = _text(summary.get(name))
+        if value:
+            return value
+    return None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _finite_numbers(row: Mapping[Any, object]) -> dict[str, object]:
+    return {str(k): _finite(v) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def _utc(moment: datetime) -> datetime:
+    """An aware UTC time; naive is local time (``datetime.astimezone``'s rule)."""
+    return moment.astimezone(UTC)
+
+
+def _stored_time(moment: datetime) -> datetime:
+    # SQLite keeps no zone (the store wrote UTC); PostgreSQL gives the session's zone.
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _context(row: sa.RowMapping) -> RunContext:
+    return RunContext(
+        created_at=_stored_time(row["created_at"]),
+        tag=row["tag"],
+        group=row["run_group"],
+        repeat_index=row["repeat_index"],
+        command=tuple(str(a) for a in row["command"]),
+        cwd=row["cwd"],
+        script=row["script"],
+        host=row["host"],
+        git_commit=row["git_commit"],
+        git_dirty=row["git_dirty"],
+        report_dir=row["report_dir"],
+        tool_version=row["tool_version"],
+    )
+
+
+def _info(row: sa.RowMapping) -> RunInfo:
+    values = {field: row[column] for field, column in _INFO_COLUMNS.items()}
+    values["created_at"] = _stored_time(values["created_at"])
+    values["command"] = tuple(str(a) for a in values["command"])
+    return RunInfo(**values)

@@ -1,0 +1,93 @@
+"""The run store's schema versions: Alembic, configured in code (no ``alembic.ini``).
+
+Place in the pipeline: store. The scripts ship in the package (``store/migrations``);
+:func:`upgrade` brings a database to the newest revision this tool knows, under the lock of
+:mod:`dlprof_lite.store.engine`, and refuses a database that is not a run store or whose
+revision this tool does not know (written by a newer dlprof-lite).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from dlprof_lite.store.engine import StoreError, lock_schema, writing
+from dlprof_lite.store.schema import VERSION_TABLE
+
+SCRIPT_LOCATION = "dlprof_lite.store:migrations"
+
+
+def alembic_config(connection: sa.Connection | None = None) -> Config:
+    """Alembic's configuration for our scripts; ``connection`` is the one ``env.py`` uses."""
+    config = Config(attributes={"connection": connection} if connection is not None else {})
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    return config
+
+
+def head() -> str:
+    """The newest revision this tool knows."""
+    revision = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert revision is not None  # the package ships revision 0001
+    return revision
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    revisions: tuple[str, ...]  # the database's current revision(s); () for none
+    tables: frozenset[str]
+
+
+def state(connection: sa.Connection) -> SchemaState:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    tables = frozenset(sa.inspect(connection).get_table_names())
+    return SchemaState(tuple(context.get_current_heads()), tables)
+
+
+def upgrade(engine: sa.Engine, display: str, *, create: bool) -> None:
+    """The database at the newest revision; a no-op (one read) when it already is.
+
+    ``create`` False: an empty database is an error (nothing recorded there yet).
+    """
+    newest = head()
+    file = engine.dialect.name == "sqlite"
+    with engine.connect() as connection:
+        if _checked(state(connection), display, newest, create=create, file=file):
+            return
+    with writing(engine) as connection:
+        lock_schema(connection)
+        # Another process may have upgraded it while this one waited for the lock.
+        if _checked(state(connection), display, newest, create=create, file=file):
+            return
+        command.upgrade(alembic_config(connection), "head")
+
+
+def _checked(current: SchemaState, display: str, newest: str, *, create: bool, file: bool) -> bool:
+    """True when at ``newest``; False when an upgrade is due; StoreError when it cannot be.
+
+    ``file``: an SQLite file with other tables is someone else's (an nsys export named by
+    mistake) and is never written; a server database may be shared with other tables.
+    """
+    if current.revisions == (newest,):
+        return True
+    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    unknown = [r for r in current.revisions if r not in known]
+    if unknown:
+        raise StoreError(
+            f"run database {display} has schema revision {', '.join(unknown)}, unknown to this "
+            f"dlprof-lite (it knows up to {newest}): it was written by a newer version; "
+            "upgrade dlprof-lite or use another database (--db)"
+        )
+    if not current.revisions:
+        if not create:
+            raise StoreError(f"run database {display} holds no runs yet")
+        if file and current.tables:
+            names = sorted(current.tables)
+            listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise StoreError(f"{display} is a database but not a dlprof-lite run store "
+                             f"(tables {listed}); name another file with --db")  # fmt: skip
+    return False

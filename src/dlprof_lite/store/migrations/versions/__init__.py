@@ -1,0 +1,1 @@
+"""Alembic revisions of the run store, oldest first (``0001``: the first schema)."""

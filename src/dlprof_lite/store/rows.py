@@ -1,0 +1,103 @@
+"""A report table as rows the store writes, and back (see :mod:`dlprof_lite.store.schema`).
+
+Place in the pipeline: store. A table becomes one plain JSON object per row (the report's
+JSON writer's ``records``: NaN and NA to null, numpy to Python numbers) plus a small
+``layout``: each column's pandas dtype name and, for categorical columns, the categories
+when they are not simply the sorted distinct values (kernel names: the common case costs
+nothing). :func:`frame` reverses it: the DataFrame compares equal to the report's with
+``pd.testing.assert_frame_equal`` (dtypes, categories and column order included).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from pandas.api.types import pandas_dtype
+
+from dlprof_lite.report.summary_types import scalar
+from dlprof_lite.report.writers import plain, records
+
+Row = dict[str, object]
+
+
+def layout(table: pd.DataFrame) -> dict[str, Any]:
+    """``{"columns": [[name, dtype], ...], "categories": {name: [...] or None}}``."""
+    columns = [[str(c), str(t)] for c, t in table.dtypes.items()]
+    categories: dict[str, Any] = {}
+    for name, dtype in table.dtypes.items():
+        if isinstance(dtype, pd.CategoricalDtype):
+            cats = plain(list(dtype.categories))
+            categories[str(name)] = None if _is_default(table[name], cats) else cats
+    return {"columns": columns, "categories": categories}
+
+
+def _is_default(column: pd.Series, cats: object) -> bool:
+    """True when ``cats`` are what ``astype("category")`` would give: sorted distinct values."""
+    try:
+        return bool(cats == sorted({plain(v) for v in column.dropna().tolist()}))  # type: ignore[type-var]
+    except TypeError:  # mixed types do not sort: keep the list
+        return False
+
+
+def frame(rows: Sequence[Mapping[str, object]], table_layout: Mapping[str, Any]) -> pd.DataFrame:
+    """The DataFrame of ``rows`` with the dtypes (and categories) of ``table_layout``.
+
+    Columns come in the layout's order; a column missing from a row (a newer writer dropped
+    it, an older one lacked it) is null there.
+    """
+    columns: list[list[str]] = table_layout["columns"]
+    categories: Mapping[str, Any] = table_layout.get("categories") or {}
+    data = {name: pd.Series([r.get(name) for r in rows], dtype="object") for name, _ in columns}
+    out = pd.DataFrame(data, columns=[name for name, _ in columns])
+    for name, dtype in columns:
+        if dtype == "category":
+            cats = categories.get(name)
+            if cats is None:
+                cats = sorted({v for v in out[name].tolist() if v is not None})
+            out[name] = out[name].astype(pd.CategoricalDtype(cats))
+        elif dtype != "object":
+            out[name] = out[name].astype(pandas_dtype(dtype))
+    return out
+
+
+def table_rows(table: pd.DataFrame, keys: Sequence[sa.Column[Any]]) -> list[Row]:
+    """One store row per table row: ``position``, the key columns, and ``data`` (all)."""
+    convert = [(c.name, _converter(c.type)) for c in keys]
+    out: list[Row] = []
+    for position, data in enumerate(records(table)):
+        row: Row = {"position": position, "data": data}
+        for name, to_sql in convert:
+            row[name] = to_sql(scalar(data.get(name)))
+        out.append(row)
+    return out
+
+
+def _converter(sql_type: sa.types.TypeEngine[Any]) -> Callable[[object], object]:
+    """A cell to a key column's type, None when it is not one (the cell stays in ``data``):
+    a strict server refuses 'n/a' in a number column."""
+    if isinstance(sql_type, sa.Boolean):
+        return lambda v: v if isinstance(v, bool) else None
+    if isinstance(sql_type, sa.Integer):
+        return lambda v: int(n) if (n := _number(v)) is not None and n == int(n) else None
+    if isinstance(sql_type, sa.Float):
+        return _number
+    return _text
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _text(value: object) -> str | None:
+    """Text without NUL or lone surrogates (PostgreSQL rejects both; the exact text stays
+    in ``data``)."""
+    if value is None:
+        return None
+    text = str(value).replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8")
