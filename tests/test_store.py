@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-from conftest import CORPUS
 
 import dlprof_lite
+from conftest import CORPUS
 from dlprof_lite.report.build import build_report
 from dlprof_lite.store.database import RunStore, StoreError, default_url
 from dlprof_lite.store.engine import DEFAULT_DB_ENV, default_path
