@@ -17,8 +17,9 @@ many iterations and optimizer steps were seen, and the ``nvtx`` version in use.
 
 Under a distributed launcher every rank runs this bootstrap: ``{rank}`` in the status file's
 name is replaced by the process's ``RANK``, so each rank writes its own, and the ``process``
-run fact (rank, local rank, world size from the launcher's environment; nulls outside one) is
-recorded right after the hooks are installed. ``torch.distributed.launch`` passes
+run fact (rank, local rank, world size from the launcher's environment, nulls outside one;
+the torch, CUDA and Python versions and ``sys.argv`` as the program sees them) is recorded
+right after the hooks are installed. ``torch.distributed.launch`` passes
 ``--local-rank=N`` before the program's arguments; it is handed on to the program, where the
 launcher would have put it.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import runpy
 import sys
 from dataclasses import dataclass, field
@@ -108,6 +110,35 @@ def process_fact() -> dict[str, int | None]:
             "world_size": _env_int("WORLD_SIZE")}  # fmt: skip
 
 
+ARGV_CHARS = 4096  # the command kept in the fact; a mark is a trace event, not a file
+
+
+def runtime_fact() -> dict[str, Any]:
+    """What the program runs on, as it sees it: torch and its CUDA (from the torch it has
+    imported; never imported here), Python, and its own ``sys.argv``, cut to
+    :data:`ARGV_CHARS` characters (``argv_truncated`` then says so). Cheap: no subprocess,
+    no file read."""
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", None)
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    argv: list[str] = []
+    used, truncated = 0, False
+    for arg in (str(a) for a in sys.argv):
+        if used + len(arg) > ARGV_CHARS:
+            argv += [arg[: ARGV_CHARS - used]] if used < ARGV_CHARS else []
+            truncated = True
+            break
+        argv.append(arg)
+        used += len(arg)
+    return {
+        "torch": None if version is None else str(version),
+        "cuda": None if cuda is None else str(cuda),
+        "python": platform.python_version(),
+        "argv": argv,
+        **({"argv_truncated": True} if truncated else {}),
+    }
+
+
 def status_path(pattern: str | None) -> str | None:
     """The status file of this process: ``{rank}`` replaced by its rank (0 outside a launcher)."""
     if not pattern:
@@ -142,7 +173,7 @@ class Session:
             print(f"dlprof-lite: warning: {self.error}", file=sys.stderr)
             return
         if self.annotation.active:
-            facts.record("process", process_fact())
+            facts.record("process", {**process_fact(), **runtime_fact()})
 
     def status(self, exit_code: int) -> dict[str, Any]:
         tracker = self.annotation.tracker

@@ -24,6 +24,11 @@ class Meta:
     session_start_ns: int
     session_end_ns: int
     tables: tuple[str, ...] = ()
+    # The profiled system as nsys recorded it (TARGET_INFO_SYSTEM_ENV); None where not.
+    host: str | None = None
+    os: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
     key_range: str | None = None
     key_range_source: str = "none"
     warnings: tuple[str, ...] = field(default_factory=tuple)

@@ -42,6 +42,7 @@ from dlprof_lite.ingest.fetch import (
 from dlprof_lite.ingest.profile import Meta
 from dlprof_lite.ingest.raw import RawExport
 from dlprof_lite.ingest.sanitize import TIME_LIMIT_NS, Repairs, sane_ops, sane_totals
+from dlprof_lite.ingest.system_env import SYSTEM_ENV_TABLE, read_system_env
 
 UNNAMED_KERNEL = "<unnamed kernel>"
 READ_THREADS = 2  # the machines this was measured on have two cores
@@ -379,6 +380,11 @@ def _meta(
         c = fetch.columns(f"SELECT name, value FROM {table}", text=("name", "value"))
         values = {str(k): str(v) for k, v in zip(c["name"], c["value"])}
     start, end = _session_bounds(schema, fetch, frames)
+    system: dict[str, str] = {}
+    warnings: list[str] = []
+    # A virtual table is refused like the others (refuse_computed): never queried.
+    if schema.has(SYSTEM_ENV_TABLE) and SYSTEM_ENV_TABLE not in schema.virtual:
+        system, warnings = read_system_env(path)
     return Meta(
         source=str(path),
         nsys_version=values.get("EXPORT_PRODUCT_VERSION"),
@@ -386,6 +392,11 @@ def _meta(
         session_start_ns=start,
         session_end_ns=end,
         tables=tuple(sorted(schema.tables)),
+        host=system.get("host"),
+        os=system.get("os"),
+        driver_version=system.get("driver_version"),
+        cuda_driver_version=system.get("cuda_driver_version"),
+        warnings=tuple(warnings),
     )
 
 

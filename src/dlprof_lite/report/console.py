@@ -45,9 +45,7 @@ def _pct(value: object, scale: float = 100.0) -> str:
 
 
 def _header_lines(s: Summary) -> list[str | Text]:
-    lines: list[str | Text] = [
-        _text(("dlprof-lite", "bold"), f" {s['source']}  (nsys {s.get('nsys_version') or '?'})")
-    ]
+    lines: list[str | Text] = [_text(("dlprof-lite", "bold"), f" {s['source']}  ({_system(s)})")]
     several = len({g.pid for g in s.gpus if g.pid is not None}) > 1
     for g in s.gpus:
         who = f" (pid {g.pid})" if several and g.pid is not None else ""
@@ -73,6 +71,15 @@ def _header_lines(s: Summary) -> list[str | Text]:
         lines += _step_lines(s)
     projected = _projection_line(s)
     return [*lines, *([projected] if projected else []), _window_line(s)]
+
+
+def _system(s: Summary) -> str:
+    """``nsys 2024.5.1, host gpu01, driver 550.54.15, torch 2.4.0``: what is known."""
+    parts = [f"nsys {s.get('nsys_version') or '?'}"]
+    for label, key in (("host", "host"), ("driver", "driver_version"), ("torch", "torch_version")):
+        if s.get(key) is not None:
+            parts.append(f"{label} {s.get(key)}")
+    return ", ".join(parts)
 
 
 # Units for long durations, largest first: (nanoseconds per unit, name, decimals).

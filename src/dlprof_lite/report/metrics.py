@@ -229,6 +229,19 @@ _PROJECTION = (
 SUMMARY_REPORT = _cols(
     ("source", "", "input file analysed"),
     ("nsys_version", "", "Nsight Systems version that wrote the export"),
+    ("host", "", "host name of the profiled system (nsys TARGET_INFO_SYSTEM_ENV Hostname)"),
+    ("os", "", "operating system of the profiled system (nsys OsDescription)"),
+    ("driver_version", "", "NVIDIA driver version, e.g. 535.54.03 (nsys NvDriverVersion)"),
+    ("cuda_driver_version", "", "CUDA version the driver supports, e.g. 12.2 "
+     "(nsys CudaDriverVersion)"),
+    ("torch_version", "", "torch.__version__ in the profiled process (the lowest rank's); "
+     "none without the annotation"),
+    ("cuda_version", "", "CUDA version torch was built with (torch.version.cuda); none for a "
+     "CPU build or without the annotation"),
+    ("python_version", "", "Python version of the profiled process; none without the "
+     "annotation"),
+    ("command", "", "the profiled program's sys.argv, shell-quoted (shlex.join; the lowest "
+     "rank's); none without the annotation"),
     ("gpu_names", "", "GPU product names, '; '-separated (summary.json: gpus list)"),
     ("devices", "", "GPU timelines (process, device) with at least one kernel or memop"),
     ("wall_ns", "ns", "session duration (profile start to end)"),

@@ -5,7 +5,8 @@ Place in the pipeline: report. The annotation layer writes each fact as an NVTX 
 and this module turns them into the summary's data-loader settings and annotation cost, so
 the advice can name the ``num_workers`` a script really used instead of guessing, and into
 one row per module (:func:`module_facts`: input shapes and dtypes of its first call) for the
-layer table (:mod:`dlprof_lite.report.layer_kernels`).
+layer table (:mod:`dlprof_lite.report.layer_kernels`), and into the profiled process's torch,
+CUDA and Python versions and command (:func:`process_summary`).
 
 A profile of several processes (one per rank) holds one set of facts per process: equal
 DataLoader facts are listed once, and the annotation cost is judged per process (the
@@ -15,6 +16,7 @@ costliest one is reported: a step waits for its slowest rank).
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +33,13 @@ LOADER_SETTINGS = ("num_workers", "batch_size", "pin_memory", "persistent_worker
 @dataclass(frozen=True)
 class RunFacts:
     """Facts of one profile: ``dataloaders`` (distinct, in mark order), ``annotation`` (one
-    per process, keyed by pid) and ``ranks`` (pid, rank) of processes a launcher started."""
+    per process, keyed by pid), ``ranks`` (pid, rank) of processes a launcher started and
+    ``processes`` (pid, its first ``process`` fact), in mark order."""
 
     dataloaders: tuple[dict[str, Any], ...] = ()
     annotation: tuple[tuple[int, dict[str, Any]], ...] = ()
     ranks: tuple[tuple[int, int], ...] = ()
+    processes: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
 def _fact_marks(marks: pd.DataFrame) -> pd.DataFrame:
@@ -54,6 +58,7 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
     loaders: dict[str, dict[str, Any]] = {}
     annotation: dict[int, dict[str, Any]] = {}
     ranks: dict[int, int] = {}
+    processes: dict[int, dict[str, Any]] = {}
     for text, pid in zip(found["name"].astype(str), found["pid"].to_numpy(), strict=True):
         fact = parse_fact(text)
         if fact is None:
@@ -63,9 +68,12 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
             loaders.setdefault(json.dumps(value, sort_keys=True), value)
         elif key == "annotation":
             annotation[int(pid)] = value  # the last one of a process is its exit total
-        elif key == "process" and isinstance(value.get("rank"), int):
-            ranks[int(pid)] = value["rank"]
-    return RunFacts(tuple(loaders.values()), tuple(annotation.items()), tuple(ranks.items()))
+        elif key == "process":
+            processes.setdefault(int(pid), value)
+            if isinstance(value.get("rank"), int):
+                ranks[int(pid)] = value["rank"]
+    return RunFacts(tuple(loaders.values()), tuple(annotation.items()), tuple(ranks.items()),
+                    tuple(processes.items()))  # fmt: skip
 
 
 # The ``module`` fact's fields (rules.names.FACT_KEYS), in the order module_facts returns them.
@@ -143,3 +151,46 @@ def annotation_summary(facts: RunFacts, step_ns: float | None) -> dict[str, obje
         "annotation_cost_ns": cost,
         "annotation_cost_pct": cost / step_ns * 100.0 if cost is not None and step_ns else None,
     }
+
+
+def _version(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _command(value: dict[str, Any]) -> str | None:
+    argv = value.get("argv")
+    if not isinstance(argv, list) or not argv:
+        return None
+    return shlex.join(str(a) for a in argv)
+
+
+def process_summary(facts: RunFacts) -> tuple[dict[str, object], list[str]]:
+    """Summary columns for the profiled process (torch, CUDA, Python, command) and their
+    warnings. Several processes (ranks): the lowest rank's, else the first to record one (a
+    rank-0 command is the same from run to run, whichever rank imported torch first); ranks
+    that run another torch are named in a warning."""
+    if not facts.processes:
+        return dict.fromkeys(("torch_version", "cuda_version", "python_version", "command")), []
+    order = {pid: i for i, (pid, _) in enumerate(facts.processes)}
+    ranks = dict(facts.ranks)
+    pid, value = min(facts.processes, key=lambda p: (ranks.get(p[0], len(order)), order[p[0]]))
+    flat: dict[str, object] = {
+        "torch_version": _version(value.get("torch")),
+        "cuda_version": _version(value.get("cuda")),
+        "python_version": _version(value.get("python")),
+        "command": _command(value),
+    }
+    warnings = []
+    if value.get("argv_truncated") is True:
+        warnings.append("the profiled program's command line is longer than its process "
+                        "fact keeps: command is its beginning only")  # fmt: skip
+    torches = {p: _version(v.get("torch")) for p, v in facts.processes}
+    if len(set(torches.values())) > 1:
+        who = ", ".join(f"{_who(p, ranks)} torch {t or '?'}" for p, t in torches.items())
+        warnings.append(f"the profiled processes run different torch versions ({who}): "
+                        f"torch_version is {_who(pid, ranks)}'s")  # fmt: skip
+    return flat, warnings
+
+
+def _who(pid: int, ranks: dict[int, int]) -> str:
+    return f"rank {ranks[pid]}" if pid in ranks else f"pid {pid}"

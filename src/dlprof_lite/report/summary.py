@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION
-from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.ingest.profile import Meta, Profile
 from dlprof_lite.report.facts import (
     fp32_gemm_facts,
     kernel_facts,
@@ -37,6 +37,7 @@ from dlprof_lite.report.run_facts import (
     RunFacts,
     annotation_summary,
     dataloader_summary,
+    process_summary,
     read_run_facts,
 )
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
@@ -65,8 +66,7 @@ def summarize(
     busy_ns = sum(total(s) for s in busy.values())
     totals = _totals(profile)
     flat: dict[str, object] = {
-        "source": meta.source,
-        "nsys_version": meta.nsys_version,
+        **_system(meta),
         "gpu_names": "; ".join(g.name for g in gpus if g.name),
         "devices": len(busy),
         "wall_ns": wall,
@@ -93,6 +93,8 @@ def summarize(
     facts = read_run_facts(profile.marks)
     flat.update(dataloader_summary(facts))
     flat.update(annotation_summary(facts, number(flat.get("iterations_mean_ns"))))
+    process, process_warnings = process_summary(facts)
+    flat.update(process)
     flat["key_range"] = meta.key_range
     flat["key_range_source"] = meta.key_range_source
     projected, projection_warnings = project(profile, iterations, projection or ProjectionInput())
@@ -101,6 +103,7 @@ def summarize(
         *meta.warnings,
         *_report_warnings(profile, iterations),
         *_merged_ranks(profile, facts),
+        *process_warnings,
         *projection_warnings,
     ]
     return build_summary(
@@ -110,6 +113,18 @@ def summarize(
         dataloaders=list(facts.dataloaders),
         fp32_gemm_kernels=_kernel_times(fp32.get("fp32_gemm_kernels")),
     )
+
+
+def _system(meta: Meta) -> dict[str, object]:
+    """What the export says of itself and of the system it profiled."""
+    return {
+        "source": meta.source,
+        "nsys_version": meta.nsys_version,
+        "host": meta.host,
+        "os": meta.os,
+        "driver_version": meta.driver_version,
+        "cuda_driver_version": meta.cuda_driver_version,
+    }
 
 
 def _kernel_times(value: object) -> list[KernelTime]:

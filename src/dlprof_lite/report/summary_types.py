@@ -60,8 +60,19 @@ def _group(cls: type[T], flat: Mapping[str, object]) -> T:
 
 @dataclass(frozen=True)
 class System(_Group):
+    """What was profiled where: the export's system table (host, OS, driver) and the
+    profiled process's own ``process`` fact (torch, CUDA, Python, command)."""
+
     source: str | None
     nsys_version: str | None
+    host: str | None
+    os: str | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+    torch_version: str | None
+    cuda_version: str | None
+    python_version: str | None
+    command: str | None
     gpu_names: str | None
     devices: int | None
     wall_ns: int | None
