@@ -1,0 +1,140 @@
+"""The one-line definition of every compare.csv column and of every metric it names.
+
+Place in the pipeline: compare. Like :mod:`dlprof_lite.report.metrics` for a report, this is
+the registry the writers carry into compare.json and the README reference is built from:
+``COMPARE_REPORT`` (the columns of compare.csv), ``COMPARE_METRICS`` (what each ``metric``
+value means, per section) and ``COMPARE_RULES`` (the thresholds, with their citations).
+"""
+
+from __future__ import annotations
+
+from dlprof_lite.report.metrics import ReportColumn, Threshold
+from dlprof_lite.rules import compare as rules
+
+
+def _cols(*specs: tuple[str, str, str]) -> tuple[ReportColumn, ...]:
+    return tuple(ReportColumn(*spec) for spec in specs)
+
+
+COMPARE_REPORT = _cols(
+    ("section", "", "step (step-time statistics), phase, layer, kernel or summary (Tensor "
+     "Cores, launch overhead)"),
+    ("name", "", "what the row is about: 'step', a phase, a layer's qualified name, a kernel "
+     "name, or a summary field"),
+    ("direction", "", "forward or backward for layer rows, empty otherwise"),
+    ("metric", "", "the figure compared (compare.json 'metrics' defines each); all per "
+     "analysed step"),
+    ("unit", "", "unit of value, baseline_value, delta and the ci columns: ns, % or empty"),
+    ("side", "", "the side the value belongs to, as named on the command line"),
+    ("baseline", "", "the baseline side (the first named); empty on the baseline's own rows"),
+    ("value", "", "the side's figure; a side of several runs: their steps pooled (step rows) "
+     "or the runs' figures weighted by their steps"),
+    ("baseline_value", "", "the baseline's figure"),
+    ("delta", "", "value - baseline_value"),
+    ("delta_pct", "%", "delta as a percentage of baseline_value; empty when that is 0"),
+    ("ci_low", "", "step mean/median rows: lower end of the 95 % bootstrap interval of delta"),
+    ("ci_high", "", "step mean/median rows: upper end of the 95 % bootstrap interval of delta"),
+    ("ci_pct_low", "%", "step mean/median rows: lower end of the 95 % interval of delta_pct"),
+    ("ci_pct_high", "%", "step mean/median rows: upper end of the 95 % interval of delta_pct"),
+    ("p_value", "", "step mean/median rows: two-sided Mann-Whitney U p-value of the side's "
+     "steps against the baseline's"),
+    ("verdict", "", "step mean/median rows: slower, faster or no significant change (p < "
+     "alpha and the median delta's interval excluding 0)"),
+    ("rank", "", "place by absolute change within the section (1 = largest; layers by self "
+     "time, forward and backward apart)"),
+    ("status", "", "both; added: only on the side; removed: only on the baseline (counted 0 "
+     "where missing)"),
+)  # fmt: skip
+
+_PER_STEP = "per analysed step"
+COMPARE_METRICS = _cols(
+    ("step.n", "", "analysed steps (every run's, pooled)"),
+    ("step.runs", "", "runs the side pools"),
+    ("step.mean_ns", "ns", "mean step wall time"),
+    ("step.median_ns", "ns", "median step wall time"),
+    ("step.std_ns", "ns", "sample standard deviation of step wall time (pooled steps)"),
+    ("step.p10_ns", "ns", "10th percentile of step wall time (linear)"),
+    ("step.p90_ns", "ns", "90th percentile of step wall time (linear)"),
+    ("step.min_ns", "ns", "shortest step"),
+    ("step.max_ns", "ns", "longest step"),
+    ("step.within_run_std_ns", "ns", "several runs: pooled within-run standard deviation, "
+     "sqrt(sum((n_r - 1) s_r^2) / sum(n_r - 1))"),
+    ("step.between_run_std_ns", "ns", "several runs: sample standard deviation of the run means"),
+    ("phase.gpu_ns", "ns", "device time running the phase's GPU ops, " + _PER_STEP),
+    ("phase.wall_ns", "ns", "host time in the phase's ranges ('other': outside every phase), "
+     + _PER_STEP),
+    ("phase.host_gap_ns", "ns", "host-bound GPU gaps before the phase's ops, " + _PER_STEP),
+    ("layer.self_wall_ns", "ns", "the direction's range time not covered by a child module's "
+     "range (self_forward/backward_wall_ns / the table's steps); what layers are ranked by"),
+    ("layer.self_gpu_ns", "ns", "GPU time of the direction's kernels attributed to the layer "
+     "itself (self_forward/backward_gpu_ns / the table's steps); ranked by too"),
+    ("layer.wall_ns", "ns", "inclusive range time of the direction, per step "
+     "(step_forward/backward_wall_ns)"),
+    ("layer.gpu_ns", "ns", "inclusive GPU time of the direction, per step "
+     "(step_forward/backward_gpu_ns)"),
+    ("layer.calls_per_step", "", "forward calls per step (forward rows only)"),
+    ("kernel.gpu_ns", "ns", "the kernel name's GPU time (total_ns) / the table's steps"),
+    ("kernel.instances", "", "the kernel name's executions / the table's steps"),
+    ("summary.tc_share", "", "share of kernel time in Tensor Core kernels (0-1)"),
+    ("summary.launch_overhead_pct", "%", "host-bound GPU gaps as a share of the steps' device "
+     "time"),
+)  # fmt: skip
+
+_CHOICE = "dlprof-lite choice"
+COMPARE_RULES: dict[str, Threshold] = {
+    "compare_alpha": Threshold(
+        rules.ALPHA,
+        "p-value",
+        "significant when p < alpha and the median delta's interval excludes 0",
+        "the conventional 5 % level; the gate's 'significant (p < 0.05)'",
+    ),
+    "compare_confidence": Threshold(
+        rules.CONFIDENCE, "share", "level of every bootstrap interval", "1 - alpha"
+    ),
+    "compare_resamples": Threshold(
+        rules.RESAMPLES,
+        "resamples",
+        "bootstrap resamples per interval (percentile method, fixed seed)",
+        "Efron & Tibshirani 1993: 1000-2000 for percentile intervals",
+    ),
+    "compare_detectable_change": Threshold(
+        rules.DETECTABLE_CHANGE,
+        "share of the baseline mean",
+        "change the 'too few steps' warning sizes the steps for, at 80 % power",
+        f"{_CHOICE}; 80 % power: Cohen 1988",
+    ),
+    "compare_min_steps": Threshold(
+        rules.MIN_STEPS,
+        "steps",
+        "fewest analysed steps a side needs for the statistics",
+        f"{_CHOICE}: the exact Mann-Whitney p of 4 steps against 4 cannot go below 0.029",
+    ),
+    "compare_far_fewer_ratio": Threshold(
+        rules.FAR_FEWER_RATIO,
+        "ratio of steps",
+        "a side with fewer than 1/ratio of the baseline's steps (or the reverse) is refused",
+        f"{_CHOICE}: a window that much shorter is another capture, not another sample",
+    ),
+    "compare_calls_tolerance": Threshold(
+        rules.CALLS_TOLERANCE,
+        "share of calls per step",
+        "layer calls per step differ beyond this share of the larger",
+        _CHOICE,
+    ),
+}
+
+
+_UNITS = {c.name: c.unit for c in COMPARE_METRICS}
+
+
+def unit(section: str, metric: str) -> str:
+    """The unit of a metric, from its definition."""
+    return _UNITS.get(f"{section}.{metric}", "")
+
+
+def column_definitions() -> dict[str, str]:
+    return {c.name: f"{c.doc} [{c.unit}]" if c.unit else c.doc for c in COMPARE_REPORT}
+
+
+def metric_definitions() -> dict[str, str]:
+    return {c.name: f"{c.doc} [{c.unit}]" if c.unit else c.doc for c in COMPARE_METRICS}

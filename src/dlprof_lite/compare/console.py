@@ -1,0 +1,177 @@
+"""The comparison on the console: step statistics, verdicts, the largest changes, warnings.
+
+Place in the pipeline: compare (only the CLI calls this; everything shown is also in
+compare.csv/compare.json). Names from profiles and the command line go to rich as ``Text``
+with control characters made visible, never as markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
+from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
+from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
+from dlprof_lite.report.advice import ms
+from dlprof_lite.safe_text import printable
+
+VERDICT_STYLE = {SLOWER: "bold red", FASTER: "bold green"}
+
+
+def _t(text: object, style: str = "") -> Text:
+    return Text(printable(text), style=style)
+
+
+def _ns(value: float | None) -> str:
+    return "-" if value is None else ms(value)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
+def _new_table(title: str, headings: Sequence[str]) -> RichTable:
+    table = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for i, heading in enumerate(headings):
+        if i == 0:
+            table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=48)
+        else:
+            table.add_column(heading, justify="right", no_wrap=True)
+    return table
+
+
+def _steps_table(sides: Sequence[StepStats]) -> RichTable:
+    pooled = any(s.runs > 1 for s in sides)
+    headings = ["side", "runs", "steps", "mean", "median", "std", "p10", "p90", "min", "max"]
+    if pooled:
+        headings += ["within-run std", "between-run std"]
+    table = _new_table("step time per side", headings)
+    for s in sides:
+        cells = [str(s.runs), str(s.n)] + [
+            ms(v)
+            for v in (s.mean_ns, s.median_ns, s.std_ns, s.p10_ns, s.p90_ns, s.min_ns, s.max_ns)
+        ]
+        if pooled:
+            cells += [_ns(s.within_run_std_ns), _ns(s.between_run_std_ns)]
+        table.add_row(_t(s.label), *(_t(c) for c in cells))
+    return table
+
+
+def _entities(rows: Sequence[Delta], top: int) -> list[dict[str, Delta]]:
+    """The first ``top`` entities of a ranked section, each as {metric: row}."""
+    out: list[dict[str, Delta]] = []
+    for row in rows:
+        if row.rank > top:
+            break
+        if len(out) < row.rank:
+            out.append({})
+        out[row.rank - 1][row.metric] = row
+    return out
+
+
+def _changed(entity: dict[str, Delta], metrics: Sequence[str]) -> bool:
+    return any(entity[m].delta for m in metrics if m in entity)
+
+
+def _delta_cells(row: Delta | None) -> list[str]:
+    """baseline, value, change, change % of a row (durations for ns metrics)."""
+    if row is None:
+        return ["-", "-", "-", "-"]
+    if row.metric.endswith("_ns"):
+        base, value = _ns(row.baseline_value), _ns(row.value)
+        return [base, value, signed_ms(row.delta or 0.0), _pct(row.delta_pct)]
+    base, value = (f"{v:.3g}" if v is not None else "-" for v in (row.baseline_value, row.value))
+    return [base, value, f"{row.delta or 0.0:+.3g}", _pct(row.delta_pct)]
+
+
+def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> RichTable | None:
+    entities = [e for e in _entities(rows, top) if _changed(e, ("self_wall_ns", "self_gpu_ns"))]
+    if not entities:
+        return None
+    gpu = any(r.metric == "self_gpu_ns" and (r.value or r.baseline_value) for r in rows)
+    headings = ["layer", "dir", f"self wall {base}", label, "change", "%"]
+    if gpu:
+        headings += [f"self GPU {base}", label, "change", "%"]
+    table = _new_table(f"layers, by change of self time per step ({label} vs {base})", headings)
+    for e in entities:
+        first = next(iter(e.values()))
+        name = first.name + ("" if first.status == "both" else f" ({first.status})")
+        cells = [first.direction, *_delta_cells(e.get("self_wall_ns"))]
+        if gpu:
+            cells += _delta_cells(e.get("self_gpu_ns"))
+        table.add_row(_t(name), *(_t(c) for c in cells))
+    return table
+
+
+def _simple_table(
+    title: str, rows: Sequence[Delta], top: int, metrics: Sequence[str], headings: Sequence[str]
+) -> RichTable | None:
+    entities = [e for e in _entities(rows, top) if _changed(e, metrics)]
+    if not entities:
+        return None
+    # A metric nobody has (GPU time of a CPU run) is left out, with its two headings.
+    kept = [
+        i
+        for i, m in enumerate(metrics)
+        if any(r.metric == m and (r.value or r.baseline_value) for r in rows)
+    ]
+    metrics = [metrics[i] for i in kept]
+    headings = [headings[0], *(h for i in kept for h in headings[1 + 2 * i : 3 + 2 * i])]
+    table = _new_table(title, headings)
+    for e in entities:
+        first = next(iter(e.values()))
+        name = first.name + ("" if first.status == "both" else f" ({first.status})")
+        cells = [c for m in metrics for c in _delta_cells(e.get(m))[2:]]
+        table.add_row(_t(name), *(_t(c) for c in cells))
+    return table
+
+
+def _summary_lines(rows: Sequence[Delta]) -> list[Text]:
+    out = []
+    for row in rows:
+        if row.value is None and row.baseline_value is None:
+            continue
+        if row.metric == "tc_share":
+            a, b = (
+                f"{v * 100:.1f}%" if v is not None else "-" for v in (row.baseline_value, row.value)
+            )
+        else:
+            a, b = (f"{v:.1f}%" if v is not None else "-" for v in (row.baseline_value, row.value))
+        shown = {"tc_share": "Tensor Core share", "launch_overhead_pct": "launch overhead"}
+        out.append(
+            _t(f"{shown.get(row.metric, row.metric)}: {row.baseline} {a} -> {row.label} {b}")
+        )
+    return out
+
+
+def render_comparison(c: Comparison, console: Console, top: int = 10) -> None:
+    """Print the comparison: steps table, verdicts, top deltas per other side, warnings."""
+    console.print(_steps_table(c.sides))
+    for d in c.steps:
+        console.print(_t(verdict_line(d), VERDICT_STYLE.get(d.verdict, "")))
+    for d in c.steps:
+        base, label = d.baseline, d.label
+        tables = [
+            _layers_table(c.section(LAYER, label), top, base, label),
+            _simple_table(
+                f"kernels, by change of GPU time per step ({label} vs {base})",
+                c.section(KERNEL, label), top, ("gpu_ns", "instances"),
+                ["kernel", "GPU/step change", "%", "calls/step change", "%"],
+            ),
+            _simple_table(
+                f"phases per step ({label} vs {base})",
+                c.section(PHASE, label), top, ("gpu_ns", "wall_ns"),
+                ["phase", "GPU change", "%", "wall change", "%"],
+            ),
+        ]  # fmt: skip
+        for table in tables:
+            if table is not None:
+                console.print(table)
+        for line in _summary_lines(c.section(SUMMARY, label)):
+            console.print(line)
+    for warning in c.warnings:
+        console.print(_t(f"warning: {warning}", "yellow"))

@@ -1,0 +1,200 @@
+"""Where B's time changed against A's: phases, layers, kernels, Tensor Cores, launch overhead.
+
+Place in the pipeline: compare (pure). Every figure is per analysed step, so runs of
+different lengths compare: a phase's mean over the analysed steps (``RunRecord.phases()``);
+a layer's or kernel's window total divided by the steps its table covers (the summary's
+``window_steps``). A side of several runs pools them: each run's per-step figure weighted
+by its steps (a layer or kernel a run lacks counts 0 in that run).
+
+Each section is ranked by absolute change, largest first (``rank`` 1). Layers rank by their
+*self* time (forward and backward apart: the larger of the self wall and self GPU change),
+so a layer that got slower comes before its parents, whose inclusive time rose with it; the
+inclusive per-step figures are kept as rows of their own. A layer or kernel on one side
+only is ``added`` (only in B) or ``removed`` (only in A), its missing side 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.compare.side import Side
+from dlprof_lite.report.summary_types import number
+from dlprof_lite.store.record import RunRecord
+
+PHASE, LAYER, KERNEL, SUMMARY = "phase", "layer", "kernel", "summary"
+BOTH, ADDED, REMOVED = "both", "added", "removed"
+DIRECTIONS = ("forward", "backward")
+# Layer metrics per direction d: (metric, source column, divide by the window's steps).
+# self_*: the layer's own time (ranked by); wall_ns/gpu_ns: inclusive (children too).
+LAYER_METRICS = (
+    ("self_wall_ns", "self_{d}_wall_ns", True),
+    ("self_gpu_ns", "self_{d}_gpu_ns", True),
+    ("wall_ns", "step_{d}_wall_ns", False),
+    ("gpu_ns", "step_{d}_gpu_ns", False),
+)
+LAYER_RANKED_BY = ("self_wall_ns", "self_gpu_ns")
+PHASE_METRICS = ("gpu_ns", "wall_ns", "host_gap_ns")
+KERNEL_METRICS = ("gpu_ns", "instances")
+SUMMARY_METRICS = ("tc_share", "launch_overhead_pct")
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One figure of side ``label`` against the baseline's. ``direction``: forward or backward
+    for layers, empty otherwise; ``rank``: the place of (name, direction) in its section."""
+
+    section: str
+    name: str
+    direction: str
+    metric: str
+    label: str
+    baseline: str
+    value: float | None
+    baseline_value: float | None
+    delta: float | None
+    delta_pct: float | None
+    rank: int
+    status: str
+
+    def row(self) -> dict[str, object]:
+        """The fields as a plain dict (every number a finite float or None)."""
+        return dict(self.__dict__)
+
+
+def table_steps(run: RunRecord) -> int:
+    """The steps a run's layers and kernels tables cover (their per-step divisor)."""
+    steps = number(run.summary.get("window_steps"))
+    return int(steps) if steps else len(run.analysed())
+
+
+def _pooled(side: Side, per_run: Callable[[RunRecord], tuple[pd.DataFrame, int]]) -> pd.DataFrame:
+    """Mean over the side's runs, weighted by steps, of each run's per-step frame (indexed by
+    the entity, one column per metric); an entity missing from a run counts 0 there."""
+    total: pd.DataFrame | None = None
+    steps = 0
+    for run in side.runs:
+        frame, weight = per_run(run)
+        weighted = frame * weight
+        total = weighted if total is None else total.add(weighted, fill_value=0.0)
+        steps += weight
+    if total is None or steps == 0:
+        return pd.DataFrame()
+    return total / steps
+
+
+def _layer_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
+    steps = table_steps(run)
+    layers = run.layers
+    out: dict[str, pd.Series] = {}
+    for d in DIRECTIONS:
+        for metric, source, per_total in LAYER_METRICS:
+            col = source.format(d=d)
+            values = pd.to_numeric(layers[col], errors="coerce") if col in layers else 0.0
+            out[f"{d}.{metric}"] = pd.Series(values, index=layers.index, dtype=float) / (
+                max(steps, 1) if per_total else 1.0
+            )
+    out["forward.calls_per_step"] = pd.to_numeric(
+        layers.get("calls_per_step", pd.Series(0.0, index=layers.index)), errors="coerce"
+    ).astype(float)
+    frame = pd.DataFrame(out).fillna(0.0)
+    frame.index = layers["layer"].astype(str)
+    return frame.groupby(level=0).sum(), steps
+
+
+def _kernel_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
+    steps = table_steps(run)
+    kernels = run.kernels
+    per = float(max(steps, 1))
+    frame = pd.DataFrame({
+        "gpu_ns": pd.to_numeric(kernels["total_ns"], errors="coerce").astype(float) / per,
+        "instances": pd.to_numeric(kernels["instances"], errors="coerce").astype(float) / per,
+    }).fillna(0.0)  # fmt: skip
+    frame.index = kernels["name"].astype(str)
+    return frame.groupby(level=0).sum(), steps
+
+
+def _phase_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
+    phases = run.phases().set_index("phase")[list(PHASE_METRICS)].astype(float)
+    return phases.fillna(0.0), len(run.analysed())
+
+
+def _summary_value(side: Side, field: str) -> float | None:
+    """Mean of a summary field over the runs that have it, weighted by their steps."""
+    pairs = [(number(r.summary.get(field)), len(r.analysed())) for r in side.runs]
+    known = [(v, w) for v, w in pairs if v is not None and w > 0]
+    if not known:
+        return None
+    return sum(v * w for v, w in known) / sum(w for _, w in known)
+
+
+def _rows(
+    section: str, a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str],
+    ranked_by: Sequence[str],
+) -> list[Delta]:  # fmt: skip
+    """Delta rows of a section from A's and B's pooled frames (entity x "[dir.]metric"),
+    ranked by their entity's change (largest first; ties by name), an entity being a name
+    and a direction; each entity's metrics stay in their column order."""
+    both = a.merge(b, how="outer", left_index=True, right_index=True, suffixes=("\0a", "\0b"),
+                   sort=True)  # fmt: skip
+    names = [str(n) for n in both.index.tolist()]
+    in_a, in_b = both.index.isin(a.index), both.index.isin(b.index)
+    status = np.where(in_a & in_b, BOTH, np.where(in_b, ADDED, REMOVED)).tolist()
+    groups: dict[str, list[str]] = {}
+    for col in a.columns if len(a.columns) else b.columns:
+        groups.setdefault(col.split(".")[0] if "." in col else "", []).append(col)
+    zero = pd.Series(0.0, index=both.index)
+    entities: list[tuple[float, str, str, int]] = []  # (-change, name, direction, row)
+    values: dict[str, tuple[list[float], list[float]]] = {}
+    for direction, cols in groups.items():
+        for c in cols:
+            values[c] = (
+                _finite(both.get(f"{c}\0a", zero)).tolist(),
+                _finite(both.get(f"{c}\0b", zero)).tolist(),
+            )
+        keys = [c for c in cols if c.split(".")[-1] in ranked_by]
+        change = np.max([np.abs(np.subtract(values[c][1], values[c][0])) for c in keys], axis=0)
+        entities += [(-float(change[i]), n, direction, i) for i, n in enumerate(names)]
+    entities.sort()
+    out: list[Delta] = []
+    for rank, (_, name, direction, i) in enumerate(entities, start=1):
+        for c in groups[direction]:
+            base, value = values[c][0][i], values[c][1][i]
+            pct = (value - base) / base * 100.0 if base else None
+            metric = c.split(".")[-1]
+            out.append(Delta(section, name, direction, metric, labels[1], labels[0],
+                             value, base, value - base, pct, rank, status[i]))  # fmt: skip
+    return out
+
+
+def _finite(values: pd.Series) -> np.ndarray:
+    """A column as floats, missing (or not finite: never in a sane report) as 0."""
+    array: np.ndarray = np.nan_to_num(values.to_numpy(float), nan=0.0, posinf=0.0, neginf=0.0)
+    return array
+
+
+def _summary_rows(a: Side, b: Side) -> list[Delta]:
+    rows = []
+    for field in SUMMARY_METRICS:
+        base, value = _summary_value(a, field), _summary_value(b, field)
+        delta = value - base if value is not None and base is not None else None
+        pct = delta / base * 100.0 if delta is not None and base else None
+        rows.append(Delta(SUMMARY, field, "", field, b.label, a.label, value, base, delta, pct,
+                          0, BOTH))  # fmt: skip
+    rows.sort(key=lambda r: -abs(r.delta) if r.delta is not None else 0.0)
+    return [replace(r, rank=i + 1) for i, r in enumerate(rows)]
+
+
+def side_deltas(a: Side, b: Side) -> tuple[Delta, ...]:
+    """Every section's deltas of ``b`` against ``a``, each section ranked."""
+    labels = (a.label, b.label)
+    phases = _rows(PHASE, _pooled(a, _phase_frame), _pooled(b, _phase_frame), labels,
+                   ("gpu_ns", "wall_ns"))  # fmt: skip
+    layers = _rows(LAYER, _pooled(a, _layer_frame), _pooled(b, _layer_frame), labels,
+                   LAYER_RANKED_BY)  # fmt: skip
+    kernels = _rows(KERNEL, _pooled(a, _kernel_frame), _pooled(b, _kernel_frame), labels,
+                    ("gpu_ns",))  # fmt: skip
+    return (*phases, *layers, *kernels, *_summary_rows(a, b))

@@ -1,0 +1,40 @@
+"""The rules ``compare`` judges with: significance, intervals, and when a comparison is unfair.
+
+Each value carries where it comes from; our own choices say "dlprof-lite choice" and why.
+"""
+
+from __future__ import annotations
+
+# A difference is significant below this two-sided p-value: the conventional 5 % level, the
+# one the issue's --gate names ("significant (p < 0.05)").
+ALPHA = 0.05
+# Confidence level of every bootstrap interval (the 95 % interval that goes with ALPHA).
+CONFIDENCE = 0.95
+# Bootstrap resamples: Efron & Tibshirani (An Introduction to the Bootstrap, 1993) advise
+# 1000-2000 replications for percentile intervals (a few hundred only for a standard error);
+# 2000 keeps the 2.5 % tails steady to a few hundredths of a standard error and 10k steps a
+# side within a second.
+RESAMPLES = 2000
+# Fixed seed: the same two sides always give the same intervals (a CI gate must not flap).
+SEED = 20_141_114
+# "Too few steps": the steps a side needs to detect DETECTABLE_CHANGE of the baseline mean
+# with POWER at ALPHA (two-sample normal approximation, n = 2 (z_(1-alpha/2) + z_power)^2
+# sigma^2 / delta^2). 80 % power is Cohen's convention (Statistical Power Analysis for the
+# Behavioral Sciences, 1988); 5 % is the change a training-speed comparison cares about
+# (dlprof-lite choice).
+DETECTABLE_CHANGE = 0.05
+POWER = 0.80
+# Below this many steps a side is too few whatever the spread: with 4 steps a side the exact
+# two-sided Mann-Whitney p cannot go below 2/C(8,4) = 0.029, with 3 not below 0.1; 5 leaves
+# room for one tie (dlprof-lite choice).
+MIN_STEPS = 5
+# Refuse a side with fewer than 1/FAR_FEWER_RATIO of the other's steps: a window that much
+# shorter is a different capture (a run cut short, another --iter-start/--iter-stop, another
+# key range) rather than another sample of the same workload, and its per-step layer and
+# kernel figures come from a different part of training (dlprof-lite choice).
+FAR_FEWER_RATIO = 10.0
+# Layer calls per step differ when they differ by more than this share of the larger count
+# (a mean over steps: one step missing a call in 60 is a 1.7 % change; dlprof-lite choice).
+CALLS_TOLERANCE = 0.01
+# Name at most this many layers in a warning line.
+WARN_NAMES = 3
