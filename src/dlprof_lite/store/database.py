@@ -89,7 +89,8 @@ _INFO_COLUMNS = {f.name: ("run_group" if f.name == "group" else f.name) for f in
 class RunStore:
     """The run database at ``url`` (default: :func:`default_url`), its schema brought to the
     newest revision when opened. ``create`` False: a missing SQLite file or an empty database
-    is a :class:`StoreError` instead of being created (for commands that only read)."""
+    is a :class:`StoreError` instead of being created (for commands that only read).
+    ``upgraded``: this open created or upgraded the schema (another process may have)."""
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
         parsed = parse_url(url or default_url())
@@ -97,7 +98,7 @@ class RunStore:
         self.engine = create_engine(parsed, create=create)
         try:
             with translated(self.display):
-                upgrade(self.engine, self.display, create=create)
+                self.upgraded = upgrade(self.engine, self.display, create=create)
         except BaseException:
             self.engine.dispose()
             raise

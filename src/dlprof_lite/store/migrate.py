@@ -48,8 +48,9 @@ def state(connection: sa.Connection) -> SchemaState:
     return SchemaState(tuple(context.get_current_heads()), tables)
 
 
-def upgrade(engine: sa.Engine, display: str, *, create: bool) -> None:
-    """The database at the newest revision; a no-op (one read) when it already is.
+def upgrade(engine: sa.Engine, display: str, *, create: bool) -> bool:
+    """The database at the newest revision; a no-op (one read) when it already is. True
+    when this call changed the schema (created it, or upgraded it).
 
     ``create`` False: an empty database is an error (nothing recorded there yet).
     """
@@ -57,13 +58,14 @@ def upgrade(engine: sa.Engine, display: str, *, create: bool) -> None:
     file = engine.dialect.name == "sqlite"
     with engine.connect() as connection:
         if _checked(state(connection), display, newest, create=create, file=file):
-            return
+            return False
     with writing(engine) as connection:
         lock_schema(connection)
         # Another process may have upgraded it while this one waited for the lock.
         if _checked(state(connection), display, newest, create=create, file=file):
-            return
+            return False
         command.upgrade(alembic_config(connection), "head")
+    return True
 
 
 def _checked(current: SchemaState, display: str, newest: str, *, create: bool, file: bool) -> bool:
