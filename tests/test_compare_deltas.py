@@ -1,0 +1,164 @@
+"""Where the time changed: phase, layer, kernel and summary deltas, on hand-built round numbers.
+
+Every expected figure is worked out by hand from the tables the test builds (per step =
+window total / the table's steps; a pooled side = the runs weighted by their steps).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from compare_builders import MS, run, side
+from dlprof_lite.compare.comparison import compare_sides
+from dlprof_lite.compare.deltas import (
+    ADDED,
+    BOTH,
+    KERNEL,
+    LAYER,
+    PHASE,
+    REMOVED,
+    SUMMARY,
+    Delta,
+    side_deltas,
+)
+
+N = 10  # steps per run
+
+
+def _tree(leaf_extra_ms: float, steps: int = N) -> list[dict[str, object]]:
+    """model > block > fc, 1 ms self forward each; ``leaf_extra_ms`` more in fc's own
+    forward, which every ancestor's inclusive time carries too."""
+    leaf = 1.0 + leaf_extra_ms
+    return [
+        dict(layer="model", parent="", self_forward_wall_ns=1 * MS * steps,
+             step_forward_wall_ns=(2 + leaf) * MS, calls_per_step=1.0,
+             self_backward_wall_ns=2 * MS * steps, step_backward_wall_ns=2 * MS),
+        dict(layer="model.block", parent="model", self_forward_wall_ns=1 * MS * steps,
+             step_forward_wall_ns=(1 + leaf) * MS, calls_per_step=1.0),
+        dict(layer="model.block.fc", parent="model.block", type="Linear",
+             self_forward_wall_ns=leaf * MS * steps, step_forward_wall_ns=leaf * MS,
+             calls_per_step=1.0),
+    ]  # fmt: skip
+
+
+def _by(deltas: list[Delta] | tuple[Delta, ...], section: str) -> dict[tuple[str, str, str], Delta]:
+    return {(d.name, d.direction, d.metric): d for d in deltas if d.section == section}
+
+
+def _ranked_names(deltas: tuple[Delta, ...], section: str) -> list[tuple[str, str]]:
+    seen: dict[tuple[str, str], None] = {}
+    for d in deltas:
+        if d.section == section:
+            seen[(d.name, d.direction)] = None
+    return list(seen)
+
+
+def test_a_slower_leaf_ranks_first_ahead_of_its_parents() -> None:
+    a = side("A", run([100 * MS] * N, layer_rows=_tree(0)))
+    b = side("B", run([105 * MS] * N, layer_rows=_tree(5)))
+    deltas = side_deltas(a, b)
+    order = _ranked_names(deltas, LAYER)
+    assert order[0] == ("model.block.fc", "forward")
+    layers = _by(deltas, LAYER)
+    fc = layers[("model.block.fc", "forward", "self_wall_ns")]
+    assert (fc.baseline_value, fc.value, fc.delta, fc.rank) == (1 * MS, 6 * MS, 5 * MS, 1)
+    assert fc.delta_pct == pytest.approx(500.0)
+    # The parents' inclusive time rose by the same 5 ms (kept as rows), their self time not.
+    for parent in ("model", "model.block"):
+        assert layers[(parent, "forward", "wall_ns")].delta == pytest.approx(5 * MS)
+        assert layers[(parent, "forward", "self_wall_ns")].delta == 0
+        assert layers[(parent, "forward", "self_wall_ns")].rank > 1
+    assert layers[("model", "backward", "self_wall_ns")].value == 2 * MS  # per step
+
+
+def test_layers_rank_by_self_gpu_time_too_and_directions_apart() -> None:
+    rows_a = [dict(layer="m.conv", self_backward_gpu_ns=3 * MS * N, self_forward_gpu_ns=1 * MS * N),
+              dict(layer="m.fc", self_forward_wall_ns=1 * MS * N)]  # fmt: skip
+    rows_b = [dict(layer="m.conv", self_backward_gpu_ns=1 * MS * N, self_forward_gpu_ns=1 * MS * N),
+              dict(layer="m.fc", self_forward_wall_ns=2 * MS * N)]  # fmt: skip
+    deltas = side_deltas(side("A", run([MS] * N, layer_rows=rows_a)),
+                         side("B", run([MS] * N, layer_rows=rows_b)))  # fmt: skip
+    order = _ranked_names(deltas, LAYER)
+    # conv backward got 2 ms faster (GPU), fc forward 1 ms slower (wall): by |change|.
+    assert order[:2] == [("m.conv", "backward"), ("m.fc", "forward")]
+    conv = _by(deltas, LAYER)[("m.conv", "backward", "self_gpu_ns")]
+    assert conv.delta == -2 * MS and conv.rank == 1
+
+
+def test_layers_on_one_side_only_are_added_or_removed() -> None:
+    a = side("A", run([MS] * N, layer_rows=[dict(layer="m.old", self_forward_wall_ns=4 * MS * N)]))
+    b = side("B", run([MS] * N, layer_rows=[dict(layer="m.new", self_forward_wall_ns=MS * N)]))
+    layers = _by(side_deltas(a, b), LAYER)
+    old = layers[("m.old", "forward", "self_wall_ns")]
+    new = layers[("m.new", "forward", "self_wall_ns")]
+    assert (old.status, old.baseline_value, old.value, old.delta) == (REMOVED, 4 * MS, 0.0, -4 * MS)
+    assert (new.status, new.baseline_value, new.value, new.delta_pct) == (ADDED, 0.0, MS, None)
+    assert old.rank < new.rank
+
+
+def test_kernel_deltas_per_step_and_ranked_by_absolute_change() -> None:
+    a = side("A", run([MS] * N, kernel_rows=[("gemm", 2 * N, 30 * MS), ("relu", N, 10 * MS),
+                                             ("gone", N, 1 * MS)]))  # fmt: skip
+    b = side("B", run([MS] * 20, kernel_rows=[("gemm", 2 * 20, 20 * MS), ("relu", 20, 40 * MS),
+                                              ("new", 20, 2 * MS)]))  # fmt: skip
+    deltas = side_deltas(a, b)
+    kernels = _by(deltas, KERNEL)
+    # per step: gemm 3 -> 1 ms (-2), relu 1 -> 2 ms (+1), gone 0.1 -> 0, new 0 -> 0.1 ms
+    assert kernels[("gemm", "", "gpu_ns")].delta == pytest.approx(-2 * MS)
+    assert kernels[("relu", "", "gpu_ns")].delta == pytest.approx(1 * MS)
+    assert kernels[("gemm", "", "instances")].value == pytest.approx(2.0)
+    assert kernels[("gone", "", "gpu_ns")].status == REMOVED
+    assert kernels[("new", "", "gpu_ns")].status == ADDED
+    assert [n for n, _ in _ranked_names(deltas, KERNEL)][:2] == ["gemm", "relu"]
+
+
+def test_pooled_side_weights_runs_by_their_steps() -> None:
+    # Two runs of 10 and 30 steps, forward wall 2 and 4 ms per step: pooled 3.5 ms.
+    r1 = run([MS] * 10, phases={"forward": (1 * MS, 2 * MS)},
+             layer_rows=[dict(layer="m", self_forward_wall_ns=2 * MS * 10)],
+             kernel_rows=[("k", 10, 10 * MS)], summary={"tc_share": 0.2})  # fmt: skip
+    r2 = run([MS] * 30, phases={"forward": (1 * MS, 4 * MS)},
+             layer_rows=[dict(layer="m", self_forward_wall_ns=4 * MS * 30)],
+             kernel_rows=[("k", 30, 90 * MS)], summary={"tc_share": 0.6})  # fmt: skip
+    base = run([MS] * 40, phases={"forward": (1 * MS, 3 * MS)},
+               layer_rows=[dict(layer="m", self_forward_wall_ns=3 * MS * 40)],
+               kernel_rows=[("k", 40, 80 * MS)], summary={"tc_share": 0.5})  # fmt: skip
+    deltas = side_deltas(side("A", base), side("B", r1, r2))
+    phase = _by(deltas, PHASE)[("forward", "", "wall_ns")]
+    assert phase.value == pytest.approx(3.5 * MS) and phase.delta == pytest.approx(0.5 * MS)
+    assert _by(deltas, LAYER)[("m", "forward", "self_wall_ns")].value == pytest.approx(3.5 * MS)
+    # kernel k: (1 ms x 10 + 3 ms x 30) / 40 = 2.5 ms per step against 2 ms
+    assert _by(deltas, KERNEL)[("k", "", "gpu_ns")].value == pytest.approx(2.5 * MS)
+    tc = _by(deltas, SUMMARY)[("tc_share", "", "tc_share")]
+    assert tc.value == pytest.approx((0.2 * 10 + 0.6 * 30) / 40)
+    assert tc.delta == pytest.approx(0.5 - 0.5)
+
+
+def test_phase_and_summary_deltas() -> None:
+    a = side("A", run([MS] * N, phases={"forward": (2 * MS, 3 * MS), "data": (0, 1 * MS)},
+                      summary={"tc_share": 0.5, "launch_overhead_pct": 10.0}))  # fmt: skip
+    b = side("B", run([MS] * N, phases={"forward": (2 * MS, 3 * MS), "data": (0, 4 * MS)},
+                      summary={"tc_share": 0.25}))  # fmt: skip
+    deltas = side_deltas(a, b)
+    phases = _by(deltas, PHASE)
+    assert phases[("data", "", "wall_ns")].delta == pytest.approx(3 * MS)
+    assert phases[("data", "", "wall_ns")].rank == 1  # the data phase changed most
+    assert phases[("forward", "", "gpu_ns")].delta == 0
+    assert all(d.status == BOTH for d in deltas if d.section == PHASE)
+    summary = _by(deltas, SUMMARY)
+    assert summary[("tc_share", "", "tc_share")].delta == pytest.approx(-0.25)
+    assert summary[("tc_share", "", "tc_share")].delta_pct == pytest.approx(-50.0)
+    overhead = summary[("launch_overhead_pct", "", "launch_overhead_pct")]
+    assert (overhead.baseline_value, overhead.value, overhead.delta) == (10.0, None, None)
+
+
+def test_each_other_side_is_compared_with_the_baseline() -> None:
+    a = side("A", run([100 * MS] * N, layer_rows=_tree(0)))
+    b = side("B", run([100 * MS] * N, layer_rows=_tree(1)))
+    c = side("C", run([100 * MS] * N, layer_rows=_tree(3)))
+    comparison = compare_sides([a, b, c], resamples=200)
+    assert [d.label for d in comparison.steps] == ["B", "C"]
+    for label, extra in (("B", 1), ("C", 3)):
+        rows = comparison.section(LAYER, label)
+        assert rows[0].name == "model.block.fc" and rows[0].baseline == "A"
+        assert rows[0].delta == pytest.approx(extra * MS)
