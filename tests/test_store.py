@@ -359,3 +359,22 @@ def big_record(*, layers: int, kernels: int) -> RunRecord:
     big_kernels["name"] = pd.Categorical(names)
     big_kernels["total_ns"] = np.arange(kernels, dtype=np.int64) * 1000
     return replace(run, layers=big_layers, kernels=big_kernels)
+
+
+@pytest.mark.corpus
+def test_system_facts_of_a_real_export(tmp_path: Path) -> None:
+    """Host and driver come from the export's system table when the command line has no
+    host (a report analysed later); versions it does not know stay empty."""
+    run = corpus_record(CORPUS_EXPORTS[0], host=None)
+    summary = run.summary
+    assert summary.get("host") and summary.get("driver_version")  # the export knows them
+    columns = ("host", "driver_version", "cuda_version", "torch_version", "python_version",
+               "gpus", "nsys_version", "source")  # fmt: skip
+    expected = [summary.get(c) for c in columns[:5]]
+    expected += [summary.get("gpu_names"), summary.get("nsys_version"), summary.get("source")]
+    with RunStore(sqlite_url(tmp_path)) as store:
+        run_id = store.record(run)
+        assert list(_one(store, f"SELECT {', '.join(columns)} FROM runs WHERE id={run_id}")) == (
+            expected
+        )
+        assert store.get(run_id).context.host == summary.get("host")
