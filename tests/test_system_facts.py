@@ -112,8 +112,8 @@ def test_the_environment_row_never_reaches_the_report(tmp_path: Path, corpus_dir
     path = crafted(
         tmp_path, corpus_dir,
         f"UPDATE TARGET_INFO_SYSTEM_ENV SET value = '{secret}' WHERE name = 'DeviceEnvironment'",
-        # A crafted file: a host name that is not UTF-8 text and an OS name of 100 kB.
-        "UPDATE TARGET_INFO_SYSTEM_ENV SET value = CAST(x'6e6f6465ff31' AS TEXT) "
+        # A crafted file: a host name that is not UTF-8 text (with an ESC), an OS name of 100 kB.
+        "UPDATE TARGET_INFO_SYSTEM_ENV SET value = CAST(x'6e6f6465ff311b5b33316d' AS TEXT) "
         "WHERE name = 'Hostname'",
         "UPDATE TARGET_INFO_SYSTEM_ENV SET value = printf('%.100000c', 'x') "
         "WHERE name = 'OsDescription'",
@@ -122,7 +122,9 @@ def test_the_environment_row_never_reaches_the_report(tmp_path: Path, corpus_dir
     folder = report.save(tmp_path / "report")
     for file in folder.iterdir():
         assert "hf_dlprof_secret" not in file.read_text(encoding="utf-8", errors="replace")
-    assert report.summary.get("host") == "node\ufffd1"
+    assert report.summary.get("host") == "node\ufffd1\x1b[31m"  # raw in the report files
+    header = str(_header_lines(report.summary)[0])  # on the console, escaped
+    assert "host node\ufffd1\\x1b[31m" in header and "\x1b" not in header
     os_name = report.summary.get("os")
     assert isinstance(os_name, str) and set(os_name) == {"x"} and len(os_name) <= 200
     assert report.summary.get("driver_version") == "515.43.04"  # the rest still read
@@ -170,8 +172,7 @@ def test_the_lowest_rank_speaks_and_torch_disagreement_warns() -> None:
     assert flat == {"torch_version": "2.5.0", "cuda_version": "12.4",
                     "python_version": "3.11.9",
                     "command": "train.py --local-rank=0 'a b'"}  # fmt: skip
-    assert len(warnings) == 1 and "rank 0 torch 2.5.0" in warnings[0]
-    assert "rank 1 torch 2.4.0" in warnings[0]
+    assert len(warnings) == 1 and "torch 2.5.0 on rank 0; torch 2.4.0 on rank 1" in warnings[0]
     # Without ranks: the first process to record one; equal versions: no warning.
     marks = build_marks([fact_mark("process", {**rank1, "rank": None, "torch": "2.5.0"}, 5,
                                    pid=7),

@@ -184,9 +184,11 @@ def process_summary(facts: RunFacts) -> tuple[dict[str, object], list[str]]:
     if value.get("argv_truncated") is True:
         warnings.append("the profiled program's command line is longer than its process "
                         "fact keeps: command is its beginning only")  # fmt: skip
-    torches = {p: _version(v.get("torch")) for p, v in facts.processes}
-    if len(set(torches.values())) > 1:
-        who = ", ".join(f"{_who(p, ranks)} torch {t or '?'}" for p, t in torches.items())
+    torches: dict[str | None, list[str]] = {}
+    for p, v in sorted(facts.processes, key=lambda p: ranks.get(p[0], len(order))):
+        torches.setdefault(_version(v.get("torch")), []).append(_who(p, ranks))
+    if len(torches) > 1:
+        who = "; ".join(f"torch {t or '?'} on {_few(names)}" for t, names in torches.items())
         warnings.append(f"the profiled processes run different torch versions ({who}): "
                         f"torch_version is {_who(pid, ranks)}'s")  # fmt: skip
     return flat, warnings
@@ -194,3 +196,9 @@ def process_summary(facts: RunFacts) -> tuple[dict[str, object], list[str]]:
 
 def _who(pid: int, ranks: dict[int, int]) -> str:
     return f"rank {ranks[pid]}" if pid in ranks else f"pid {pid}"
+
+
+def _few(names: list[str], shown: int = 4) -> str:
+    """At most ``shown`` names (a run of 64 ranks stays one short line)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
