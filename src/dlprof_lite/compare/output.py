@@ -77,7 +77,8 @@ def comparison_frame(c: Comparison) -> pd.DataFrame:
     units = {(d.section, d.metric): "" for d in c.deltas}
     units = {key: unit(*key) for key in units}
     deltas["unit"] = [units[(d.section, d.metric)] for d in c.deltas]
-    return pd.concat([steps, deltas.reindex(columns=columns)], ignore_index=True)
+    frame = pd.concat([steps, deltas.reindex(columns=columns)], ignore_index=True)
+    return frame.astype({"rank": "Int64"})  # empty on step rows, an integer elsewhere
 
 
 def comparison_document(c: Comparison) -> dict[str, Any]:
