@@ -378,3 +378,27 @@ def test_system_facts_of_a_real_export(tmp_path: Path) -> None:
             expected
         )
         assert store.get(run_id).context.host == summary.get("host")
+
+
+def check_hostile_context(url: str) -> None:
+    """A tag with NUL and a non-UTF-8 script path (Python decodes it to a lone surrogate)
+    are recorded, not a traceback: the text columns keep a readable form, the command
+    (JSON) keeps the exact text, and find() with the same text finds the run."""
+    script = "/data/caf\udce9/train.py"
+    run = synthetic_record(tag="a\x00b", script=script, cwd="/data/caf\udce9",
+                           command=("python", script))  # fmt: skip
+    with RunStore(url) as store:
+        run_id = store.record(run)
+        back = store.get(run_id).context
+        assert (back.tag, back.script, back.cwd) == (
+            "a\ufffdb",
+            "/data/caf?/train.py",
+            "/data/caf?",
+        )
+        assert back.command == ("python", script)
+        assert [i.id for i in store.find(tag="a\x00b", script="train.py")] == [run_id]
+        assert [r.run_id for r in store.runs_with_tag("a\x00b")] == [run_id]
+
+
+def test_hostile_context(tmp_path: Path) -> None:
+    check_hostile_context(sqlite_url(tmp_path))

@@ -13,6 +13,7 @@ from postgres_server import PostgresServer, pg_url, postgres  # noqa: F401
 from test_store import (
     CORPUS_EXPORTS,
     big_record,
+    check_hostile_context,
     corpus_record,
     counts,
     hostile_record,
@@ -121,3 +122,7 @@ def test_big_run_records_in_seconds(pg_url: str) -> None:  # noqa: F811
     print(f"PostgreSQL: record {record_s:.2f} s, get {get_s:.2f} s")
     assert len(back.kernels) == 50_000 and len(back.layers) == 10_000
     assert back.kernels["total_ns"].tolist() == run.kernels["total_ns"].tolist()
+
+
+def test_hostile_context(pg_url: str) -> None:  # noqa: F811
+    check_hostile_context(pg_url)

@@ -39,7 +39,7 @@ from dlprof_lite.store.engine import (
 )
 from dlprof_lite.store.migrate import upgrade
 from dlprof_lite.store.record import RunContext, RunRecord
-from dlprof_lite.store.rows import frame, layout, table_rows
+from dlprof_lite.store.rows import frame, layout, sql_text, table_rows
 from dlprof_lite.store.schema import ROW_TABLES, run_phases, runs
 
 __all__ = ["DEFAULT_DB_ENV", "RunInfo", "RunStore", "StoreError", "default_url"]
@@ -158,10 +158,11 @@ class RunStore:
         exclusive."""
         query = sa.select(*(runs.c[c] for c in _INFO_COLUMNS.values()))
         if tag is not None:
-            query = query.where(runs.c.tag == tag)
+            query = query.where(runs.c.tag == sql_text(tag))
         if group is not None:
-            query = query.where(runs.c.run_group == group)
+            query = query.where(runs.c.run_group == sql_text(group))
         if script is not None:
+            script = str(sql_text(script))
             suffix = "/" + script.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             query = query.where(
                 sa.or_(runs.c.script == script, runs.c.script.like("%" + suffix, escape="\\"))
@@ -180,7 +181,7 @@ class RunStore:
         them)."""
         query = (
             sa.select(runs.c.id)
-            .where(sa.or_(runs.c.tag == tag, runs.c.run_group == tag))
+            .where(sa.or_(runs.c.tag == sql_text(tag), runs.c.run_group == sql_text(tag)))
             .order_by(runs.c.created_at, runs.c.id)
         )
         with translated(self.display), self.engine.connect() as connection:
@@ -237,23 +238,26 @@ def _run_values(run: RunRecord) -> dict[str, object]:
     facts = {column: _summary_fact(summary, names) for column, names in _SUMMARY_FACTS.items()}
     from dlprof_lite import __version__
 
-    return {
-        **facts,
-        "created_at": _utc(ctx.created_at),
+    text = {
         "tag": ctx.tag,
         "run_group": ctx.group,
-        "repeat_index": ctx.repeat_index,
-        "command": list(ctx.command),
         "cwd": ctx.cwd,
         "script": ctx.script,
         "host": ctx.host or facts["host"],
-        "gpus": _text(summary.get("gpu_names")),
-        "nsys_version": _text(summary.get("nsys_version")),
+        "gpus": summary.get("gpu_names"),
+        "nsys_version": summary.get("nsys_version"),
         "tool_version": ctx.tool_version or __version__,
         "git_commit": ctx.git_commit,
-        "git_dirty": ctx.git_dirty,
-        "source": _text(summary.get("source")),
+        "source": summary.get("source"),
         "report_dir": ctx.report_dir,
+    }
+    return {
+        **facts,
+        **{column: sql_text(value) for column, value in text.items()},
+        "created_at": _utc(ctx.created_at),
+        "repeat_index": ctx.repeat_index,
+        "command": list(ctx.command),
+        "git_dirty": ctx.git_dirty,
         "steps": len(steps),
         "step_mean_ns": _finite(float(np.mean(steps))) if len(steps) else None,
         "step_median_ns": _finite(float(np.median(steps))) if len(steps) else None,
@@ -264,14 +268,10 @@ def _run_values(run: RunRecord) -> dict[str, object]:
 
 def _summary_fact(summary: Summary, names: Sequence[str]) -> str | None:
     for name in names:
-        value = _text(summary.get(name))
+        value = sql_text(summary.get(name))
         if value:
             return value
     return None
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 def _finite(value: float) -> float | None:

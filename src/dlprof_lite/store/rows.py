@@ -85,7 +85,7 @@ def _converter(sql_type: sa.types.TypeEngine[Any]) -> Callable[[object], object]
         return lambda v: int(n) if (n := _number(v)) is not None and n == int(n) else None
     if isinstance(sql_type, sa.Float):
         return _number
-    return _text
+    return sql_text
 
 
 def _number(value: object) -> float | None:
@@ -94,9 +94,10 @@ def _number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _text(value: object) -> str | None:
-    """Text without NUL or lone surrogates (PostgreSQL rejects both; the exact text stays
-    in ``data``)."""
+def sql_text(value: object) -> str | None:
+    """Text a text column takes: NUL (PostgreSQL refuses it) as U+FFFD, a lone surrogate
+    (a non-UTF-8 file name decoded by Python; no driver encodes it) as '?'. A row's exact
+    text stays in its JSON ``data``."""
     if value is None:
         return None
     text = str(value).replace("\x00", "\ufffd")
