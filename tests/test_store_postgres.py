@@ -126,3 +126,10 @@ def test_big_run_records_in_seconds(pg_url: str) -> None:  # noqa: F811
 
 def test_hostile_context(pg_url: str) -> None:  # noqa: F811
     check_hostile_context(pg_url)
+
+
+def test_bare_postgresql_url_means_psycopg(postgres: PostgresServer) -> None:  # noqa: F811
+    url = postgres.new_database().replace("postgresql+psycopg://", "postgresql://")
+    with RunStore(url) as store:
+        assert store.engine.dialect.driver == "psycopg"
+        assert store.get(store.record(synthetic_record())).run_id == 1

@@ -5,7 +5,8 @@ Place in the pipeline: store. The default database is an SQLite file per user:
 ``XDG_DATA_HOME`` is unset) on Linux and other Unix systems,
 ``~/Library/Application Support/dlprof-lite/runs.db`` on macOS and
 ``%LOCALAPPDATA%\\dlprof-lite\\runs.db`` on Windows. ``$DLPROF_LITE_DB`` (or ``--db``) names any
-SQLAlchemy URL instead, e.g. ``postgresql+psycopg://user@host/dbname``.
+SQLAlchemy URL instead, e.g. ``postgresql+psycopg://user@host/dbname`` (a bare
+``postgresql://`` means the same driver, psycopg 3, installed by ``dlprof-lite[postgres]``).
 
 Opening brings the schema to Alembic's head under a lock, so that processes opening one new
 database at the same moment create it once and all succeed: SQLite takes the write lock with
@@ -74,13 +75,18 @@ def masked(url: str | URL) -> str:
 
 
 def parse_url(url: str) -> URL:
+    """The URL parsed; a bare ``postgresql://`` means psycopg 3 (the ``[postgres]`` extra),
+    not SQLAlchemy's default psycopg2."""
     try:
-        return make_url(url)
+        parsed = make_url(url)
     except (exc.ArgumentError, ValueError) as err:
         raise StoreError(
             f"not a database URL: {masked(url)!r} (expected e.g. sqlite:///path/runs.db or "
             "postgresql+psycopg://user@host/dbname)"
         ) from err
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def create_engine(url: URL, *, create: bool) -> sa.Engine:
