@@ -119,6 +119,9 @@ def test_per_step_mean_median_p90(report) -> None:
         20, pytest.approx(52),
     )  # fmt: skip
     assert (conv["backward_wall_ns"], conv["step_backward_wall_ns"]) == (1200, 400)
+    # A leaf's self time is all of it: the same medians (100, 200, 600 a step -> 200).
+    assert conv["step_self_forward_wall_median_ns"] == conv["step_forward_wall_median_ns"]
+    assert conv["step_self_forward_gpu_median_ns"] == 20
     assert (conv["step_backward_gpu_ns"], conv["step_backward_gpu_p90_ns"]) == (100, 100)
 
 
@@ -138,6 +141,10 @@ def test_containers_inclusive_every_row_self(report) -> None:
     assert (model["forward_gpu_ns"], model["backward_gpu_ns"], model["gpu_ns"]) == (1005, 300, 0)
     assert (model["backward_wall_ns"], model["self_backward_wall_ns"]) == (3000, 900)
     assert (model["step_self_wall_ns"], model["step_self_gpu_ns"]) == (550, 0)
+    # block's own 100 a call, every step: its median; the conv's time is not in it.
+    assert (block["step_self_forward_wall_median_ns"], block["step_self_forward_gpu_median_ns"]) == (
+        100, 5,
+    )  # fmt: skip
     assert (head["forward_gpu_ns"], head["self_forward_gpu_ns"], head["step_self_gpu_ns"]) == (
         900, 900, 300,
     )  # fmt: skip

@@ -37,6 +37,9 @@ _FWD, _BWD, _REC = range(3)  # codes into DIRECTIONS
 # Per layer and step, summed; the per-step statistics read these.
 _STEP_SUMS = ("forward_wall_ns", "backward_wall_ns", "forward_gpu_ns", "backward_gpu_ns")
 _STATS = (("", "mean"), ("_median", "median"), ("_p90", "p90"))
+# Self time per step, as medians: robust to a few slow steps (compare ranks layers by them).
+_SELF_MEDIANS = ("self_forward_wall_ns", "self_backward_wall_ns", "self_forward_gpu_ns",
+                 "self_backward_gpu_ns")  # fmt: skip
 NO_WINDOW = StepWindow(NO_ITERATIONS, (), (), (), None, None)
 _NEVER = np.iinfo(np.int64).max  # no forward kernel: a start after every real one
 
@@ -272,6 +275,7 @@ def _per_step(rows: pd.DataFrame, window: StepWindow) -> pd.DataFrame:
     a step it did not run); calls and self time as means. Empty without steps."""
     names = [f"step_{c[:-3]}{suffix}_ns" for c in _STEP_SUMS for suffix, _ in _STATS]
     extra = ["calls_per_step", "step_self_wall_ns", "step_self_gpu_ns"]
+    names += [f"step_{c[:-3]}_median_ns" for c in _SELF_MEDIANS]
     layers = pd.Index(pd.unique(rows["layer"]), name="layer")
     if not window.steps:
         return pd.DataFrame(np.nan, index=layers, columns=[*names, *extra])
@@ -283,13 +287,16 @@ def _per_step(rows: pd.DataFrame, window: StepWindow) -> pd.DataFrame:
         ),
         calls_per_step=lambda f: f["calls"],
     )
-    grid = mine.groupby(["layer", "step"])[[*_STEP_SUMS, *extra]].sum()
+    grid = mine.groupby(["layer", "step"])[[*_STEP_SUMS, *extra, *_SELF_MEDIANS]].sum()
     out = pd.DataFrame(index=layers)
-    for c in (*_STEP_SUMS, *extra):
+    for c in (*_STEP_SUMS, *extra, *_SELF_MEDIANS):
         table = grid[c].unstack("step").reindex(index=layers, columns=steps).fillna(0)
         values = table.to_numpy(dtype=np.float64)
         if c in extra:
             out[c] = values.mean(axis=1)
+            continue
+        if c in _SELF_MEDIANS:
+            out[f"step_{c[:-3]}_median_ns"] = np.median(values, axis=1)
             continue
         stats = {"mean": values.mean(axis=1), "median": np.median(values, axis=1),
                  "p90": np.percentile(values, 90, axis=1)}  # fmt: skip

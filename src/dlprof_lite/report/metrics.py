@@ -97,6 +97,8 @@ LAYER_COLUMNS = _cols(
     ("self_backward_wall_ns", "ns", "backward range time not covered by a child module's "
      "backward range (self)"),
     ("step_self_wall_ns", "ns", "self forward + self backward wall time per step, mean " + _STEP),
+    ("step_self_forward_wall_median_ns", "ns", "self_forward_wall_ns per step: median " + _STEP),
+    ("step_self_backward_wall_median_ns", "ns", "self_backward_wall_ns per step: median " + _STEP),
     ("forward_gpu_ns", "ns", "GPU time of forward kernels, " + _INCL),
     ("backward_gpu_ns", "ns", "GPU time of backward kernels, " + _INCL),
     ("step_forward_gpu_ns", "ns", "forward_gpu_ns per step: mean " + _STEP),
@@ -109,6 +111,8 @@ LAYER_COLUMNS = _cols(
      "(innermost module), not to a module inside it"),
     ("self_backward_gpu_ns", "ns", "GPU time of backward kernels attributed to this module itself"),
     ("step_self_gpu_ns", "ns", "gpu_ns (own kernels, any direction) per step, mean " + _STEP),
+    ("step_self_forward_gpu_median_ns", "ns", "self_forward_gpu_ns per step: median " + _STEP),
+    ("step_self_backward_gpu_median_ns", "ns", "self_backward_gpu_ns per step: median " + _STEP),
     ("recompute_calls", "", "forward recomputations in a backward (activation checkpointing)"),
     ("recompute_wall_ns", "ns", "sum of its recompute range durations (inside the backward)"),
     ("recompute_gpu_ns", "ns", "GPU time of kernels its recomputations launched (backward "
