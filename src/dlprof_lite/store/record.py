@@ -79,24 +79,29 @@ class RunRecord:
         """Wall time of each analysed step, ns (float64), in iteration order."""
         return self.analysed()["wall_ns"].to_numpy(dtype=np.float64)
 
-    def phases(self) -> pd.DataFrame:
-        """Mean per analysed step of each phase: ``phase``, ``gpu_ns`` (device time running
-        the phase's GPU ops), ``wall_ns`` (host time in the phase's ranges; ``other``: outside
-        every phase), ``host_gap_ns`` (host-bound GPU gaps before the phase's ops)."""
+    def phases(self, stat: str = "mean") -> pd.DataFrame:
+        """Each phase per analysed step, as the mean (or ``stat="median"``) over the steps:
+        ``phase``, ``gpu_ns`` (device time running the phase's GPU ops), ``wall_ns`` (host
+        time in the phase's ranges; ``other``: outside every phase), ``host_gap_ns``
+        (host-bound GPU gaps before the phase's ops)."""
+        if stat not in ("mean", "median"):
+            raise ValueError(f"stat must be mean or median, not {stat!r}")
         steps = self.analysed()
         rows = []
         for phase in PHASE_COLUMNS:
             rows.append({
                 "phase": phase,
-                "gpu_ns": _mean(steps, f"phase_{phase}_ns"),
-                "wall_ns": _mean(steps, f"{phase}_wall_ns"),
-                "host_gap_ns": _mean(steps, f"phase_{phase}_host_gap_ns"),
+                "gpu_ns": _stat(steps, f"phase_{phase}_ns", stat),
+                "wall_ns": _stat(steps, f"{phase}_wall_ns", stat),
+                "host_gap_ns": _stat(steps, f"phase_{phase}_host_gap_ns", stat),
             })  # fmt: skip
         return pd.DataFrame(rows, columns=["phase", "gpu_ns", "wall_ns", "host_gap_ns"])
 
 
-def _mean(frame: pd.DataFrame, column: str) -> float | None:
+def _stat(frame: pd.DataFrame, column: str, stat: str) -> float | None:
     if frame.empty or column not in frame:
         return None
-    values = pd.to_numeric(frame[column], errors="coerce")
-    return None if values.isna().all() else float(values.mean())
+    values = pd.to_numeric(frame[column], errors="coerce").dropna()
+    if values.empty:
+        return None
+    return float(values.median() if stat == "median" else values.mean())
