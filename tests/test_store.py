@@ -402,3 +402,10 @@ def check_hostile_context(url: str) -> None:
 
 def test_hostile_context(tmp_path: Path) -> None:
     check_hostile_context(sqlite_url(tmp_path))
+
+
+def test_sqlite_path_with_tilde(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with RunStore("sqlite:///~/sub/runs.db") as store:
+        assert store.display == str(tmp_path / "sub" / "runs.db")
+    assert (tmp_path / "sub" / "runs.db").is_file()

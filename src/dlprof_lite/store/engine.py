@@ -76,7 +76,7 @@ def masked(url: str | URL) -> str:
 
 def parse_url(url: str) -> URL:
     """The URL parsed; a bare ``postgresql://`` means psycopg 3 (the ``[postgres]`` extra),
-    not SQLAlchemy's default psycopg2."""
+    not SQLAlchemy's default psycopg2; an SQLite path may start with ``~``."""
     try:
         parsed = make_url(url)
     except (exc.ArgumentError, ValueError) as err:
@@ -86,6 +86,8 @@ def parse_url(url: str) -> URL:
         ) from err
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() == "sqlite" and (parsed.database or "").startswith("~"):
+        parsed = parsed.set(database=os.path.expanduser(str(parsed.database)))
     return parsed
 
 
