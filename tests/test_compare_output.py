@@ -143,8 +143,20 @@ def test_console_of_a_cpu_run_leaves_gpu_columns_out() -> None:
     console = Console(record=True, width=200)
     render_comparison(c, console)
     text = console.export_text()
-    assert "self wall A" in text and "self GPU" not in text
+    assert "self wall: baseline" in text and "self GPU" not in text
     assert "kernels, by change" not in text
+
+
+def test_console_shows_side_labels_as_text() -> None:
+    labels = ("[bold]base[/bold]", "run\x1b]8;;http://x\x07")
+    sides = [side(x, run(normal_steps(100, 1, N, i), layer_rows=_tree(i))) for i, x in
+             enumerate(labels)]  # fmt: skip
+    console = Console(record=True, width=300, force_terminal=True)
+    render_comparison(compare_sides(sides, resamples=200), console)
+    text = console.export_text()
+    assert "([bold]base[/bold] vs" not in text  # B vs A: the other side first
+    assert "vs [bold]base[/bold])" in text and "run\\x1b]8;;http://x\\x07 vs" in text
+    assert "\x1b]8" not in console.export_text(styles=True)
 
 
 def test_compare_and_write_scale_to_10k_steps_and_5k_layers(tmp_path: Path) -> None:

@@ -34,22 +34,32 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
 
-def _new_table(title: str, headings: Sequence[str]) -> RichTable:
-    table = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
+Titled = tuple[str, RichTable]  # a table and the title printed above it (never wrapped)
+
+
+def _new_table(headings: Sequence[str]) -> RichTable:
+    """A table whose headings are Text, never markup."""
+    table = RichTable(show_edge=False, pad_edge=False)
     for i, heading in enumerate(headings):
         if i == 0:
-            table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=48)
+            table.add_column(_t(heading), overflow="ellipsis", no_wrap=True, max_width=48)
         else:
-            table.add_column(heading, justify="right", no_wrap=True)
+            table.add_column(_t(heading), justify="right", no_wrap=True)
     return table
 
 
-def _steps_table(sides: Sequence[StepStats]) -> RichTable:
+def _print(console: Console, titled: Titled) -> None:
+    title, table = titled
+    console.print(_t(title, "bold"))  # labels in it: Text
+    console.print(table)
+
+
+def _steps_table(sides: Sequence[StepStats]) -> Titled:
     pooled = any(s.runs > 1 for s in sides)
     headings = ["side", "runs", "steps", "mean", "median", "std", "p10", "p90", "min", "max"]
     if pooled:
         headings += ["within-run std", "between-run std"]
-    table = _new_table("step time per side", headings)
+    table = _new_table(headings)
     for s in sides:
         cells = [str(s.runs), str(s.n)] + [
             ms(v)
@@ -58,7 +68,7 @@ def _steps_table(sides: Sequence[StepStats]) -> RichTable:
         if pooled:
             cells += [_ns(s.within_run_std_ns), _ns(s.between_run_std_ns)]
         table.add_row(_t(s.label), *(_t(c) for c in cells))
-    return table
+    return "step time per side", table
 
 
 def _entities(rows: Sequence[Delta], top: int) -> list[dict[str, Delta]]:
@@ -88,15 +98,15 @@ def _delta_cells(row: Delta | None) -> list[str]:
     return [base, value, f"{row.delta or 0.0:+.3g}", _pct(row.delta_pct)]
 
 
-def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> RichTable | None:
+def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> Titled | None:
     entities = [e for e in _entities(rows, top) if _changed(e, ("self_wall_ns", "self_gpu_ns"))]
     if not entities:
         return None
     gpu = any(r.metric == "self_gpu_ns" and (r.value or r.baseline_value) for r in rows)
-    headings = ["layer", "dir", f"self wall {base}", label, "change", "%"]
+    headings = ["layer", "dir", "self wall: baseline", "side", "change", "%"]
     if gpu:
-        headings += [f"self GPU {base}", label, "change", "%"]
-    table = _new_table(f"layers, by change of self time per step ({label} vs {base})", headings)
+        headings += ["self GPU: baseline", "side", "change", "%"]
+    table = _new_table(headings)
     for e in entities:
         first = next(iter(e.values()))
         name = first.name + ("" if first.status == "both" else f" ({first.status})")
@@ -104,12 +114,12 @@ def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> Ric
         if gpu:
             cells += _delta_cells(e.get("self_gpu_ns"))
         table.add_row(_t(name), *(_t(c) for c in cells))
-    return table
+    return f"layers, by change of self time per step ({label} vs {base})", table
 
 
 def _simple_table(
     title: str, rows: Sequence[Delta], top: int, metrics: Sequence[str], headings: Sequence[str]
-) -> RichTable | None:
+) -> Titled | None:
     entities = [e for e in _entities(rows, top) if _changed(e, metrics)]
     if not entities:
         return None
@@ -121,20 +131,20 @@ def _simple_table(
     ]
     metrics = [metrics[i] for i in kept]
     headings = [headings[0], *(h for i in kept for h in headings[1 + 2 * i : 3 + 2 * i])]
-    table = _new_table(title, headings)
+    table = _new_table(headings)
     for e in entities:
         first = next(iter(e.values()))
         name = first.name + ("" if first.status == "both" else f" ({first.status})")
         cells = [c for m in metrics for c in _delta_cells(e.get(m))[2:]]
         table.add_row(_t(name), *(_t(c) for c in cells))
-    return table
+    return title, table
 
 
 def _summary_lines(rows: Sequence[Delta]) -> list[Text]:
     out = []
     for row in rows:
-        if row.value is None and row.baseline_value is None:
-            continue
+        if not row.value and not row.baseline_value:
+            continue  # unknown or 0 on both sides (a CPU run's launch overhead)
         if row.metric == "tc_share":
             a, b = (
                 f"{v * 100:.1f}%" if v is not None else "-" for v in (row.baseline_value, row.value)
@@ -150,7 +160,7 @@ def _summary_lines(rows: Sequence[Delta]) -> list[Text]:
 
 def render_comparison(c: Comparison, console: Console, top: int = 10) -> None:
     """Print the comparison: steps table, verdicts, top deltas per other side, warnings."""
-    console.print(_steps_table(c.sides))
+    _print(console, _steps_table(c.sides))
     for d in c.steps:
         console.print(_t(verdict_line(d), VERDICT_STYLE.get(d.verdict, "")))
     for d in c.steps:
@@ -170,7 +180,7 @@ def render_comparison(c: Comparison, console: Console, top: int = 10) -> None:
         ]  # fmt: skip
         for table in tables:
             if table is not None:
-                console.print(table)
+                _print(console, table)
         for line in _summary_lines(c.section(SUMMARY, label)):
             console.print(line)
     for warning in c.warnings:

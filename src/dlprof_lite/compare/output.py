@@ -70,7 +70,7 @@ def comparison_frame(c: Comparison) -> pd.DataFrame:
     for side, d in zip(c.sides[1:], c.steps, strict=True):
         rows += _step_rows(side, base, d)
     columns = [col.name for col in COMPARE_REPORT]
-    steps = pd.DataFrame(rows, columns=columns)
+    steps = pd.DataFrame(rows, columns=columns, dtype=object)  # counts stay integers
     if not c.deltas:
         return steps
     deltas = pd.DataFrame([d.row() for d in c.deltas]).rename(columns={"label": "side"})
