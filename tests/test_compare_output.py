@@ -116,7 +116,13 @@ def test_json_is_the_whole_comparison_with_its_definitions(
     used = {f"{d['section']}.{d['metric']}" for d in doc["deltas"]}
     used |= {f"step.{k}" for k in doc["sides"][0] if k != "label"}
     assert used <= set(doc["metrics"])
-    for name, text in {**doc["definitions"], **doc["metrics"]}.items():
+    # Every top-level key and every steps[] field is defined.
+    fields = doc["fields"]
+    assert set(doc) - {"schema", "table", "definitions", "fields", "metrics", "rules"} <= {
+        k.removesuffix("[]") for k in fields
+    }
+    assert {f"steps[].{k}" for k in step} - {"steps[].label", "steps[].baseline"} <= set(fields)
+    for name, text in {**doc["definitions"], **doc["metrics"], **fields}.items():
         assert text and "\n" not in text, name
 
 

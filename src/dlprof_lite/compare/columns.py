@@ -3,7 +3,8 @@
 Place in the pipeline: compare. Like :mod:`dlprof_lite.report.metrics` for a report, this is
 the registry the writers carry into compare.json and the README reference is built from:
 ``COMPARE_REPORT`` (the columns of compare.csv), ``COMPARE_METRICS`` (what each ``metric``
-value means, per section) and ``COMPARE_RULES`` (the thresholds, with their citations).
+value means, per section), ``COMPARE_JSON_FIELDS`` (compare.json's own lists and fields) and
+``COMPARE_RULES`` (the thresholds, with their citations).
 """
 
 from __future__ import annotations
@@ -80,6 +81,28 @@ COMPARE_METRICS = _cols(
      "time"),
 )  # fmt: skip
 
+# compare.json beyond the CSV's columns: its lists and the fields of their items.
+COMPARE_JSON_FIELDS = _cols(
+    ("baseline", "", "the baseline side's label"),
+    ("settings", "", "alpha, confidence, resamples and seed the statistics used"),
+    ("sides[]", "", "each side's step statistics (fields: the 'step.' metrics, and label)"),
+    ("steps[]", "", "each other side's step-time delta against the baseline"),
+    ("steps[].mean_ns", "ns", "mean B - A: {value, low, high}, low/high the 95 % bootstrap "
+     "interval (null: too few steps)"),
+    ("steps[].median_ns", "ns", "median B - A: {value, low, high}"),
+    ("steps[].mean_pct", "%", "mean B - A in % of A's mean: {value, low, high}"),
+    ("steps[].median_pct", "%", "median B - A in % of A's median: {value, low, high}"),
+    ("steps[].p_value", "", "two-sided Mann-Whitney U p-value of B's steps against A's"),
+    ("steps[].verdict", "", "slower, faster or no significant change"),
+    ("steps[].significant", "", "verdict is slower or faster"),
+    ("steps[].method", "", "bootstrap (scipy, two independent samples) or hierarchical "
+     "bootstrap (runs, then steps within runs: a side pools several runs)"),
+    ("steps[].resamples", "", "bootstrap resamples behind the intervals"),
+    ("steps[].line", "", "the verdict as the console prints it"),
+    ("deltas[]", "", "every ranked delta: the CSV's columns, 'label' for 'side' (no unit)"),
+    ("warnings", "", "apples-to-apples warnings, one line each"),
+)  # fmt: skip
+
 _CHOICE = "dlprof-lite choice"
 COMPARE_RULES: dict[str, Threshold] = {
     "compare_alpha": Threshold(
@@ -134,6 +157,10 @@ def unit(section: str, metric: str) -> str:
 
 def column_definitions() -> dict[str, str]:
     return {c.name: f"{c.doc} [{c.unit}]" if c.unit else c.doc for c in COMPARE_REPORT}
+
+
+def json_definitions() -> dict[str, str]:
+    return {c.name: f"{c.doc} [{c.unit}]" if c.unit else c.doc for c in COMPARE_JSON_FIELDS}
 
 
 def metric_definitions() -> dict[str, str]:

@@ -21,6 +21,7 @@ from dlprof_lite.compare.columns import (
     COMPARE_REPORT,
     COMPARE_RULES,
     column_definitions,
+    json_definitions,
     metric_definitions,
     unit,
 )
@@ -89,6 +90,7 @@ def comparison_document(c: Comparison) -> dict[str, Any]:
         "schema": SCHEMA,
         "table": FILE_STEM,
         "definitions": column_definitions(),
+        "fields": json_definitions(),
         "metrics": metric_definitions(),
         "rules": {name: asdict(rule) for name, rule in COMPARE_RULES.items()},
     }
