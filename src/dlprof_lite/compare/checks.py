@@ -231,7 +231,7 @@ def steps_warnings(a: StepStats, b: StepStats) -> list[str]:
             out.append(
                 f"too few runs: {s.label}'s {s.runs} runs differ (between-run spread "
                 f"{ms(s.between_run_std_ns or 0.0)}, within {ms(s.within_run_std_ns or 0.0)}), "
-                f"so its {s.n} steps count as about {eff:.0f} independent ones; about {runs} "
-                f"runs like them are needed for {needed}"
+                f"so its {s.n} steps count as about {eff:.0f} independent ones of the {needed} "
+                f"needed: about {runs} such runs"
             )
     return out
