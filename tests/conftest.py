@@ -32,6 +32,15 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def test_run_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Every dlprof-lite the tests run records its runs in a store of the test session (never
+    in the user's ~/.local/share/dlprof-lite): subprocesses inherit the variable."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('store') / 'runs.db'}"
+    os.environ["DLPROF_LITE_DB"] = url
+    return url
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not (SHARED / "tc_kernels.tsv").is_file():

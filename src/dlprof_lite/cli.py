@@ -22,11 +22,13 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from dlprof_lite import __version__
 from dlprof_lite.batch import default_jobs
+from dlprof_lite.cli_store import record_folders, record_report
 from dlprof_lite.errors import DlprofError, InputError
 from dlprof_lite.memory import keep_freed_memory
 from dlprof_lite.pipeline import (
@@ -130,6 +132,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="training steps per epoch (default: the DataLoader's length the annotation "
              "recorded, over the batches one step takes)")
     pro("--epochs", type=_positive, metavar="N", help="epochs to project (default: 1)")
+    from dlprof_lite.cli_store import add_store_options
+
+    add_store_options(parser)
 
 
 def _profiling(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +148,10 @@ def _profiling(parser: argparse.ArgumentParser) -> None:
     run("--nsys-args", metavar="ARGS", help=NSYS_ARGS_HELP)
     run("--delay", type=float, metavar="SEC", help="start collecting after SEC seconds")
     run("--duration", type=float, metavar="SEC", help="collect for SEC seconds")
+    run("--repeat", type=_positive, default=1, metavar="N",
+        help="run the program N times, one report each in one folder, recorded as one "
+             "group (the --tag, else a new one) that compare pools: measures run-to-run "
+             "variance")
     run("--nsys-timeout", type=_seconds, metavar="SEC",
         help="time limit of each stage that waits on nsys (--version, start-up before the "
              "program runs, finishing the report after it, export); on timeout nsys is "
@@ -219,6 +228,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_analyze_parser().parse_args(args_in[1:])
             debug = args.debug
             return cmd_analyze(args)
+        if args_in[:1] == ["runs"]:
+            from dlprof_lite.cli_store import build_runs_parser, cmd_runs
+
+            args = build_runs_parser().parse_args(args_in[1:])
+            debug = args.debug
+            return cmd_runs(args)
+        if args_in[:1] == ["compare"]:
+            from dlprof_lite.cli_compare import build_compare_parser, cmd_compare
+
+            args = build_compare_parser().parse_args(args_in[1:])
+            debug = args.debug
+            return cmd_compare(args)
         args = build_parser().parse_args(args_in)
         debug = args.debug
         from dlprof_lite.launch.signals import signals_as_interrupts
@@ -304,11 +325,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     files.check_target(target.absolute(), force=options.force)  # fail before any work
     with _progress(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
-    _show(args, result.report, result.report_dir)
+    run_id = record_report(args, result.report, result.report_dir)
+    _show(args, result.report, result.report_dir, run_id)
     return 0
 
 
-def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
+def _show(args: argparse.Namespace, report: Report, folder: Path, run_id: int | None) -> None:
     """The console summary; with --quiet only the warnings (stderr) and the report folder."""
     console = _console(args)
     if console is None:
@@ -320,6 +342,8 @@ def _show(args: argparse.Namespace, report: Report, folder: Path) -> None:
     from dlprof_lite.report.console import render
 
     render(report, folder, console, top=args.top)
+    if run_id is not None:
+        print(f"run store: recorded as run {run_id}", flush=True)
 
 
 def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
@@ -335,6 +359,7 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
     for row in result.rows if console is None else ():  # --quiet: warnings, one line per input
         if row.get("warnings"):
             _warn(f"{row['source']}: {row['warnings']}")
+    record_folders(args, [Path(str(r["report_dir"])) for r in result.rows if not r.get("error")])
     if console is not None:
         from dlprof_lite.report.console import render_many
 
@@ -366,7 +391,8 @@ def _program_name(cmd: Sequence[str]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Profile the program under nsys, then analyze and report like ``analyze``."""
+    """Profile the program under nsys, then analyze and report like ``analyze``; with
+    ``--repeat N``, N times into one folder, recorded as one group."""
     from dlprof_lite.report import output as files
 
     cmd = args.program[1:] if args.program[:1] == ["--"] else list(args.program)
@@ -374,15 +400,52 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise DlprofError(f"no program to profile; see '{PROG} --help'")
     if Path(cmd[0]).suffix.lower() in files.INPUT_SUFFIXES:
         raise DlprofError(f"{cmd[0]} is a profile, not a program: run '{PROG} analyze {cmd[0]}'")
+    name = _program_name(cmd)
+    if args.repeat == 1:
+        target = (args.output or files.unique_dir(Path.cwd(), name + files.REPORT_SUFFIX))
+        return _run_once(args, cmd, target.absolute())
+    parent = (args.output or files.unique_dir(Path.cwd(), name + REPEAT_SUFFIX)).absolute()
+    files.check_target(parent, force=args.force)  # before N long profiling runs
+    group = args.tag or f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    interrupted: KeyboardInterrupt | None = None
+    code = 0
+    with files.staged_folder(parent, force=args.force) as stage:
+        try:
+            for index in range(args.repeat):
+                print(f"{PROG}: run {index + 1} of {args.repeat}", file=sys.stderr, flush=True)
+                folder = stage / f"run-{index + 1}{files.REPORT_SUFFIX}"
+                code = _run_once(args, cmd, folder, group=group, index=index, final=parent)
+                if code:  # a failed run: the others would not be comparable
+                    _error(f"run {index + 1} of {args.repeat} exited with code {code}; "
+                           "stopping the repeats", args.debug)  # fmt: skip
+                    break
+        except KeyboardInterrupt as err:  # the runs done so far are kept
+            interrupted = err
+    if interrupted is not None:
+        raise interrupted
+    print(f"repeats: {printable(parent)} (group {printable(group)})", flush=True)
+    return code
+
+
+REPEAT_SUFFIX = ".dlprof-runs"
+
+
+def _run_once(
+    args: argparse.Namespace, cmd: list[str], target: Path, *, group: str | None = None,
+    index: int | None = None, final: Path | None = None,
+) -> int:  # fmt: skip
+    """One profiled run into ``target``; ``final``: the folder ``target``'s parent will
+    become (a --repeat staging folder), for the paths the store records."""
+    from dlprof_lite.report import output as files
+
     options = _options(args)
-    target = (
-        args.output or files.unique_dir(Path.cwd(), _program_name(cmd) + files.REPORT_SUFFIX)
-    ).absolute()
-    files.check_target(target, force=options.force)  # before a long profiling run
+    force = options.force and final is None
+    files.check_target(target, force=force)  # before a long profiling run
     from dlprof_lite.launch.run import profile_program
 
+    where = target if final is None else final / target.name  # where the report will be
     failure: DlprofError | KeyboardInterrupt | None = None
-    with files.staged_folder(target, force=options.force) as stage:
+    with files.staged_folder(target, force=force) as stage:
         run = profile_program(
             cmd, out_dir=stage, annotate=args.annotate, depth=args.depth, nsys=args.nsys,
             nsys_args=args.nsys_args, delay=args.delay, duration=args.duration,
@@ -392,7 +455,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _warn(warning)
         try:
             with _progress(args, target.name) as progress:
-                report = report_profiled(Path(run.sqlite_path), stage, target, options, progress)
+                report = report_profiled(Path(run.sqlite_path), stage, where, options, progress)
             if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
         # Keep what nsys captured, also when interrupted (SIGINT, or a scheduler's SIGTERM)
@@ -409,7 +472,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         message = str(failure).replace(str(stage), str(target))
         _error(f"{message} (the profile is kept in {target})", args.debug)
         return run.exit_code or failure.exit_code
-    _show(args, report, target)
+    run_id = None
+    if not run.exit_code:  # a crashed program's partial run is no baseline
+        run_id = record_report(args, report, where, command=cmd, group=group, repeat_index=index)
+    _show(args, report, where, run_id)
     if run.exit_code:
         _warn(f"the program exited with code {run.exit_code}")
     return run.exit_code

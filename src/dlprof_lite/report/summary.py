@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION
-from dlprof_lite.ingest.profile import Meta, Profile
+from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.facts import (
     fp32_gemm_facts,
     kernel_facts,
@@ -66,7 +66,7 @@ def summarize(
     busy_ns = sum(total(s) for s in busy.values())
     totals = _totals(profile)
     flat: dict[str, object] = {
-        **_system(meta),
+        **_system(profile),
         "gpu_names": "; ".join(g.name for g in gpus if g.name),
         "devices": len(busy),
         "wall_ns": wall,
@@ -115,8 +115,9 @@ def summarize(
     )
 
 
-def _system(meta: Meta) -> dict[str, object]:
+def _system(profile: Profile) -> dict[str, object]:
     """What the export says of itself and of the system it profiled."""
+    meta = profile.meta
     return {
         "source": meta.source,
         "nsys_version": meta.nsys_version,

@@ -1,0 +1,124 @@
+"""``dlprof-lite compare A B [C...]``: is B really faster than A, where, and by how much.
+
+Each side is a report folder, a folder of report folders (``--repeat``), a run id or tag of
+the run store, or an nsys export analysed first (:mod:`dlprof_lite.compare.resolve`). The
+comparison (:mod:`dlprof_lite.compare`) is printed and written as ``compare.csv`` and
+``compare.json`` into a new folder; ``--gate PCT`` turns a significant slowdown of the median
+step time by more than PCT % into exit code 1, for CI pipelines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlprof_lite.cli_store import add_db_option, open_store
+from dlprof_lite.safe_text import printable
+
+if TYPE_CHECKING:
+    from dlprof_lite.store.database import RunStore
+
+PROG = "dlprof-lite"
+COMPARE_DIR = "compare"
+COMPARE_FORMATS = ("csv", "json")
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a percentage >= 0, not {text}")
+    return value
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+    if not chosen or set(chosen) - set(COMPARE_FORMATS):
+        raise argparse.ArgumentTypeError(f"choose from csv,json (comma-separated), not {text!r}")
+    return chosen
+
+
+def build_compare_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} compare",
+        description="Compare runs: step time statistics with confidence intervals and a "
+        "Mann-Whitney U test, then what changed per phase, layer and kernel. The first side "
+        "is the baseline.",
+        epilog="A side is a report folder, a folder of report folders (--repeat), an nsys "
+        "export (.sqlite, .nsys-rep), a run id of the run store (12 or '#12'), or a tag "
+        "(all its runs pooled).",
+    )
+    parser.add_argument("sides", nargs="+", metavar="SIDE",
+                        help="baseline first, then one or more to compare with it")  # fmt: skip
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                        help="folder for compare.csv/compare.json (default: a new 'compare' "
+                             "folder here)")  # fmt: skip
+    parser.add_argument("--formats", type=_formats, default=COMPARE_FORMATS, metavar="LIST",
+                        help="csv,json (default: both)")  # fmt: skip
+    parser.add_argument("--force", action="store_true", help="replace an existing -o folder")
+    parser.add_argument("--gate", type=_percent, metavar="PCT",
+                        help="exit 1 when a side's median step time is slower than the "
+                             "baseline's by more than PCT %% and the difference is "
+                             "significant (p < 0.05)")  # fmt: skip
+    parser.add_argument("--top", type=int, default=10, metavar="N",
+                        help="changes listed per table in the console (default: 10)")  # fmt: skip
+    parser.add_argument("--quiet", action="store_true",
+                        help="print only the verdicts, the gate and the folder")  # fmt: skip
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    add_db_option(parser)
+    return parser
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from dlprof_lite.compare.comparison import compare_sides
+    from dlprof_lite.compare.resolve import resolve
+    from dlprof_lite.errors import InputError
+    from dlprof_lite.report import output as files
+
+    if len(args.sides) < 2:
+        raise InputError("compare needs a baseline and at least one other side")
+    target = (args.output or files.unique_dir(Path.cwd(), COMPARE_DIR)).absolute()
+    files.check_target(target, force=args.force)  # before analysing anything
+
+    with ExitStack() as stack:
+        opened: list[RunStore] = []
+
+        def store() -> RunStore:  # opened once, only when a name needs the store
+            if not opened:
+                opened.append(stack.enter_context(open_store(args.db)))
+            return opened[0]
+
+        sides = [resolve(name, store) for name in args.sides]
+    comparison = compare_sides(sides)
+    from dlprof_lite.compare.output import write_comparison
+
+    with files.staged_folder(target, force=args.force) as stage:
+        write_comparison(comparison, stage, args.formats)
+    return _show(args, comparison, target)
+
+
+def _show(args: argparse.Namespace, comparison: object, folder: Path) -> int:
+    from rich.console import Console
+
+    from dlprof_lite.compare.console import render_comparison
+    from dlprof_lite.compare.gate import gate
+
+    console = Console(highlight=False)
+    if not args.quiet:
+        render_comparison(comparison, console, top=args.top)  # type: ignore[arg-type]
+    print(f"compare: {printable(folder)}", flush=True)
+    if args.gate is None:
+        return 0
+    result = gate(comparison, args.gate)  # type: ignore[arg-type]
+    print(f"gate: {result.line}", flush=True)
+    return 1 if result.failed else 0
+
+
+def folder_name(label: str) -> str:
+    """A file-system-safe short form of a side's label."""
+    return re.sub(r"[^\w.-]+", "_", Path(label).name or label).strip("_.") or "side"

@@ -1,0 +1,127 @@
+"""``dlprof-lite compare`` and ``runs`` end to end, on generated profiles whose step times
+are known (scripts/make_profile.py writes each iteration's bounds into its ground truth).
+
+The oracle is the generator: B − A of the median step time computed from the truth's
+iteration bounds must be the comparison's point estimate and lie inside its 95 % interval;
+two profiles drawn from the same model are "no significant change"; ``--gate`` exits 1 only
+for a significant slowdown beyond its limit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from make_profile import make_profile
+
+from dlprof_lite.cli import main
+
+
+def truth_steps(truth_path: Path, report: Path) -> np.ndarray:
+    """Step times from the generator's iteration bounds, as the report defines an iteration
+    (from the previous one's end), for the iterations the report analysed."""
+    truth = json.loads(truth_path.read_text())["iterations"][0]
+    ends = np.asarray(truth["end_ns"], dtype=np.int64)
+    walls = np.diff(ends, prepend=truth["start_ns"][0])
+    rows = json.loads((report / "iterations.json").read_text())["rows"]
+    keep = [r["iteration"] for r in rows if r["in_window"] and not r["warmup"]]
+    return walls[keep].astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Three analysed generated profiles: ``a`` and ``same`` from one model (other seeds),
+    ``slow`` from a deeper model (each step longer), recorded in one store."""
+    root = tmp_path_factory.mktemp("compare")
+    db = f"sqlite:///{root / 'runs.db'}"
+    out = {"db": Path(db.removeprefix("sqlite:///")), "root": root}
+    for name, layers, seed in (("a", 6, 1), ("same", 6, 2), ("slow", 8, 3)):
+        export = root / f"{name}.sqlite"
+        make_profile(export, iterations=40, layers=layers, kernels_per_layer=2, seed=seed)
+        folder = root / f"{name}.dlprof"
+        code = main(["analyze", str(export), "-o", str(folder), "--quiet", "--db", db,
+                     "--tag", name])  # fmt: skip
+        assert code == 0
+        out[name] = folder
+    return out
+
+
+def _compare(runs: dict[str, Path], *names: str, gate: str | None = None) -> tuple[int, dict]:
+    target = runs["root"] / ("cmp-" + "-".join(Path(n).name for n in names) + (gate or ""))
+    args = ["compare", *names, "-o", str(target), "--quiet", "--db",
+            f"sqlite:///{runs['db']}"]  # fmt: skip
+    if gate is not None:
+        args += ["--gate", gate]
+    code = main(args)
+    return code, json.loads((target / "compare.json").read_text())
+
+
+def test_the_known_difference_is_the_estimate_and_inside_its_interval(runs, capsys) -> None:
+    code, doc = _compare(runs, str(runs["a"]), str(runs["slow"]), gate="5")
+    a = truth_steps(runs["root"] / "a.sqlite.truth.json", runs["a"])
+    b = truth_steps(runs["root"] / "slow.sqlite.truth.json", runs["slow"])
+    (step,) = doc["steps"]
+    known = float(np.median(b) - np.median(a))
+    assert known > 0.05 * np.median(a)  # the deeper model is clearly slower
+    assert step["median_ns"]["value"] == pytest.approx(known, abs=1)
+    assert step["median_ns"]["low"] <= known <= step["median_ns"]["high"]
+    assert step["mean_ns"]["value"] == pytest.approx(b.mean() - a.mean(), rel=1e-9)
+    assert step["verdict"] == "slower" and step["p_value"] < 0.05
+    # Its n and median per side are the generator's.
+    sides = {s["label"]: s for s in doc["sides"]}
+    assert sides[str(runs["a"])]["n"] == len(a)
+    assert sides[str(runs["a"])]["median_ns"] == pytest.approx(np.median(a))
+    # The gate: more than 5 % slower and significant -> exit 1, and it says so.
+    assert code == 1
+    assert "gate: failed" in capsys.readouterr().out
+
+
+def test_swapped_sides_are_faster_and_pass_the_gate(runs) -> None:
+    code, doc = _compare(runs, str(runs["slow"]), str(runs["a"]), gate="5")
+    assert doc["steps"][0]["verdict"] == "faster"
+    assert code == 0
+
+
+def test_the_same_model_is_no_significant_change(runs) -> None:
+    code, doc = _compare(runs, str(runs["a"]), str(runs["same"]), gate="0")
+    assert doc["steps"][0]["verdict"] == "no significant change"
+    assert code == 0  # a gate of 0 % still needs significance
+
+
+def test_sides_by_run_id_and_by_tag_equal_the_folders(runs) -> None:
+    _, by_folder = _compare(runs, str(runs["a"]), str(runs["slow"]))
+    _, by_tag = _compare(runs, "a", "slow")
+    _, by_id = _compare(runs, "1", "#3")
+    for doc in (by_tag, by_id):
+        assert doc["steps"][0]["median_ns"] == by_folder["steps"][0]["median_ns"]
+        assert [s["n"] for s in doc["sides"]] == [s["n"] for s in by_folder["sides"]]
+
+
+def test_layers_only_in_the_deeper_model_are_named_added(runs) -> None:
+    _, doc = _compare(runs, str(runs["a"]), str(runs["slow"]))
+    layers = [d for d in doc["deltas"] if d["section"] == "layer"]
+    added = {d["name"] for d in layers if d["status"] == "added"}
+    assert added  # the deeper model's extra layers are named as added ...
+    known = {d["name"] for d in layers if d["status"] == "both"}
+    assert not added & known  # ... and never as changed
+
+
+def test_unknown_side_is_one_line(runs, capsys) -> None:
+    code = main(["compare", str(runs["a"]), "no-such-tag", "--db", f"sqlite:///{runs['db']}",
+                 "-o", str(runs["root"] / "never")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1
+    assert "no-such-tag" in err and "no report folder, export, run id or tag" in err
+    assert not (runs["root"] / "never").exists()
+
+
+def test_an_existing_output_needs_force(runs, capsys) -> None:
+    target = runs["root"] / "taken"
+    target.mkdir()
+    code = main(["compare", str(runs["a"]), str(runs["same"]), "-o", str(target), "--quiet"])
+    assert code != 0 and "--force" in capsys.readouterr().err
+    assert main(["compare", str(runs["a"]), str(runs["same"]), "-o", str(target), "--quiet",
+                 "--force"]) == 0  # fmt: skip
+    assert (target / "compare.csv").is_file()
