@@ -6,7 +6,8 @@ on the other (a capture that lost the GPU trace must never pass as "faster"; two
 runs with no kernels at all compare fine); a side with far fewer steps than the baseline
 (rules/compare.py ``FAR_FEWER_RATIO``). Warnings are one line each: a different machine or
 software stack, script or arguments, key range or table scope; layers whose calls per step
-changed, or that one side lacks; too few steps for the statistics, with how many are needed.
+changed, or that one side lacks; too few steps for the statistics, with how many are needed,
+and too few runs when a pooled side's runs differ (:func:`effective_steps`).
 An unknown value (None) is never a difference.
 """
 
