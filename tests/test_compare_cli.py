@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from make_profile import make_profile
 
 from dlprof_lite.cli import main
+from make_profile import make_profile
 
 
 def truth_steps(truth_path: Path, report: Path) -> np.ndarray:

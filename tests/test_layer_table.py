@@ -142,9 +142,8 @@ def test_containers_inclusive_every_row_self(report) -> None:
     assert (model["backward_wall_ns"], model["self_backward_wall_ns"]) == (3000, 900)
     assert (model["step_self_wall_ns"], model["step_self_gpu_ns"]) == (550, 0)
     # block's own 100 a call, every step: its median; the conv's time is not in it.
-    assert (block["step_self_forward_wall_median_ns"], block["step_self_forward_gpu_median_ns"]) == (
-        100, 5,
-    )  # fmt: skip
+    medians = ("step_self_forward_wall_median_ns", "step_self_forward_gpu_median_ns")
+    assert (block[medians[0]], block[medians[1]]) == (100, 5)
     assert (head["forward_gpu_ns"], head["self_forward_gpu_ns"], head["step_self_gpu_ns"]) == (
         900, 900, 300,
     )  # fmt: skip
