@@ -80,17 +80,20 @@ def test_interval_coverage_over_seeded_samples() -> None:
         assert d.median_ns.low is not None and d.median_ns.high is not None
         hits_mean += d.mean_ns.low < KNOWN < d.mean_ns.high
         hits_median += d.median_ns.low < KNOWN < d.median_ns.high
-    assert 88 <= hits_mean <= 100
-    assert 88 <= hits_median <= 100
+    assert 88 <= hits_mean <= 99
+    assert 88 <= hits_median <= 99
 
 
 def test_same_distribution_is_no_significant_change_in_95_percent_of_trials() -> None:
+    """500 seeded pairs from one distribution: at most 25 (5 %) may be called a change. The
+    rule's rate measured over 2000 pairs is 2.75 % (p < 0.05 alone: 5.4 %), so 500 trials
+    keep the bound about 3 standard deviations away: no flaky pass or fail on a seed."""
     changes = 0
-    for trial in range(200):
+    for trial in range(500):
         a = normal_side("A", 100, 4, 60, seed=10_000 + trial)
         b = normal_side("B", 100, 4, 60, seed=20_000 + trial)
         changes += step_delta(a, b, resamples=300, seed=trial).verdict != NO_CHANGE
-    assert changes <= 10  # >= 95 % of 200 trials say "no significant change"
+    assert changes <= 25  # >= 95 % of the trials say "no significant change"
 
 
 def test_verdict_needs_both_the_test_and_the_interval() -> None:
