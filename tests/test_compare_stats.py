@@ -68,9 +68,9 @@ def test_known_difference_inside_the_intervals_and_slower() -> None:
 
 
 def test_interval_coverage_over_seeded_samples() -> None:
-    """A 95 % interval holds the true difference in about 95 % of samples: >= 88 of 100
-    (the binomial's 0.1 % tail is 86), and it is not a vacuous interval (<= 99 %: never
-    missing at all in 100 would mean intervals far too wide)."""
+    """A 95 % interval holds the true difference in about 95 % of samples: at least 88 of
+    100 (fewer has a chance of 0.15 % for a true 95 % interval), and not every time (all
+    100: 0.6 %; intervals far too wide). Measured: 95 of 100 for the mean and the median."""
     hits_mean = hits_median = 0
     for trial in range(100):
         a = normal_side("A", 100, 4, 60, seed=1000 + trial)
