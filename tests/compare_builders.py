@@ -54,15 +54,25 @@ def iterations(
     return pd.DataFrame(rows, columns=column_names("iterations"))
 
 
-def layers(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
+SELF_MEDIANS = {
+    f"step_self_{d}_{kind}_median_ns": f"self_{d}_{kind}_ns"
+    for d in ("forward", "backward") for kind in ("wall", "gpu")
+}
+
+
+def layers(rows: Sequence[Mapping[str, object]], steps: int = 1) -> pd.DataFrame:
     """A layers table: each row names ``layer`` and the columns the test sets (others empty,
-    numbers 0)."""
+    numbers 0). The self medians per step the test does not set are the self totals over
+    ``steps`` (the same time every step: median = mean)."""
     names = column_names("layers")
     full = []
     for spec in rows:
         row: dict[str, object] = {n: 0.0 for n in names}
         row.update(parent="", type="Linear", device="cpu", top_kernels="", in_shape="")
         row.update(spec)
+        for median, total in SELF_MEDIANS.items():
+            if median not in spec:
+                row[median] = float(row[total]) / max(steps, 1)  # type: ignore[arg-type]
         full.append(row)
     return pd.DataFrame(full, columns=names)
 
@@ -101,7 +111,7 @@ def run(
         context or RunContext(),
         build_summary(flat),
         iterations(steps_ns, warmup=warmup, phases=phases),
-        layers(layer_rows),
+        layers(layer_rows, int(str(flat["window_steps"]))),
         kernels(kernel_rows),
     )
 

@@ -162,3 +162,26 @@ def test_each_other_side_is_compared_with_the_baseline() -> None:
         rows = comparison.section(LAYER, label)
         assert rows[0].name == "model.block.fc" and rows[0].baseline == "A"
         assert rows[0].delta == pytest.approx(extra * MS)
+
+
+def test_layers_rank_by_median_self_time_not_a_few_slow_steps() -> None:
+    """``steady`` is 1 ms slower in every step (median +1 ms); ``stall`` slowed in one step
+    of ten by 30 ms (mean +3 ms, median unchanged): the steady change ranks first."""
+    steps = 10
+
+    def rows(steady_ms: float, stall_total_ms: float) -> list[dict[str, object]]:
+        return [
+            dict(layer="steady", self_forward_wall_ns=steady_ms * MS * steps,
+                 step_self_forward_wall_median_ns=steady_ms * MS, calls_per_step=1.0),
+            dict(layer="stall", self_forward_wall_ns=stall_total_ms * MS,
+                 step_self_forward_wall_median_ns=2 * MS, calls_per_step=1.0),
+        ]  # fmt: skip
+
+    a = side("A", run([100 * MS] * steps, layer_rows=rows(2, 2 * steps)))
+    b = side("B", run([100 * MS] * steps, layer_rows=rows(3, 2 * steps + 30)))
+    deltas = side_deltas(a, b)
+    assert _ranked_names(deltas, LAYER)[0] == ("steady", "forward")
+    layers = _by(deltas, LAYER)
+    assert layers[("stall", "forward", "self_wall_ns")].delta == 3 * MS  # the mean moved
+    assert layers[("stall", "forward", "self_wall_median_ns")].delta == 0
+    assert layers[("steady", "forward", "self_wall_median_ns")].delta == 1 * MS

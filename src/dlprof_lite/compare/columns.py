@@ -65,10 +65,19 @@ COMPARE_METRICS = _cols(
     ("phase.wall_ns", "ns", "host time in the phase's ranges ('other': outside every phase), "
      + _PER_STEP),
     ("phase.host_gap_ns", "ns", "host-bound GPU gaps before the phase's ops, " + _PER_STEP),
+    ("phase.gpu_median_ns", "ns", "phase.gpu_ns as the median over the analysed steps (what "
+     "phases are ranked by: a few slow steps do not move it)"),
+    ("phase.wall_median_ns", "ns", "phase.wall_ns as the median over the analysed steps "
+     "(ranked by too)"),
+    ("layer.self_wall_median_ns", "ns", "the direction's self range time per step, median "
+     "over the steps (step_self_forward/backward_wall_median_ns); what layers are ranked by, "
+     "so a few slow steps do not reorder them"),
+    ("layer.self_gpu_median_ns", "ns", "the direction's self GPU time per step, median over "
+     "the steps (step_self_forward/backward_gpu_median_ns); ranked by too"),
     ("layer.self_wall_ns", "ns", "the direction's range time not covered by a child module's "
-     "range (self_forward/backward_wall_ns / the table's steps); what layers are ranked by"),
+     "range, mean per step (self_forward/backward_wall_ns / the table's steps)"),
     ("layer.self_gpu_ns", "ns", "GPU time of the direction's kernels attributed to the layer "
-     "itself (self_forward/backward_gpu_ns / the table's steps); ranked by too"),
+     "itself, mean per step (self_forward/backward_gpu_ns / the table's steps)"),
     ("layer.wall_ns", "ns", "inclusive range time of the direction, per step "
      "(step_forward/backward_wall_ns)"),
     ("layer.gpu_ns", "ns", "inclusive GPU time of the direction, per step "

@@ -1,15 +1,19 @@
 """Where B's time changed against A's: phases, layers, kernels, Tensor Cores, launch overhead.
 
 Place in the pipeline: compare (pure). Every figure is per analysed step, so runs of
-different lengths compare: a phase's mean over the analysed steps (``RunRecord.phases()``);
-a layer's or kernel's window total divided by the steps its table covers (the summary's
-``window_steps``). A side of several runs pools them: each run's per-step figure weighted
-by its steps (a layer or kernel a run lacks counts 0 in that run).
+different lengths compare: a phase's mean and median over the analysed steps
+(``RunRecord.phases()``); a layer's per-step self time as the median over the steps, and its
+window totals divided by the steps its table covers (the summary's ``window_steps``); a
+kernel's window total per step. A side of several runs pools them: each run's per-step
+figure weighted by its steps (a layer or kernel a run lacks counts 0 in that run).
 
 Each section is ranked by absolute change, largest first (``rank`` 1). Layers rank by their
-*self* time (forward and backward apart: the larger of the self wall and self GPU change),
-so a layer that got slower comes before its parents, whose inclusive time rose with it; the
-inclusive per-step figures are kept as rows of their own. A layer or kernel on one side
+*self* time per step as a median over the steps (forward and backward apart: the larger of
+the self wall and self GPU change), so a layer that got slower comes before its parents,
+whose inclusive time rose with it, and a few slow steps (a loaded machine, a stall) do not
+reorder them; phases rank by their medians for the same reason. Means and inclusive per-step
+figures are kept as rows of their own. A report written before the median columns existed
+ranks by the means. A layer or kernel on one side
 only is ``added`` (only in B) or ``removed`` (only in A), its missing side 0.
 """
 
@@ -31,13 +35,19 @@ DIRECTIONS = ("forward", "backward")
 # Layer metrics per direction d: (metric, source column, divide by the window's steps).
 # self_*: the layer's own time (ranked by); wall_ns/gpu_ns: inclusive (children too).
 LAYER_METRICS = (
+    ("self_wall_median_ns", "step_self_{d}_wall_median_ns", False),
+    ("self_gpu_median_ns", "step_self_{d}_gpu_median_ns", False),
     ("self_wall_ns", "self_{d}_wall_ns", True),
     ("self_gpu_ns", "self_{d}_gpu_ns", True),
     ("wall_ns", "step_{d}_wall_ns", False),
     ("gpu_ns", "step_{d}_gpu_ns", False),
 )
-LAYER_RANKED_BY = ("self_wall_ns", "self_gpu_ns")
+LAYER_RANKED_BY = ("self_wall_median_ns", "self_gpu_median_ns")
+# A report without the median columns: the mean of the same self time stands in.
+_MEDIAN_FALLBACK = {"self_wall_median_ns": "self_wall_ns", "self_gpu_median_ns": "self_gpu_ns"}
 PHASE_METRICS = ("gpu_ns", "wall_ns", "host_gap_ns")
+PHASE_MEDIANS = ("gpu_ns", "wall_ns")
+PHASE_RANKED_BY = ("gpu_median_ns", "wall_median_ns")
 KERNEL_METRICS = ("gpu_ns", "instances")
 SUMMARY_METRICS = ("tc_share", "launch_overhead_pct")
 
@@ -91,12 +101,17 @@ def _layer_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
     layers = run.layers
     out: dict[str, pd.Series] = {}
     for d in DIRECTIONS:
-        for metric, source, per_total in LAYER_METRICS:
+        for metric, source, per_total in reversed(LAYER_METRICS):  # means before medians
             col = source.format(d=d)
+            if col not in layers and metric in _MEDIAN_FALLBACK:
+                out[f"{d}.{metric}"] = out[f"{d}.{_MEDIAN_FALLBACK[metric]}"]
+                continue
             values = pd.to_numeric(layers[col], errors="coerce") if col in layers else 0.0
             out[f"{d}.{metric}"] = pd.Series(values, index=layers.index, dtype=float) / (
                 max(steps, 1) if per_total else 1.0
             )
+        for metric, _, _ in LAYER_METRICS:  # the columns in LAYER_METRICS' order
+            out[f"{d}.{metric}"] = out.pop(f"{d}.{metric}")
     out["forward.calls_per_step"] = pd.to_numeric(
         layers.get("calls_per_step", pd.Series(0.0, index=layers.index)), errors="coerce"
     ).astype(float)
@@ -118,8 +133,10 @@ def _kernel_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
 
 
 def _phase_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
-    phases = run.phases().set_index("phase")[list(PHASE_METRICS)].astype(float)
-    return phases.fillna(0.0), len(run.analysed())
+    means = run.phases().set_index("phase")[list(PHASE_METRICS)].astype(float)
+    medians = run.phases("median").set_index("phase")[list(PHASE_MEDIANS)].astype(float)
+    medians.columns = [f"{c[:-3]}_median_ns" for c in PHASE_MEDIANS]
+    return pd.concat([medians, means], axis=1).fillna(0.0), len(run.analysed())
 
 
 def _summary_value(side: Side, field: str) -> float | None:
@@ -192,7 +209,7 @@ def side_deltas(a: Side, b: Side) -> tuple[Delta, ...]:
     """Every section's deltas of ``b`` against ``a``, each section ranked."""
     labels = (a.label, b.label)
     phases = _rows(PHASE, _pooled(a, _phase_frame), _pooled(b, _phase_frame), labels,
-                   ("gpu_ns", "wall_ns"))  # fmt: skip
+                   PHASE_RANKED_BY)  # fmt: skip
     layers = _rows(LAYER, _pooled(a, _layer_frame), _pooled(b, _layer_frame), labels,
                    LAYER_RANKED_BY)  # fmt: skip
     kernels = _rows(KERNEL, _pooled(a, _kernel_frame), _pooled(b, _kernel_frame), labels,
