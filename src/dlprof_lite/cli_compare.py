@@ -64,7 +64,8 @@ def build_compare_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gate", type=_percent, metavar="PCT",
                         help="exit 1 when a side's median step time is slower than the "
                              "baseline's by more than PCT %% and the difference is "
-                             "significant (p < 0.05)")  # fmt: skip
+                             "significant (Mann-Whitney p < 0.05 and the median's 95 %% "
+                             "interval above 0)")  # fmt: skip
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="changes listed per table in the console (default: 10)")  # fmt: skip
     parser.add_argument("--quiet", action="store_true",

@@ -17,7 +17,7 @@ import math
 import shlex
 from collections.abc import Iterable, Sequence
 
-from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
+from scipy import stats as sps
 
 from dlprof_lite.compare.deltas import ADDED, BOTH, LAYER, REMOVED, Delta
 from dlprof_lite.compare.side import Side

@@ -72,12 +72,14 @@ def compare_sides(
     deltas: list[Delta] = []
     warnings = checks.environment_warnings(sides)
     for other, other_stats in zip(sides[1:], stats[1:], strict=True):
-        steps.append(step_delta(base, other, resamples=resamples, seed=seed))
+        step = step_delta(base, other, resamples=resamples, seed=seed)
+        steps.append(step)
         found = side_deltas(base, other)
         deltas.extend(found)
         warnings += checks.command_warnings(base, other)
         warnings += checks.layer_warnings(found, base.label, other.label)
-        warnings += checks.steps_warnings(stats[0], other_stats)
+        if not step.significant:  # a change was found: the steps were enough to find it
+            warnings += checks.steps_warnings(stats[0], other_stats)
     return Comparison(
         baseline=base.label,
         sides=stats,

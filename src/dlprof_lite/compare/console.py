@@ -98,11 +98,15 @@ def _delta_cells(row: Delta | None) -> list[str]:
     return [base, value, f"{row.delta or 0.0:+.3g}", _pct(row.delta_pct)]
 
 
+# The figures layers are ranked by (deltas.LAYER_RANKED_BY): medians of self time per step.
+_LAYER_WALL, _LAYER_GPU = "self_wall_median_ns", "self_gpu_median_ns"
+
+
 def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> Titled | None:
-    entities = [e for e in _entities(rows, top) if _changed(e, ("self_wall_ns", "self_gpu_ns"))]
+    entities = [e for e in _entities(rows, top) if _changed(e, (_LAYER_WALL, _LAYER_GPU))]
     if not entities:
         return None
-    gpu = any(r.metric == "self_gpu_ns" and (r.value or r.baseline_value) for r in rows)
+    gpu = any(r.metric == _LAYER_GPU and (r.value or r.baseline_value) for r in rows)
     headings = ["layer", "dir", "self wall: baseline", "side", "change", "%"]
     if gpu:
         headings += ["self GPU: baseline", "side", "change", "%"]
@@ -110,11 +114,12 @@ def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> Tit
     for e in entities:
         first = next(iter(e.values()))
         name = first.name + ("" if first.status == "both" else f" ({first.status})")
-        cells = [first.direction, *_delta_cells(e.get("self_wall_ns"))]
+        cells = [first.direction, *_delta_cells(e.get(_LAYER_WALL))]
         if gpu:
-            cells += _delta_cells(e.get("self_gpu_ns"))
+            cells += _delta_cells(e.get(_LAYER_GPU))
         table.add_row(_t(name), *(_t(c) for c in cells))
-    return f"layers, by change of self time per step ({label} vs {base})", table
+    title = f"layers, by change of self time per step, median over steps ({label} vs {base})"
+    return title, table
 
 
 def _simple_table(
@@ -173,8 +178,8 @@ def render_comparison(c: Comparison, console: Console, top: int = 10) -> None:
                 ["kernel", "GPU/step change", "%", "calls/step change", "%"],
             ),
             _simple_table(
-                f"phases per step ({label} vs {base})",
-                c.section(PHASE, label), top, ("gpu_ns", "wall_ns"),
+                f"phases per step, median over steps ({label} vs {base})",
+                c.section(PHASE, label), top, ("gpu_median_ns", "wall_median_ns"),
                 ["phase", "GPU change", "%", "wall change", "%"],
             ),
         ]  # fmt: skip

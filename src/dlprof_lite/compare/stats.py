@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
+from scipy import stats as sps
 
 from dlprof_lite.compare.side import Side
 from dlprof_lite.rules import compare as rules
