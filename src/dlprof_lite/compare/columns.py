@@ -174,3 +174,21 @@ def json_definitions() -> dict[str, str]:
 
 def metric_definitions() -> dict[str, str]:
     return {c.name: f"{c.doc} [{c.unit}]" if c.unit else c.doc for c in COMPARE_METRICS}
+
+
+def markdown_reference() -> str:
+    """compare.csv's columns, its metrics, compare.json's fields and the rules as Markdown
+    (the README's compare reference, written by scripts/gen_reference.py)."""
+    head = ["| column | unit | meaning |", "| --- | --- | --- |"]
+    out = ["**compare.csv / compare.json**", "", *head]
+    out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in COMPARE_REPORT]
+    out += ["", "**compare metrics** (`section.metric`)", "", "| metric | unit | meaning |",
+            "| --- | --- | --- |"]  # fmt: skip
+    out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in COMPARE_METRICS]
+    out += ["", "**compare.json fields**", "", "| field | unit | meaning |", "| --- | --- | --- |"]
+    out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in COMPARE_JSON_FIELDS]
+    out += ["", "**compare rules**", "", "| rule | value | unit | meaning | source |",
+            "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    out += [f"| `{k}` | {t.value:g} | {t.unit} | {t.rule} | {t.citation} |"
+            for k, t in COMPARE_RULES.items()]  # fmt: skip
+    return "\n".join(out) + "\n"
