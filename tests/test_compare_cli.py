@@ -125,3 +125,12 @@ def test_an_existing_output_needs_force(runs, capsys) -> None:
     assert main(["compare", str(runs["a"]), str(runs["same"]), "-o", str(target), "--quiet",
                  "--force"]) == 0  # fmt: skip
     assert (target / "compare.csv").is_file()
+
+
+def test_exports_are_analysed_as_sides(runs) -> None:
+    """A side named by its export is analysed in memory: the same steps as its folder."""
+    _, by_folder = _compare(runs, str(runs["a"]), str(runs["slow"]))
+    exports = [str(runs["root"] / f"{n}.sqlite") for n in ("a", "slow")]
+    _, by_export = _compare(runs, *exports)
+    assert by_export["steps"][0]["median_ns"] == by_folder["steps"][0]["median_ns"]
+    assert [s["n"] for s in by_export["sides"]] == [s["n"] for s in by_folder["sides"]]

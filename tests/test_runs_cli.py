@@ -17,6 +17,7 @@ from dlprof_lite import open_report
 from dlprof_lite.cli import main
 from dlprof_lite.store.database import RunStore
 from make_profile import make_profile
+from postgres_server import pg_url, postgres  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +121,22 @@ def test_runs_on_a_missing_store_is_one_line(tmp_path, capsys) -> None:
     code = main(["runs", "show", "7", "--db", f"sqlite:///{tmp_path / 'runs.db'}"])
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and "7" in err
+
+
+def test_the_whole_loop_on_a_real_postgresql_server(
+    exports, tmp_path, capsys, pg_url  # noqa: F811
+) -> None:
+    """Record two tagged runs on PostgreSQL, list them, compare them by tag: the same
+    comparison as of their folders."""
+    for export, tag in ((exports[0], "pg-a"), (exports[1], "pg-b")):
+        assert _analyze(export, tmp_path / tag, pg_url, "--tag", tag) == 0
+    listed = _json(capsys, "runs", "--json", "--db", pg_url)
+    assert [r["tag"] for r in listed] == ["pg-b", "pg-a"]
+    docs = []
+    for names in (("pg-a", "pg-b"), (str(tmp_path / "pg-a"), str(tmp_path / "pg-b"))):
+        out = tmp_path / f"cmp{len(docs)}"
+        assert main(["compare", *names, "-o", str(out), "--quiet", "--db", pg_url]) == 0
+        docs.append(json.loads((out / "compare.json").read_text()))
+    assert docs[0]["steps"][0]["median_ns"] == docs[1]["steps"][0]["median_ns"]
+    relabelled = [{**d, "label": "pg-b", "baseline": "pg-a"} for d in docs[1]["deltas"]]
+    assert docs[0]["deltas"] == relabelled
