@@ -134,3 +134,13 @@ def test_exports_are_analysed_as_sides(runs) -> None:
     _, by_export = _compare(runs, *exports)
     assert by_export["steps"][0]["median_ns"] == by_folder["steps"][0]["median_ns"]
     assert [s["n"] for s in by_export["sides"]] == [s["n"] for s in by_folder["sides"]]
+
+
+def test_quiet_prints_the_verdict_the_gate_and_the_folder(runs, capsys) -> None:
+    target = runs["root"] / "quiet"
+    code = main(["compare", str(runs["a"]), str(runs["slow"]), "-o", str(target), "--quiet",
+                 "--gate", "5"])  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1 and len(lines) == 3
+    assert lines[0].startswith(f"{runs['slow']} vs {runs['a']}: slower: median +")
+    assert lines[1] == f"compare: {target}" and lines[2].startswith("gate: failed")

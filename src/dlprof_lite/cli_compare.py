@@ -19,6 +19,7 @@ from dlprof_lite.cli_store import add_db_option, open_store
 from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
+    from dlprof_lite.compare.comparison import Comparison
     from dlprof_lite.store.database import RunStore
 
 PROG = "dlprof-lite"
@@ -103,19 +104,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _show(args, comparison, target)
 
 
-def _show(args: argparse.Namespace, comparison: object, folder: Path) -> int:
+def _show(args: argparse.Namespace, comparison: Comparison, folder: Path) -> int:
     from rich.console import Console
 
+    from dlprof_lite.compare.comparison import verdict_line
     from dlprof_lite.compare.console import render_comparison
     from dlprof_lite.compare.gate import gate
 
     console = Console(highlight=False)
-    if not args.quiet:
-        render_comparison(comparison, console, top=args.top)  # type: ignore[arg-type]
+    if args.quiet:  # the verdicts only, one line each
+        for step in comparison.steps:
+            print(printable(verdict_line(step)), flush=True)
+    else:
+        render_comparison(comparison, console, top=args.top)
     print(f"compare: {printable(folder)}", flush=True)
     if args.gate is None:
         return 0
-    result = gate(comparison, args.gate)  # type: ignore[arg-type]
+    result = gate(comparison, args.gate)
     print(f"gate: {result.line}", flush=True)
     return 1 if result.failed else 0
 

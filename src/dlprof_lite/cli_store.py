@@ -228,7 +228,7 @@ def _show_run(store: RunStore, run_id: int, *, as_json: bool) -> int:
             lines.append(f"  {key:<14}{printable(str(shown))}")
     for key in ("gpu_names", "driver_version", "nsys_version", "torch_version", "cuda_version"):
         value = run.summary.get(key)
-        if value is not None:
+        if value not in (None, ""):
             lines.append(f"  {key:<14}{printable(str(value))}")
     if len(steps):
         median = _ms(float(np.median(steps)))
