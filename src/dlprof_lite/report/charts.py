@@ -1,0 +1,321 @@
+"""Plotly figures from a Report's tables and summary (never from raw events).
+
+Place in the pipeline: report (rendering, for report/html.py). Each function returns a
+``plotly.graph_objects.Figure`` or None when the report has nothing for it (the page then
+leaves the section out). Durations are shown in one unit per chart, picked from its largest
+value; ``layout.meta`` carries that unit and its size in ns (``{"unit": "ms", "ns": 1e6}``)
+so a reader of the figure JSON (the tests) converts back exactly. Everything is capped: a
+page stays small for any profile (``LAYER_CHART_MAX``, ``ITERATION_POINTS``, ``TOP_KERNELS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dlprof_lite.annotate.names import PHASES
+from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.summary_types import Summary
+
+LAYER_CHART_MAX = 400  # layers in the chart (the largest, in network order); "+N more" noted
+ITERATION_POINTS = 5000  # points of the iteration series (min and max of each bucket kept)
+TOP_KERNELS = 20
+NAME_CHARS = 60  # axis labels; hover shows the whole name
+UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
+PHASE_COLORS = {
+    "data": "#8d6e63", "forward": "#1e88e5", "backward": "#fb8c00", "optimizer": "#43a047",
+    "compile": "#8e24aa", "other": "#78909c", "launch overhead": "#e53935", "idle": "#cfd8dc",
+}  # fmt: skip
+
+
+def unit_for(values: Sequence[float] | np.ndarray) -> tuple[str, float]:
+    """The display unit for durations in ns: the largest unit the biggest value reaches."""
+    finite = np.asarray(values, dtype=float)
+    top = float(np.nanmax(np.abs(finite))) if finite.size and np.isfinite(finite).any() else 0.0
+    for unit, size in UNITS:
+        if top >= size:
+            return unit, size
+    return "ns", 1.0
+
+
+def scaled(values: Sequence[float] | np.ndarray | pd.Series, size: float) -> list[float | None]:
+    """ns values in a unit, as plain floats (unknown: None, drawn as a gap)."""
+    array = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(float)
+    return [None if not np.isfinite(v) else float(v) / size for v in array]
+
+
+def short(name: object, limit: int = NAME_CHARS) -> str:
+    text = "" if name is None or name is pd.NA else str(name)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _layout(fig: go.Figure, title: str, unit: str, size: float, **more: object) -> go.Figure:
+    fig.update_layout(
+        title=title, meta={"unit": unit, "ns": size}, template="plotly_white",
+        margin={"l": 60, "r": 30, "t": 60, "b": 60}, legend={"orientation": "h", "y": -0.2},
+        **more,
+    )  # fmt: skip
+    return fig
+
+
+def _value(summary: Summary, key: str) -> float:
+    value = summary.number(key)
+    return 0.0 if value is None else value
+
+
+def step_parts(summary: Summary, *, gpu: bool) -> dict[str, dict[str, float]]:
+    """The step breakdown's stacked parts, ns per analysed step, by view: GPU device time per
+    phase, then launch overhead (host-bound gaps) and the rest of the GPU idle time; host
+    time per phase range. Launch overhead is part of the idle time, so each view sums to
+    the mean step (x devices for the GPU view)."""
+    views: dict[str, dict[str, float]] = {}
+    if gpu:
+        parts = {p: _value(summary, f"step_{p}_ns") for p in PHASE_COLUMNS}
+        gaps = sum(_value(summary, f"step_{p}_host_gap_ns") for p in PHASE_COLUMNS)
+        idle = _value(summary, "step_idle_ns")
+        parts["launch overhead"] = min(gaps, idle)
+        parts["idle"] = idle - parts["launch overhead"]
+        views["GPU"] = parts
+    views["host"] = {p: _value(summary, f"step_{p}_wall_ns") for p in (*PHASES, "other")}
+    return views
+
+
+def steps_figure(summary: Summary, *, gpu: bool) -> go.Figure | None:
+    """Stacked horizontal bars: one per view (GPU, host), one trace per part."""
+    if not summary.iterations.iterations_count:
+        return None
+    views = step_parts(summary, gpu=gpu)
+    names = list(dict.fromkeys(p for parts in views.values() for p in parts))
+    every = [v for parts in views.values() for v in parts.values()]
+    if not any(every):
+        return None
+    unit, size = unit_for(every)
+    fig = go.Figure()
+    for part in names:
+        ys = [view for view, parts in views.items() if parts.get(part)]
+        if not ys:
+            continue  # a part no view has (compile time without torch.compile)
+        xs = scaled([views[v][part] for v in ys], size)
+        fig.add_trace(go.Bar(
+            name=part, y=ys, x=xs, orientation="h", marker_color=PHASE_COLORS.get(part),
+            hovertemplate=f"{part}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>",
+        ))  # fmt: skip
+    return _layout(fig, "Mean analysed step, by phase", unit, size, barmode="stack",
+                   xaxis_title=f"time per step ({unit})", height=300)  # fmt: skip
+
+
+def chart_layers(layers: pd.DataFrame, cap: int = LAYER_CHART_MAX) -> tuple[pd.DataFrame, int]:
+    """The layers the chart shows (the ``cap`` largest by inclusive time per step, in
+    network order) and how many were left out."""
+    if len(layers) <= cap:
+        return layers.sort_values("order", kind="stable"), 0
+    size = sum(
+        pd.to_numeric(layers[c], errors="coerce").fillna(0.0)
+        for c in ("step_forward_wall_ns", "step_backward_wall_ns", "step_forward_gpu_ns",
+                  "step_backward_gpu_ns")
+    )  # fmt: skip
+    keep = layers.loc[pd.Series(size).sort_values(ascending=False, kind="stable").index[:cap]]
+    return keep.sort_values("order", kind="stable"), len(layers) - cap
+
+
+def axis_labels(names: Sequence[object]) -> list[str]:
+    """Category labels, shortened, made unique (a repeat gets its position) so bars of two
+    layers never merge."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, name in enumerate(names, start=1):
+        label = short(name)
+        if label in seen:
+            label = f"{label} #{i}"
+        seen.add(label)
+        out.append(label)
+    return out
+
+
+def layer_columns(layers: pd.DataFrame) -> tuple[str, bool]:
+    """The layers chart's column pattern (``{d}``: direction, ``{v}``: wall or gpu) and
+    whether it is per step: per-step means when the window has steps, else window totals
+    (an export without iterations)."""
+    per_step = any(
+        pd.to_numeric(layers[f"step_forward_{v}_ns"], errors="coerce").notna().any()
+        for v in ("wall", "gpu")
+    )
+    return ("step_{d}_{v}_ns" if per_step else "{d}_{v}_ns"), per_step
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    return pd.to_numeric(column, errors="coerce").fillna(0.0).to_numpy(float)
+
+
+def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[go.Figure | None, int]:
+    """Per-layer forward and backward time (inclusive), stacked, in network order: per step,
+    or window totals without steps; a wall/GPU toggle (plotly buttons) when both have data;
+    Tensor Core share marked on a second axis. Returns the figure and how many layers it
+    leaves out."""
+    if layers.empty:
+        return None, 0
+    shown, left = chart_layers(layers)
+    pattern, per_step = layer_columns(shown)
+    views = [(v, label) for v, label in (("wall", "host wall"), ("gpu", "GPU"))
+             if (v == "wall" or gpu) and any(_numbers(shown[pattern.format(d=d, v=v)]).any()
+                                             for d in ("forward", "backward"))]  # fmt: skip
+    if not views:
+        return None, 0
+    x = axis_labels(shown["layer"].tolist())
+    full = shown["layer"].astype(str).tolist()
+    unit, size = unit_for(
+        np.concatenate(
+            [
+                _numbers(shown[pattern.format(d=d, v=v)])
+                for v, _ in views
+                for d in ("forward", "backward")
+            ]
+        )
+    )
+    what = "per step" if per_step else "whole run"
+    fig = go.Figure()
+    for i, (view, label) in enumerate(views):
+        for direction in ("forward", "backward"):
+            fig.add_trace(go.Bar(
+                name=f"{direction} ({label})", x=x, visible=i == 0, customdata=full,
+                y=scaled(shown[pattern.format(d=direction, v=view)], size),
+                marker_color=PHASE_COLORS[direction],
+                hovertemplate=f"%{{customdata}}<br>{direction}: %{{y:.4g}} {unit}<extra></extra>",
+            ))  # fmt: skip
+    if gpu and any(v == "gpu" for v, _ in views):
+        fig.add_trace(go.Scatter(
+            name="Tensor Core share", x=x, y=scaled(shown["tc_share"], 0.01), yaxis="y2",
+            mode="markers", marker={"symbol": "diamond", "color": "#6a1b9a", "size": 8},
+            customdata=full,
+            hovertemplate="%{customdata}<br>Tensor Cores: %{y:.0f}%<extra></extra>",
+        ))  # fmt: skip
+        fig.update_layout(
+            yaxis2={
+                "title": "Tensor Core share (%)",
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 105],
+                "showgrid": False,
+            }
+        )
+    title = f"Layers in network order: forward and backward time {what} (inclusive)"
+    if left:
+        title += f" — the {len(shown)} largest; +{left} more in the table"
+    fig = _layout(fig, title, unit, size, barmode="stack", height=460,
+                  yaxis_title=f"time {what} ({unit})", xaxis={"tickangle": -45})  # fmt: skip
+    if len(views) > 1:
+        fig.update_layout(updatemenus=[{"type": "buttons", "direction": "right", "x": 0,
+                                        "y": 1.15, "xanchor": "left",
+                                        "buttons": _toggle(len(fig.data))}])  # fmt: skip
+    return fig, left
+
+
+def _toggle(traces: int) -> list[dict[str, object]]:
+    """Buttons showing one view's two bar traces (traces 0-1 wall, 2-3 GPU); the Tensor Core
+    markers (trace 4) stay."""
+    buttons: list[dict[str, object]] = []
+    for v, label in enumerate(("host wall time", "GPU time")):
+        visible = [t // 2 == v for t in range(4)] + [True] * (traces - 4)
+        buttons.append({"label": label, "method": "restyle", "args": [{"visible": visible}]})
+    return buttons
+
+
+def decimated(values: np.ndarray, limit: int = ITERATION_POINTS) -> np.ndarray:
+    """Indices of at most ``limit`` points of a series, in order: all when few; else the
+    series cut in ``limit / 2`` buckets and each bucket's minimum and maximum kept, so every
+    spike stays visible."""
+    n = len(values)
+    if n <= limit:
+        return np.arange(n)
+    buckets = np.array_split(np.arange(n), limit // 2)
+    keep = []
+    for idx in buckets:
+        part = np.nan_to_num(values[idx], nan=0.0)
+        keep += [idx[int(np.argmin(part))], idx[int(np.argmax(part))]]
+    return np.unique(np.asarray(keep))
+
+
+def _spans(flags: np.ndarray, x: np.ndarray, limit: int = 50) -> list[tuple[float, float]]:
+    """Runs of consecutive True flags as (first x - 0.5, last x + 0.5), at most ``limit``."""
+    out: list[tuple[float, float]] = []
+    start = None
+    for i, flag in enumerate(flags):
+        if flag and start is None:
+            start = i
+        if start is not None and (not flag or i == len(flags) - 1):
+            end = i if flag else i - 1
+            out.append((float(x[start]) - 0.5, float(x[end]) + 0.5))
+            start = None
+    return out[:limit]
+
+
+def _band(x0: float, x1: float, color: str, label: str) -> dict[str, object]:
+    return {"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0, "y1": 1,
+            "fillcolor": color, "opacity": 0.15, "line": {"width": 0}, "layer": "below",
+            "name": label, "label": {"text": label, "textposition": "top left",
+                                     "font": {"size": 11}}}  # fmt: skip
+
+
+def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) -> go.Figure | None:
+    """Each iteration's wall time (and GPU busy time) in order, at most ``ITERATION_POINTS``
+    points per trace; the warm-up and the analysed window shaded (shapes)."""
+    if iterations.empty:
+        return None
+    x = iterations["iteration"].to_numpy(dtype="int64")
+    wall = pd.to_numeric(iterations["wall_ns"], errors="coerce").to_numpy(float)
+    keep = decimated(wall)
+    unit, size = unit_for(wall)
+    fig = go.Figure(go.Scatter(
+        name="step wall time", x=x[keep].tolist(), y=scaled(wall[keep], size), mode="lines+markers",
+        marker={"size": 4}, line={"color": "#1e88e5"},
+        hovertemplate=f"iteration %{{x}}: %{{y:.4g}} {unit}<extra></extra>",
+    ))  # fmt: skip
+    if gpu:
+        busy = pd.to_numeric(iterations["gpu_busy_ns"], errors="coerce").to_numpy(float)
+        fig.add_trace(go.Scatter(
+            name="GPU busy", x=x[keep].tolist(), y=scaled(busy[keep], size), mode="lines",
+            line={"color": "#43a047"},
+            hovertemplate=f"iteration %{{x}}: GPU busy %{{y:.4g}} {unit}<extra></extra>",
+        ))  # fmt: skip
+    shapes = [_band(a, b, "#fb8c00", "warm-up")
+              for a, b in _spans(iterations["warmup"].astype(bool).to_numpy(), x)]  # fmt: skip
+    w = summary.window
+    if w.window_iter_start is not None and w.window_iter_stop is not None:
+        shapes.append(_band(w.window_iter_start - 0.5, w.window_iter_stop - 0.5, "#43a047",
+                            "analysed"))  # fmt: skip
+    title = "Iterations"
+    if len(keep) < len(x):
+        title += f" ({len(x)}; each bucket's min and max of {len(keep)} points shown)"
+    return _layout(fig, title, unit, size, shapes=shapes, height=360,
+                   xaxis_title="iteration", yaxis_title=f"time ({unit})")  # fmt: skip
+
+
+def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> go.Figure | None:
+    """The ``top`` kernels by total GPU time (the kernels table's order), Tensor Core kernels
+    in another colour."""
+    if kernels.empty:
+        return None
+    rows = kernels.head(top)
+    total = pd.to_numeric(rows["total_ns"], errors="coerce").to_numpy(float)
+    unit, size = unit_for(total)
+    tc = rows["tc_class"].astype(str).tolist()
+    colors = {"tc": "#6a1b9a", "no_tc": "#78909c"}
+    fig = go.Figure(go.Bar(
+        name="GPU time", orientation="h", x=scaled(total, size),
+        y=axis_labels(rows["short_name"].fillna(rows["name"]).tolist()),
+        marker_color=[colors.get(c, "#bdbdbd") for c in tc],
+        customdata=[[str(n), c, plain_count(i)] for n, c, i in
+                    zip(rows["name"].tolist(), tc, rows["instances"].tolist(), strict=True)],
+        hovertemplate=f"%{{customdata[0]}}<br>%{{x:.4g}} {unit} in %{{customdata[2]}} calls"
+                      "<br>Tensor Cores: %{customdata[1]}<extra></extra>",
+    ))  # fmt: skip
+    return _layout(fig, f"Top {len(rows)} kernels by GPU time (purple: Tensor Cores)", unit, size,
+                   height=max(300, 24 * len(rows) + 120), xaxis_title=f"GPU time ({unit})",
+                   yaxis={"autorange": "reversed"})  # fmt: skip
+
+
+def plain_count(value: object) -> str:
+    return "-" if value is None or value is pd.NA else str(value)

@@ -1,0 +1,223 @@
+"""report.html: one self-contained page from a :class:`Report` (its tables and summary only).
+
+Place in the pipeline: report (rendering; the CLI writes the page into the report folder).
+Sections, each ``<section id=...>`` with an ``<h2>``, left out when the report has nothing
+for them: ``header`` (source, GPUs, versions, window, step time and its spread, projection,
+annotation cost), ``steps`` (step breakdown), ``layers`` (chart and sortable table),
+``iterations``, ``kernels``, ``advice``, ``timeline``. On a CPU-only run the GPU parts are
+hidden, not drawn as zeros. Charts: report/charts.py; tables: report/html_tables.py; the
+page frame and plotly.js: report/plotly_bundle.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.report.build import Report
+from dlprof_lite.report.charts import (
+    iterations_figure,
+    kernels_figure,
+    layer_columns,
+    layers_figure,
+    steps_figure,
+)
+from dlprof_lite.report.html_tables import (
+    advice_list,
+    duration,
+    facts_table,
+    kernels_table,
+    layer_table,
+    percent,
+    plain,
+)
+from dlprof_lite.report.plotly_bundle import Chart, document, esc, section
+from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.timeline_chart import timeline_figure
+
+TOP_KERNEL_ROWS = 20
+
+
+def has_gpu(summary: Summary) -> bool:
+    """The run did GPU work (kernels or memory operations)."""
+    counts = (summary.number(k) for k in ("kernel_count", "memcpy_count", "memset_count"))
+    return any(c for c in counts)
+
+
+def analysed_steps(iterations: pd.DataFrame) -> np.ndarray:
+    """Wall times of the analysed iterations (in the window, after warm-up), ns."""
+    if iterations.empty:
+        return np.empty(0)
+    keep = iterations["in_window"].astype(bool) & ~iterations["warmup"].astype(bool)
+    return pd.to_numeric(iterations.loc[keep, "wall_ns"], errors="coerce").dropna().to_numpy(float)
+
+
+def _step_line(report: Report) -> str:
+    steps = analysed_steps(report.iterations)
+    if not steps.size:
+        return "-"
+    p10, p50, p90 = np.percentile(steps, [10, 50, 90])
+    cv = report.summary.number("iterations_cv")
+    spread = f", CV {cv:.1%}" if cv is not None else ""
+    return f"{duration(p50)} median (p10 {duration(p10)} – p90 {duration(p90)}{spread})"
+
+
+def _window_line(s: Summary) -> str:
+    w = s.window
+    if w.window_iter_start is None or w.window_iter_stop is None:
+        return f"{w.window_scope or 'whole run'} (no iterations found)"
+    last = w.window_iter_stop - 1
+    return (f"iterations {w.window_iter_start}–{last} ({w.window_steps} steps, "
+            f"{w.window_scope}); key range {w.key_range!r} ({w.key_range_source})")  # fmt: skip
+
+
+def _gpus_line(s: Summary) -> str:
+    if not s.gpus:
+        return s.system.gpu_names or "none with GPU work"
+    return "; ".join(
+        f"{g.name or '?'} (device {g.device_id}"
+        + (f", cc {g.compute_capability}" if g.compute_capability else "")
+        + (f", busy {g.utilization:.0%})" if g.utilization is not None else ")")
+        for g in s.gpus[:8]
+    ) + (f"; ... {len(s.gpus)} in all" if len(s.gpus) > 8 else "")  # fmt: skip
+
+
+def _projection_line(s: Summary) -> str:
+    p = s.projection
+    if p.projection_epoch_ns is None:
+        return "unknown (steps per epoch not known: pass --steps-per-epoch)"
+    return (f"{duration(p.projection_epoch_ns)} per epoch (p10 "
+            f"{duration(p.projection_epoch_p10_ns)} – p90 {duration(p.projection_epoch_p90_ns)}"
+            f"), {p.projection_steps_per_epoch} steps ({p.projection_steps_source}); "
+            f"{p.projection_epochs} epoch(s): {duration(p.projection_train_ns)}")  # fmt: skip
+
+
+def header_rows(report: Report) -> list[tuple[str, str]]:
+    """The header's facts, each a (label, text) pair; unknown facts are left out."""
+    s = report.summary
+    sy, it = s.system, s.iterations
+    versions = ", ".join(
+        f"{k} {v}" for k, v in (("torch", sy.torch_version), ("CUDA", sy.cuda_version),
+                                ("Python", sy.python_version), ("driver", sy.driver_version),
+                                ("CUDA driver", sy.cuda_driver_version),
+                                ("nsys", sy.nsys_version)) if v
+    )  # fmt: skip
+    rows = [
+        ("source", plain(sy.source)),
+        ("host", " / ".join(v for v in (sy.host, sy.os) if v) or "-"),
+        ("versions", versions or "-"),
+        ("command", plain(sy.command)),
+        ("GPUs", _gpus_line(s)),
+        ("analysed window", _window_line(s)),
+        ("iterations", f"{it.iterations_count or 0} found, {it.iterations_warmup or 0} warm-up, "
+                       f"{s.window.iterations_analysed or 0} analysed"),
+        ("steady step time", _step_line(report)),
+        ("projected epoch time", _projection_line(s)),
+    ]  # fmt: skip
+    cost = s.annotation_cost
+    if cost.annotation_cost_ns is not None:
+        rows.append(
+            (
+                "annotation cost",
+                f"{duration(cost.annotation_cost_ns)} per step "
+                f"({plain(cost.annotation_cost_pct)}% of the step)",
+            )
+        )
+    if has_gpu(s):
+        rows += [
+            ("GPU busy in the steps", percent(s.step.step_utilization)),
+            ("Tensor Core share", percent(s.tensor_cores.tc_share)),
+            ("launch overhead", f"{plain(s.launch_overhead.launch_overhead_pct)}% "
+                                f"({s.launch_overhead.launch_overhead_scope})"),
+        ]  # fmt: skip
+    return [(k, v) for k, v in rows if v != "-"]
+
+
+def _header(report: Report) -> str:
+    body = [facts_table("run-facts", header_rows(report))]
+    if report.summary.warnings:
+        items = "".join(f"<li>{esc(w)}</li>" for w in report.summary.warnings[:50])
+        body.append(f'<details><summary>{len(report.summary.warnings)} warning(s)</summary>'
+                    f"<ul>{items}</ul></details>")  # fmt: skip
+    return section("header", "Run", body)
+
+
+def _steps(report: Report, gpu: bool) -> str | None:
+    fig = steps_figure(report.summary, gpu=gpu)
+    if fig is None:
+        return None
+    note = (
+        (
+            '<p class="note">GPU: device time per phase; launch overhead is GPU idle time the '
+            "CPU caused (host-bound gaps). Host: time in each phase's ranges.</p>"
+        )
+        if gpu
+        else ""
+    )
+    return section("steps", "Step breakdown", [Chart("steps", fig).html(), note])
+
+
+def _layers(report: Report, gpu: bool) -> str | None:
+    fig, left = layers_figure(report.layers, gpu=gpu)
+    if fig is None:
+        return None
+    note = f'<p class="note">+{left} smaller layers not in the chart</p>' if left else ""
+    per_step = layer_columns(report.layers)[1]
+    table = layer_table(report.layers, gpu=gpu, per_step=per_step)
+    return section("layers", "Layers", [Chart("layers", fig).html(), note, table])
+
+
+def _iterations(report: Report, gpu: bool) -> str | None:
+    fig = iterations_figure(report.iterations, report.summary, gpu=gpu)
+    if fig is None:
+        return None
+    return section("iterations", "Iterations", [Chart("iterations", fig).html()])
+
+
+def _kernels(report: Report) -> str | None:
+    fig = kernels_figure(report.kernels, TOP_KERNEL_ROWS)
+    if fig is None:
+        return None
+    left = len(report.kernels) - TOP_KERNEL_ROWS
+    note = f'<p class="note">top {TOP_KERNEL_ROWS} of {len(report.kernels)} kernels by GPU ' \
+           "time; kernels.csv has all</p>" if left > 0 else ""  # fmt: skip
+    return section("kernels", "Top kernels", [Chart("kernels", fig).html(),
+                                               kernels_table(report.kernels, TOP_KERNEL_ROWS),
+                                               note])  # fmt: skip
+
+
+def _advice(report: Report) -> str | None:
+    if report.advice.empty:
+        return None
+    return section("advice", "Advice", [advice_list(report.advice)])
+
+
+def _timeline(report: Report) -> str | None:
+    frame = getattr(report, "timeline", None)
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        return None
+    fig, left = timeline_figure(frame)
+    if fig is None:
+        return None
+    it = report.summary.get("timeline_iteration")
+    what = f"iteration {it}" if it is not None else "one steady iteration"
+    note = f'<p class="note">{esc(what)}; the {left} shortest events are left out</p>' if left \
+        else f'<p class="note">{esc(what)}; trace.json opens it in Perfetto</p>'  # fmt: skip
+    return section("timeline", "Timeline of one iteration", [Chart("timeline", fig).html(), note])
+
+
+def report_page(report: Report) -> str:
+    """The whole report.html of ``report`` (see the module docstring)."""
+    gpu = has_gpu(report.summary)
+    parts = [
+        _header(report),
+        _steps(report, gpu),
+        _layers(report, gpu),
+        _iterations(report, gpu),
+        _kernels(report) if gpu else None,
+        _advice(report),
+        _timeline(report),
+    ]
+    source = report.summary.system.source or "profile"
+    return document(f"dlprof-lite: {source}", f"dlprof-lite report: {source}",
+                    [p for p in parts if p is not None])  # fmt: skip

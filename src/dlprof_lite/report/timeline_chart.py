@@ -1,0 +1,97 @@
+"""The one-iteration timeline of report.html: a Gantt chart from ``Report.timeline``.
+
+Place in the pipeline: report (rendering, for report/html.py). The timeline table (one
+steady iteration's events: ranges, CUDA API calls, kernels and memory operations) becomes
+horizontal bars on lanes, CPU above GPU: per thread one lane per range nesting depth and one
+for its CUDA API calls, then one lane per GPU stream. Times are µs from the iteration's first
+event. Hover shows the name, layer and phase. At most ``TIMELINE_PAGE_MAX`` events are drawn
+(the longest; the table keeps them all, trace.json shows them in Perfetto).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dlprof_lite.report.charts import short
+
+TIMELINE_PAGE_MAX = 5000
+GPU_KINDS = ("kernel", "memcpy", "memset")
+KIND_COLORS = {"range": "#1e88e5", "api": "#90a4ae", "kernel": "#fb8c00", "memcpy": "#8d6e63",
+               "memset": "#a1887f"}  # fmt: skip
+
+
+def _int(frame: pd.DataFrame, column: str) -> pd.Series:
+    if column not in frame:
+        return pd.Series(-1, index=frame.index, dtype="int64")
+    return pd.to_numeric(frame[column], errors="coerce").fillna(-1).astype("int64")
+
+
+def lanes(frame: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """Each event's lane name and every lane in display order (CPU threads first: ranges by
+    depth, then API calls; then GPU streams). The process is named when there are several."""
+    kind = frame["kind"].astype(str)
+    pid, tid = _int(frame, "pid"), _int(frame, "tid")
+    dev, stream, depth = _int(frame, "device_id"), _int(frame, "stream_id"), _int(frame, "depth")
+    several = pid[~kind.isin(GPU_KINDS)].nunique() > 1
+    proc = ("pid " + pid.astype(str) + " · ") if several else pd.Series("", index=frame.index)
+    gpu = kind.isin(GPU_KINDS)
+    # Sort keys: (group 0 CPU / 1 GPU, a, b, c) -> display order.
+    key = pd.DataFrame({
+        "g": gpu.astype(int),
+        "a": np.where(gpu, dev, pid), "b": np.where(gpu, stream, tid),
+        "c": np.where(gpu, 0, np.where(kind == "api", 1 << 20, depth)),
+    })  # fmt: skip
+    name = np.where(
+        gpu, "GPU " + dev.astype(str) + " · stream " + stream.astype(str),
+        np.where(kind == "api", proc + "thread " + tid.astype(str) + " · CUDA API",
+                 proc + "thread " + tid.astype(str) + " · depth " + depth.astype(str)),
+    )  # fmt: skip
+    key["name"] = name
+    order = key.drop_duplicates("name").sort_values(["g", "a", "b", "c"], kind="stable")
+    return pd.Series(name, index=frame.index), order["name"].tolist()
+
+
+def _text(values: pd.Series) -> list[str]:
+    return ["-" if v is None or v is pd.NA or v != v else short(v, 80) for v in values.tolist()]
+
+
+def timeline_figure(
+    frame: pd.DataFrame, cap: int = TIMELINE_PAGE_MAX
+) -> tuple[go.Figure | None, int]:
+    """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
+    many events it leaves out."""
+    if frame.empty:
+        return None, 0
+    dur = (frame["end_ns"].astype("int64") - frame["start_ns"].astype("int64")).clip(lower=0)
+    left = max(len(frame) - cap, 0)
+    if left:
+        frame = frame.loc[dur.sort_values(ascending=False, kind="stable").index[:cap]]
+        dur = dur.loc[frame.index]
+    origin = int(frame["start_ns"].min())
+    lane, order = lanes(frame)
+    fig = go.Figure()
+    for kind in ("range", "api", *GPU_KINDS):
+        rows = frame["kind"].astype(str) == kind
+        if not rows.any():
+            continue
+        part = frame[rows]
+        data = [list(t) for t in zip(
+            _text(part["name"]), _text(part.get("layer", pd.Series(None, index=part.index))),
+            _text(part.get("phase", pd.Series(None, index=part.index))), strict=True)]  # fmt: skip
+        fig.add_trace(go.Bar(
+            name=kind, orientation="h", y=lane[rows].tolist(),
+            base=((part["start_ns"].astype("int64") - origin) / 1e3).tolist(),
+            x=(dur[rows] / 1e3).tolist(), marker_color=KIND_COLORS[kind], customdata=data,
+            hovertemplate="%{customdata[0]}<br>%{x:.3f} µs from %{base:.3f} µs"
+                          "<br>layer: %{customdata[1]}<br>phase: %{customdata[2]}<extra></extra>",
+        ))  # fmt: skip
+    fig.update_layout(
+        title="One iteration: CPU ranges and API calls per thread, GPU work per stream",
+        meta={"unit": "µs", "ns": 1e3, "origin_ns": origin}, template="plotly_white",
+        barmode="overlay", height=max(320, 26 * len(order) + 140), xaxis_title="µs",
+        yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
+        margin={"l": 200, "r": 30, "t": 60, "b": 50}, legend={"orientation": "h", "y": -0.15},
+    )  # fmt: skip
+    return fig, left
