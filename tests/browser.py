@@ -1,0 +1,385 @@
+"""Headless Chromium for the page tests: open a page from disk with the network cut off and
+report what a person would have seen.
+
+Debian's ``chromium`` (``scripts/setup.sh`` installs it; ``DLPROF_CHROMIUM`` names another
+binary) is driven by the ``playwright`` package, used only as a driver: never its downloaded
+browsers. Without either, a test skips with the reason; under ``CI=true`` it fails
+(``conftest.missing``).
+
+A test module takes the fixture with ``from browser import chromium_fixture  # noqa: F401``
+(registered under the name ``chromium``) and calls ``chromium.open_page(path)``. The page is
+loaded from ``file://``; every request beyond the page itself and inline ``data:``/``blob:``/
+``about:`` URLs is recorded and aborted: a page that asks the network, or for any other file
+(a page must be one self-contained file), shows it in :attr:`PageResult.requests` and fails
+:meth:`PageResult.problems`. The page is done when it sets
+``document.body.dataset.rendered = "true"`` (or ``dataset.error``), the contract of issue
+#15's pages; then its charts, sections and a full-page screenshot are read.
+
+The screenshot is checked with our own PNG decoder (zlib + struct + numpy, no imaging
+library): :func:`decode_png` and :func:`blank_reasons`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import missing
+
+RENDER_TIMEOUT_MS = 30_000
+VIEWPORT = {"width": 1280, "height": 900}
+INLINE_SCHEMES = ("data:", "blob:", "about:")
+
+# Set before any page script runs: the time (ms after navigation start) at which the page
+# sets body.dataset.rendered or .error, seen by a MutationObserver, so a render time is the
+# page's own clock rather than the driver's polling interval.
+RENDER_CLOCK = """
+new MutationObserver(() => {
+  const b = document.body;
+  if (b && (b.dataset.rendered === "true" || b.dataset.error) && !window.__doneAt) {
+    window.__doneAt = performance.now();
+  }
+}).observe(document, {attributes: true, subtree: true,
+                      attributeFilter: ["data-rendered", "data-error"]});
+"""
+
+DONE = """() => document.body
+  && (document.body.dataset.rendered === "true" || !!document.body.dataset.error)"""
+
+# Plotly's SVG data elements, by trace type; a path Plotly hides (a zero-size bar, a point
+# off the axes) has an empty path or "M0,0Z" and is not counted.
+DRAWN_SELECTOR = ", ".join([
+    ".trace path.point",  # scatter markers, box outliers
+    ".trace.bars path",  # bars (also horizontal: a timeline drawn as bars)
+    ".scatterlayer path.js-line",  # lines
+    ".scatterlayer path.js-fill",  # filled areas
+    ".boxlayer path.box",  # box plots
+    ".trace path.surface",  # pie slices
+    ".heatmaplayer image",  # heatmaps
+])  # fmt: skip
+
+READ_PAGE = """
+(selector) => {
+  const drawn = (el) => [...el.querySelectorAll(selector)].filter((e) => {
+    if (e.tagName === "image") return true;
+    const d = e.getAttribute("d") || "";
+    return d !== "" && d !== "M0,0Z" && !d.includes("NaN");
+  }).length;
+  const charts = [...document.querySelectorAll("div.chart")].map((el) => {
+    const box = el.getBoundingClientRect();
+    return {id: el.id, points: el.dataset.points ?? null, drawn: drawn(el),
+            traces: (el._fullData || []).length, plotly: el.classList.contains("js-plotly-plot"),
+            width: box.width, height: box.height};
+  });
+  const sections = [...document.querySelectorAll("section[id]")].map((s) => {
+    const h2 = s.querySelector("h2");
+    return {id: s.id, title: h2 ? h2.textContent.trim() : null,
+            height: s.getBoundingClientRect().height};
+  });
+  return {charts, sections, rendered: document.body.dataset.rendered === "true",
+          error: document.body.dataset.error || null, doneAt: window.__doneAt ?? null};
+}
+"""
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One ``div.chart``: ``points`` is its ``data-points`` attribute (None when absent or not
+    a whole number), ``drawn`` the SVG data elements Plotly drew in it, ``traces`` the traces
+    Plotly holds for it, ``plotly`` whether Plotly rendered into it at all."""
+
+    id: str
+    points: int | None
+    drawn: int
+    traces: int
+    plotly: bool
+    width: float
+    height: float
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.points is None or self.points <= 0:
+            found.append(f"chart {self.id!r}: data-points is {self.points}, want > 0")
+        if not self.plotly or self.drawn <= 0:
+            found.append(f"chart {self.id!r}: nothing drawn ({self.drawn} data elements)")
+        if self.width <= 0 or self.height <= 0:
+            found.append(f"chart {self.id!r}: no size ({self.width} x {self.height})")
+        return found
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str | None  # its <h2>
+    height: float
+
+
+@dataclass(frozen=True)
+class PageResult:
+    """What a page did in Chromium. ``error``: the page's ``dataset.error`` or the harness's
+        own line (a time-out); ``console_errors``: console.error messages and uncaught
+        exceptions; ``requests``: every URL the page asked for beyond itself and inline data
+    (remote ones were aborted); ``failed``: the requests that did not complete;
+        ``render_ms``: navigation start to the rendered (or error) flag, the page's clock."""
+
+    path: Path
+    size_bytes: int
+    rendered: bool
+    error: str | None
+    console_errors: tuple[str, ...]
+    requests: tuple[str, ...]
+    failed: tuple[str, ...]
+    charts: tuple[Chart, ...]
+    sections: tuple[Section, ...]
+    screenshot: bytes
+    render_ms: float | None
+
+    @property
+    def section_ids(self) -> list[str]:
+        return [s.id for s in self.sections]
+
+    def chart(self, chart_id: str) -> Chart:
+        found = [c for c in self.charts if c.id == chart_id]
+        if not found:
+            raise AssertionError(f"no chart {chart_id!r} (charts: {[c.id for c in self.charts]})")
+        return found[0]
+
+    def problems(self) -> list[str]:
+        """Every way the page failed the contract, one sentence each (empty: it passed)."""
+        found = [] if self.rendered else ["the page never set body.dataset.rendered"]
+        if self.error:
+            found.append(f"page error: {self.error}")
+        found += [f"console error: {m}" for m in self.console_errors]
+        found += [f"network request: {u}" for u in self.requests]
+        for chart in self.charts:
+            found += chart.problems()
+        found += [f"section {s.id!r} has no <h2>" for s in self.sections if not s.title]
+        found += [f"section {s.id!r} is empty (0 px high)" for s in self.sections if s.height <= 0]
+        found += [f"screenshot: {r}" for r in blank_reasons(decode_png(self.screenshot))]
+        return found
+
+
+class Chromium:
+    """One headless Chromium; each :meth:`open_page` gets a fresh context (no cache, no
+    storage shared between pages)."""
+
+    def __init__(self, browser: Any) -> None:
+        self.browser = browser
+
+    def open_page(self, path: str | Path, *, timeout_ms: int = RENDER_TIMEOUT_MS,
+                  viewport: dict[str, int] | None = None) -> PageResult:  # fmt: skip
+        path = Path(path).resolve()
+        own = path.as_uri()
+        context = self.browser.new_context(viewport=viewport or VIEWPORT,
+                                           service_workers="block")  # fmt: skip
+        requests: list[str] = []
+        console: list[str] = []
+        failed: list[str] = []
+
+        def block(route: Any) -> None:
+            url = route.request.url
+            if url == own or url.startswith(INLINE_SCHEMES):
+                route.continue_()
+            else:
+                requests.append(url)
+                route.abort()
+
+        context.route("**/*", block)
+        page = context.new_page()
+        # Also noted here: a request the route does not see (a file:// one, say).
+        page.on("request", lambda r: _note(r.url, own, requests))
+        page.on("websocket", lambda ws: _note(ws.url, own, requests))
+        page.on("requestfailed", lambda r: failed.append(r.url))
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: console.append(f"uncaught: {e}"))
+        page.add_init_script(RENDER_CLOCK)
+        try:
+            page.goto(path.as_uri(), wait_until="load", timeout=timeout_ms)
+            timed_out = _wait_done(page, timeout_ms)
+            state = page.evaluate(READ_PAGE, DRAWN_SELECTOR)
+            shot = page.screenshot(full_page=True, type="png")
+        finally:
+            context.close()
+        return PageResult(
+            path=path,
+            size_bytes=path.stat().st_size,
+            rendered=bool(state["rendered"]),
+            error=timed_out or state["error"],
+            console_errors=tuple(console),
+            requests=tuple(dict.fromkeys(requests)),
+            failed=tuple(dict.fromkeys(failed)),
+            charts=tuple(_chart(c) for c in state["charts"]),
+            sections=tuple(Section(s["id"], s["title"], s["height"]) for s in state["sections"]),
+            screenshot=shot,
+            render_ms=state["doneAt"],
+        )
+
+
+def _note(url: str, own: str, requests: list[str]) -> None:
+    if url != own and not url.startswith(INLINE_SCHEMES):
+        requests.append(url)
+
+
+def _wait_done(page: Any, timeout_ms: int) -> str | None:
+    """None when the page set its flag in time, else the harness's error line."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    start = time.perf_counter()
+    try:
+        page.wait_for_function(DONE, timeout=timeout_ms, polling=50)
+    except PlaywrightTimeout:
+        return f"neither rendered nor error after {time.perf_counter() - start:.1f} s"
+    return None
+
+
+def _chart(raw: dict[str, Any]) -> Chart:
+    text = raw["points"]
+    points = int(text) if isinstance(text, str) and text.strip().isdigit() else None
+    return Chart(raw["id"], points, int(raw["drawn"]), int(raw["traces"]), bool(raw["plotly"]),
+                 float(raw["width"]), float(raw["height"]))  # fmt: skip
+
+
+def chromium_path() -> str | None:
+    """``DLPROF_CHROMIUM``, else Debian's ``chromium`` on PATH."""
+    named = os.environ.get("DLPROF_CHROMIUM")
+    if named:
+        return named if Path(named).is_file() else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session", name="chromium")
+def chromium_fixture() -> Iterator[Chromium]:
+    """The session's headless Chromium (skip, or fail under CI, without one)."""
+    exe = chromium_path()
+    if exe is None:
+        missing("no Chromium (Debian: apt-get install chromium; or set DLPROF_CHROMIUM)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("the playwright package is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as driver:
+        # --no-sandbox: the test may run as root in a container, where the sandbox cannot start.
+        browser = driver.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        try:
+            yield Chromium(browser)
+        finally:
+            browser.close()
+
+
+# --- the screenshot ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Image:
+    """Decoded pixels, shape (height, width, channels), uint8; channels 1-4 as in the PNG."""
+
+    pixels: np.ndarray
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+    def rgb(self) -> np.ndarray:
+        p = self.pixels
+        return p[..., :3] if p.shape[2] >= 3 else np.repeat(p[..., :1], 3, axis=2)
+
+
+CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}  # PNG colour type -> samples per pixel
+
+
+def decode_png(data: bytes) -> Image:
+    """Decode an 8-bit, non-interlaced greyscale/RGB(A) PNG (what Chromium writes)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    pos, header, idat = 8, b"", bytearray()
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            break
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    if depth != 8 or colour not in CHANNELS or interlace:
+        raise ValueError(f"unsupported PNG: depth {depth}, colour type {colour}, "
+                         f"interlace {interlace}")  # fmt: skip
+    bpp = CHANNELS[colour]
+    raw = np.frombuffer(zlib.decompress(bytes(idat)), dtype=np.uint8)
+    rows = raw.reshape(height, 1 + width * bpp)
+    out = np.zeros((height, width * bpp), dtype=np.uint8)
+    prev = np.zeros(width * bpp, dtype=np.uint8)
+    for y in range(height):
+        prev = out[y] = _unfilter(int(rows[y, 0]), rows[y, 1:], prev, bpp)
+    return Image(out.reshape(height, width, bpp))
+
+
+def _unfilter(kind: int, line: np.ndarray, prev: np.ndarray, bpp: int) -> np.ndarray:
+    """One scanline's PNG filter undone (RFC 2083 §6): None, Sub and Up vectorised; Average
+    and Paeth depend on the byte just decoded, so they run per pixel."""
+    if kind == 0:
+        return line
+    if kind == 2:
+        return line + prev  # uint8 wraps modulo 256, as the filter's arithmetic does
+    if kind == 1:  # running sums per channel, modulo 256
+        sums = np.cumsum(line.reshape(-1, bpp).astype(np.int64), axis=0)
+        return (sums & 0xFF).astype(np.uint8).reshape(-1)
+    cur = line.astype(np.int32)
+    up = prev.astype(np.int32)
+    for i in range(len(cur)):
+        left = int(cur[i - bpp]) if i >= bpp else 0
+        if kind == 3:
+            cur[i] = (cur[i] + (left + int(up[i])) // 2) & 0xFF
+            continue
+        upleft = int(up[i - bpp]) if i >= bpp else 0
+        p = left + int(up[i]) - upleft
+        pa, pb, pc = abs(p - left), abs(p - int(up[i])), abs(p - upleft)
+        pred = left if pa <= pb and pa <= pc else int(up[i]) if pb <= pc else upleft
+        cur[i] = (cur[i] + pred) & 0xFF
+    return cur.astype(np.uint8)
+
+
+BAND_PX = 200  # the page is judged in horizontal bands of this height
+MIN_COLOURS = 64  # text anti-aliasing alone gives dozens; charts give hundreds
+MIN_INK_SHARE = 0.03  # of all pixels, not (near) white
+MIN_INKED_BANDS = 0.8  # share of bands with some ink: no blank stretch down the page
+
+
+def blank_reasons(image: Image) -> list[str]:
+    """Why a screenshot looks blank or partly blank (empty: it does not): too few distinct
+    colours, too little that is not white, or too many bands with nothing between the page's
+    first and last marks (a section that drew nothing leaves such a stretch)."""
+    rgb = image.rgb()
+    wide = rgb.astype(np.uint32)
+    packed = (wide[..., 0] << 16) | (wide[..., 1] << 8) | wide[..., 2]
+    colours = len(np.unique(packed))
+    ink = rgb.min(axis=2) < 245
+    # Bands between the first and the last inked row: white below a short page is no fault.
+    rows = np.flatnonzero(ink.any(axis=1))
+    top, bottom = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, image.height)
+    bands = [ink[y : min(y + BAND_PX, bottom)].mean() > 0.002 for y in range(top, bottom, BAND_PX)]
+    found = []
+    if colours < MIN_COLOURS:
+        found.append(f"{colours} distinct colours (want >= {MIN_COLOURS})")
+    if ink.mean() < MIN_INK_SHARE:
+        found.append(f"{ink.mean():.1%} of pixels not white (want >= {MIN_INK_SHARE:.0%})")
+    if np.mean(bands) < MIN_INKED_BANDS:
+        found.append(f"{sum(bands)} of {len(bands)} {BAND_PX}-px bands hold anything "
+                     f"(want >= {MIN_INKED_BANDS:.0%})")  # fmt: skip
+    return found

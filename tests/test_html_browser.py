@@ -1,0 +1,180 @@
+"""report.html in a real headless Chromium, from ``file://``, with the network cut off.
+
+First the harness itself (tests/browser.py) on pages written here: a correct Plotly page
+passes; a console error, a network request, a chart with nothing drawn, a blank page, a page
+that never finishes and one that reports an error are each caught. Then the product's pages.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from browser import Chromium, Image, blank_reasons, chromium_fixture, decode_png  # noqa: F401
+
+
+def plotly_page(folder: Path, name: str, *, extra_script: str = "", extra_body: str = "",
+                bars: int = 5, points: int | None = None) -> Path:  # fmt: skip
+    """A page made the contract's way, by hand: plotly.js inline, one ``div.chart`` drawn
+    with ``Plotly.newPlot`` from a figure built in Python, the rendered flag set after it."""
+    import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs
+
+    xs = [f"layer{i}" for i in range(bars)]
+    fig = go.Figure(go.Bar(x=xs, y=[i + 1 for i in range(bars)]))
+    fig.update_layout(width=900, height=500)
+    figure = fig.to_plotly_json()
+    html = f"""<!doctype html><html><head><meta charset="utf-8">
+<script>{get_plotlyjs()}</script></head><body>
+<section id="steps"><h2>Step breakdown</h2>
+<div class="chart" id="chart-steps" data-points="{bars if points is None else points}"></div>
+</section>{extra_body}
+<script>
+const fig = {json.dumps(figure, default=list)};
+Plotly.newPlot("chart-steps", fig.data, fig.layout)
+  .then(() => {{ {extra_script} document.body.dataset.rendered = "true"; }})
+  .catch((e) => {{ console.error(e); document.body.dataset.error = String(e); }});
+</script></body></html>"""
+    path = folder / f"{name}.html"
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def test_a_correct_page_passes(chromium: Chromium, tmp_path: Path) -> None:
+    result = chromium.open_page(plotly_page(tmp_path, "good", bars=7))
+    assert result.problems() == []
+    assert result.section_ids == ["steps"]
+    chart = result.chart("chart-steps")
+    # One bar path per bar: the count of drawn elements is the figure's, not just "some".
+    assert (chart.points, chart.drawn, chart.traces) == (7, 7, 1)
+    assert result.render_ms is not None and result.render_ms > 0
+
+
+def test_a_console_error_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    page = plotly_page(tmp_path, "console", extra_script="console.error('layer table broke');")
+    result = chromium.open_page(page)
+    assert result.console_errors == ("layer table broke",)
+    assert "console error: layer table broke" in result.problems()
+
+
+def test_an_uncaught_exception_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    page = plotly_page(tmp_path, "throw", extra_body="<script>undefinedThing.call()</script>")
+    result = chromium.open_page(page)
+    assert any("undefinedThing" in m for m in result.console_errors), result.console_errors
+
+
+@pytest.mark.parametrize("asks", [
+    '<img src="http://example.invalid/logo.png">',
+    '<link rel="stylesheet" href="https://cdn.example.invalid/page.css">',
+    '<script src="//cdn.example.invalid/plotly.min.js"></script>',
+    "<script>fetch('https://example.invalid/data.json').catch(() => {})</script>",
+    '<script src="example.invalid/plotly.js"></script>',  # a file beside the page
+])  # fmt: skip
+def test_a_network_request_is_caught_and_never_made(
+    chromium: Chromium, tmp_path: Path, asks: str
+) -> None:
+    result = chromium.open_page(plotly_page(tmp_path, "net", extra_body=asks))
+    assert len(result.requests) == 1 and "example.invalid" in result.requests[0]
+    assert result.failed == result.requests  # aborted: nothing left the machine
+    assert any(p.startswith("network request: ") for p in result.problems())
+
+
+def test_a_chart_with_nothing_drawn_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    # The flag is set but the second chart div was never drawn; the first claims 0 points.
+    body = (
+        '<section id="layers"><h2>Layers</h2><div class="chart" id="chart-layers" '
+        'data-points="4" style="height:300px"></div></section>'
+    )
+    result = chromium.open_page(plotly_page(tmp_path, "undrawn", extra_body=body, points=0))
+    problems = result.problems()
+    assert "chart 'chart-steps': data-points is 0, want > 0" in problems
+    assert "chart 'chart-layers': nothing drawn (0 data elements)" in problems
+    assert result.chart("chart-layers").points == 4
+
+
+def test_a_blank_page_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    page = tmp_path / "blank.html"
+    page.write_text('<!doctype html><body><div style="height:3000px"></div>'
+                    '<script>document.body.dataset.rendered = "true"</script></body>')  # fmt: skip
+    result = chromium.open_page(page)
+    reasons = blank_reasons(decode_png(result.screenshot))
+    assert len(reasons) == 3, reasons  # colours, ink and bands all fail
+    assert result.problems() == [f"screenshot: {r}" for r in reasons]
+
+
+def test_a_page_blank_below_its_chart_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    """A chart on top, a footer at the bottom and a tall empty stretch between them (a section
+    that drew nothing)."""
+    body = '<div style="height:4000px"></div><footer>dlprof-lite</footer>'
+    page = plotly_page(tmp_path, "half", extra_body=body)
+    reasons = blank_reasons(decode_png(chromium.open_page(page).screenshot))
+    assert any("bands hold anything" in r for r in reasons), reasons
+
+
+def test_a_page_that_never_finishes_or_reports_an_error(chromium: Chromium, tmp_path: Path) -> None:
+    never = tmp_path / "never.html"
+    never.write_text("<!doctype html><body><p>waiting</p></body>")
+    result = chromium.open_page(never, timeout_ms=1500)
+    assert not result.rendered and result.error is not None and "after" in result.error
+    failed = tmp_path / "failed.html"
+    failed.write_text('<!doctype html><body><script>document.body.dataset.error = '
+                      '"DecompressionStream failed"</script></body>')  # fmt: skip
+    result = chromium.open_page(failed)
+    assert "page error: DecompressionStream failed" in result.problems()
+
+
+def test_png_decoder_against_known_pixels(chromium: Chromium, tmp_path: Path) -> None:
+    """Chromium's own PNG of four coloured blocks of known size decodes to those colours."""
+    page = tmp_path / "blocks.html"
+    blocks = "".join(f'<div style="position:absolute;left:{x}px;top:0;width:100px;height:50px;'
+                     f'background:{c}"></div>'
+                     for x, c in ((0, "#ff0000"), (100, "#00ff00"), (200, "#0000ff"),
+                                  (300, "#123456")))  # fmt: skip
+    page.write_text(f'<!doctype html><body style="margin:0">{blocks}'
+                    '<script>document.body.dataset.rendered = "true"</script></body>')  # fmt: skip
+    image = decode_png(chromium.open_page(page, viewport={"width": 400, "height": 50}).screenshot)
+    assert (image.width, image.height) == (400, 50)
+    rgb = image.rgb()
+    for x, want in ((50, (255, 0, 0)), (150, (0, 255, 0)), (250, (0, 0, 255)),
+                    (350, (0x12, 0x34, 0x56))):  # fmt: skip
+        assert np.all(rgb[:, x - 50 : x + 50] == want), (x, want)
+    assert isinstance(image, Image)
+
+
+def encode_png(pixels: np.ndarray, filters: list[int]) -> bytes:
+    """An RGB PNG with the given filter type per row, written from the PNG specification's
+    forward filters (the decoder undoes them): the decoder's oracle for every filter."""
+    height, width, bpp = pixels.shape
+    data = pixels.reshape(height, width * bpp).astype(np.int64)
+    out = bytearray()
+    for y, kind in enumerate(filters):
+        cur, up = data[y], data[y - 1] if y else np.zeros_like(data[0])
+        left = np.concatenate([np.zeros(bpp, np.int64), cur[:-bpp]])
+        upleft = np.concatenate([np.zeros(bpp, np.int64), up[:-bpp]])
+        p = left + up - upleft
+        pa, pb, pc = np.abs(p - left), np.abs(p - up), np.abs(p - upleft)
+        paeth = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, up, upleft))
+        pred = [0 * cur, left, up, (left + up) // 2, paeth][kind]
+        out += bytes([kind]) + bytes(((cur - pred) % 256).astype(np.uint8))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + body))
+        return struct.pack(">I", len(body)) + kind + body + crc
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(bytes(out))) + chunk(b"IEND", b""))  # fmt: skip
+
+
+def test_png_decoder_undoes_every_filter() -> None:
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 256, size=(10, 13, 3), dtype=np.uint8)
+    filters = [0, 1, 2, 3, 4, 4, 3, 2, 1, 0]
+    assert np.array_equal(decode_png(encode_png(pixels, filters)).pixels, pixels)
+    flat = np.full((40, 40, 3), 255, dtype=np.uint8)
+    assert len(blank_reasons(decode_png(encode_png(flat, [1] * 40)))) == 3
