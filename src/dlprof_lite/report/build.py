@@ -8,7 +8,7 @@ pickles (a process pool may build it) and re-renders without the Profile.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -24,9 +24,10 @@ from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.summary import summarize
 from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.report.tables import kernels_table, ranges_table
+from dlprof_lite.report.timeline import TIMELINE_MAX_EVENTS, empty_timeline, report_timeline
 from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_of
 
-TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice")
+TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline")
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
 FORMATS = ("csv", "json")
 
@@ -39,6 +40,9 @@ class Report:
     layers: pd.DataFrame
     iterations: pd.DataFrame
     advice: pd.DataFrame
+    # One steady iteration's events, capped (report/timeline.py); a folder written before
+    # the timeline existed reads back with none.
+    timeline: pd.DataFrame = field(default_factory=empty_timeline)
 
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""
@@ -74,12 +78,17 @@ class Report:
 
 
 def build_report(
-    profile: Profile, *, all_iterations: bool = False, projection: ProjectionInput | None = None
+    profile: Profile,
+    *,
+    all_iterations: bool = False,
+    projection: ProjectionInput | None = None,
+    timeline_cap: int = TIMELINE_MAX_EVENTS,
 ) -> Report:
     """Every table of ``profile``: kernels, ranges and layers over the analysed window (the
     whole run with ``all_iterations`` or without iterations; report/window.py); the summary's
     projection from ``projection`` (the user's steps per epoch and epochs), else from the
-    DataLoader's length and one epoch (report/projection.py)."""
+    DataLoader's length and one epoch (report/projection.py); the timeline: one steady
+    iteration's events, at most ``timeline_cap`` (report/timeline.py)."""
     devices = device_count(profile.kernels, profile.memops, profile.gpus)
     meta = profile.meta
     window = choose_window(profile.iterations, (meta.session_start_ns, meta.session_end_ns),
@@ -93,8 +102,11 @@ def build_report(
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices
     )
-    fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum())}
+    timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
+    fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum()),
+              "timeline_iteration": shown}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
+    found = replace(found, warnings=(*found.warnings, *timeline_warnings))
     summary = replace(found, advice=tuple(advise(found, layers)))
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
@@ -105,6 +117,7 @@ def build_report(
         layers=layers,
         iterations=iterations,
         advice=advice,
+        timeline=timeline,
     )
 
 

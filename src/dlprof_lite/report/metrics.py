@@ -205,6 +205,28 @@ ADVICE_REPORT = _cols(
     ("citation", "", "where the rule and its threshold come from"),
 )
 
+# One iteration's events (report/timeline.py): what trace.json and the page's timeline draw.
+TIMELINE_REPORT = _cols(
+    ("kind", "", "range (NVTX), api (CUDA API call), kernel, memcpy or memset"),
+    ("name", "", "range text, API function name, kernel short name, or memcpy/memset and its "
+     "copy kind (memcpy HtoD)"),
+    ("full_name", "", "demangled kernel name (other kinds: the name again)"),
+    ("pid", "", "process id"),
+    ("tid", "", "thread id: the range's or call's thread; a GPU op's launching thread"),
+    ("device_id", "", "CUDA device of a GPU op (empty for ranges and API calls)"),
+    ("stream_id", "", "CUDA stream of a GPU op (empty for ranges and API calls)"),
+    ("start_ns", "ns", "start on the nsys session clock (absolute, not rounded)"),
+    ("end_ns", "ns", "end on the nsys session clock (a range never closed: session end)"),
+    ("depth", "", "a range's nesting depth on its thread, 0 at top level (else empty)"),
+    ("domain", "", "a range's NVTX domain ('' for the default domain; else empty)"),
+    ("layer", "", "module (layer) as ingest labelled the op, a launch call's op, or a module "
+     "range's own; empty when none"),
+    ("phase", "", "data, forward, backward, optimizer, compile or other, labelled the same way"),
+    ("correlation_id", "", "CUPTI correlation id joining a launch call to its GPU op"),
+    ("iteration", "", "iteration of the event: a GPU op's launch, a call's or range's start "
+     "(a range opened before the window: the window's first)"),
+)  # fmt: skip
+
 # Projected epoch and training time (report/projection.py); empty when steps per epoch are
 # unknown (a summary warning says why).
 _PROJ = "projected from the analysed steps:"
@@ -341,6 +363,8 @@ SUMMARY_REPORT = _cols(
     ("window_start_ns", "ns", "window start (first step's start; whole run: session start)"),
     ("window_end_ns", "ns", "window end (last step's end; whole run: session end)"),
     ("window_kernel_ns", "ns", "GPU time of the kernels in the window (the kernels table's)"),
+    ("timeline_iteration", "", "iteration the timeline table and trace.json show: the analysed "
+     "one whose wall time is nearest the median (empty without iterations)"),
     *_PROJECTION,
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),
@@ -377,6 +401,7 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "layers": LAYER_REPORT,
     "iterations": ITERATION_REPORT,
     "advice": ADVICE_REPORT,
+    "timeline": TIMELINE_REPORT,
     "runs": RUNS_REPORT,
 }
 

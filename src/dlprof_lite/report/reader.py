@@ -9,6 +9,7 @@ CSV files; their dtypes are pandas' inference, and the summary's GPU list is not
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,11 @@ from dlprof_lite.report.build import TABLES, Report
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
 from dlprof_lite.report.summary_types import Advice, Summary, build_summary, scalar
+from dlprof_lite.report.timeline import empty_timeline
 from dlprof_lite.report.writers import unquote_cell
+
+# Tables a report folder may lack (written by an older dlprof-lite): how to read their absence.
+OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {"timeline": empty_timeline}
 
 
 def open_report(folder: str | Path) -> Report:
@@ -30,7 +35,11 @@ def open_report(folder: str | Path) -> Report:
         raise InputError(f"{root}: no such report folder")
     if not any((root / f"summary.{s}").is_file() for s in ("json", "csv")):
         raise InputError(f"{root}: not a dlprof-lite report folder (no summary.json or .csv)")
-    frames = {name: _read_table(root, name) for name in TABLES if name != "summary"}
+    tables = [name for name in TABLES if name != "summary" and name not in OPTIONAL]
+    frames = {name: _read_table(root, name) for name in tables}
+    for name, empty in OPTIONAL.items():
+        present = any((root / f"{name}.{s}").is_file() for s in ("json", "csv"))
+        frames[name] = _read_table(root, name) if present else empty()
     return Report(summary=_read_summary(root, frames["advice"]), **frames)
 
 

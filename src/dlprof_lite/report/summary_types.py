@@ -80,8 +80,9 @@ class System(_Group):
 
 @dataclass(frozen=True)
 class Window(_Group):
-    """Which steps the statistics cover (the key range, the analysed iterations) and what the
-    kernels, ranges and layers tables cover (``window_*``: report/window.py)."""
+    """Which steps the statistics cover (the key range, the analysed iterations), what the
+    kernels, ranges and layers tables cover (``window_*``: report/window.py) and which
+    iteration the timeline shows (report/timeline.py)."""
 
     key_range: str | None
     key_range_source: str | None
@@ -93,6 +94,7 @@ class Window(_Group):
     window_start_ns: int | None
     window_end_ns: int | None
     window_kernel_ns: int | None
+    timeline_iteration: int | None
 
 
 @dataclass(frozen=True)
