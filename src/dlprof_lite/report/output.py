@@ -209,6 +209,8 @@ def report_tables(report: Report) -> list[Table]:
     for name in TABLES:
         document = report.summary.document() if name == "summary" else None
         cut = window if name in WINDOWED else None
+        if name == "timeline":  # its one iteration, not the tables' window
+            cut = {"timeline_iteration": report.summary.window.timeline_iteration}
         tables.append(Table(name, report.table(name), document, window=cut))
     return tables
 
