@@ -24,9 +24,11 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,9 @@ READ_PAGE = """
   }).length;
   const charts = [...document.querySelectorAll("div.chart")].map((el) => {
     const box = el.getBoundingClientRect();
+    const section = el.closest("section");
     return {id: el.id, points: el.dataset.points ?? null, drawn: drawn(el),
+            section: section ? section.id : null,
             traces: (el._fullData || []).length, plotly: el.classList.contains("js-plotly-plot"),
             width: box.width, height: box.height};
   });
@@ -105,6 +109,7 @@ class Chart:
     plotly: bool
     width: float
     height: float
+    section: str | None  # the id of the <section> holding it
 
     def problems(self) -> list[str]:
         found = []
@@ -143,6 +148,7 @@ class PageResult:
     sections: tuple[Section, ...]
     screenshot: bytes
     render_ms: float | None
+    extra: object = None
 
     @property
     def section_ids(self) -> list[str]:
@@ -177,7 +183,10 @@ class Chromium:
         self.browser = browser
 
     def open_page(self, path: str | Path, *, timeout_ms: int = RENDER_TIMEOUT_MS,
-                  viewport: dict[str, int] | None = None) -> PageResult:  # fmt: skip
+                  viewport: dict[str, int] | None = None,
+                  then: Callable[[Any], object] | None = None) -> PageResult:  # fmt: skip
+        """Open ``path`` and read it once done (see the module docstring). ``then``: called
+        with the Playwright page after that (clicks, reads); its result is ``extra``."""
         path = Path(path).resolve()
         own = path.as_uri()
         context = self.browser.new_context(viewport=viewport or VIEWPORT,
@@ -208,6 +217,7 @@ class Chromium:
             timed_out = _wait_done(page, timeout_ms)
             state = page.evaluate(READ_PAGE, DRAWN_SELECTOR)
             shot = page.screenshot(full_page=True, type="png")
+            extra = then(page) if then is not None else None
         finally:
             context.close()
         return PageResult(
@@ -222,6 +232,7 @@ class Chromium:
             sections=tuple(Section(s["id"], s["title"], s["height"]) for s in state["sections"]),
             screenshot=shot,
             render_ms=state["doneAt"],
+            extra=extra,
         )
 
 
@@ -246,7 +257,7 @@ def _chart(raw: dict[str, Any]) -> Chart:
     text = raw["points"]
     points = int(text) if isinstance(text, str) and text.strip().isdigit() else None
     return Chart(raw["id"], points, int(raw["drawn"]), int(raw["traces"]), bool(raw["plotly"]),
-                 float(raw["width"]), float(raw["height"]))  # fmt: skip
+                 float(raw["width"]), float(raw["height"]), raw["section"])  # fmt: skip
 
 
 def chromium_path() -> str | None:
@@ -274,6 +285,70 @@ def chromium_fixture() -> Iterator[Chromium]:
             yield Chromium(browser)
         finally:
             browser.close()
+
+
+# --- the pages of issue #15 ---------------------------------------------------------------
+
+# Report page sections in page order, and the chart each one draws (contract, issue #15).
+REPORT_SECTIONS = ("header", "steps", "layers", "iterations", "kernels", "advice", "timeline")
+REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers",
+                 "iterations": "chart-iterations", "kernels": "chart-kernels",
+                 "timeline": "chart-timeline"}  # fmt: skip
+
+
+def profile_lenet(nsys: str, out: Path, *script_args: str) -> Path:
+    """examples/lenet.py profiled for real by the command line into ``out``."""
+    script = Path(__file__).resolve().parents[1] / "examples" / "lenet.py"
+    cmd = [sys.executable, "-m", "dlprof_lite", "--quiet", "--nsys", nsys, "-o", str(out), "--",
+           sys.executable, str(script), *script_args]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def report_html(folder: Path) -> Path:
+    """``folder/report.html`` as the command line wrote it; where it wrote none, the page
+    built from the folder with ``report_page(open_report(folder))``, as the CLI would."""
+    page = folder / "report.html"
+    if not page.is_file():
+        from dlprof_lite import open_report
+        from dlprof_lite.report.html import report_page
+
+        page.write_text(report_page(open_report(folder)), encoding="utf-8")
+    return page
+
+
+def rows(frame: Any) -> int:
+    return 0 if frame is None else len(frame)
+
+
+def expected_sections(report: Any) -> list[str]:
+    """The report page's sections for ``report``, from its own tables: a section per table
+    with rows (kernels only with GPU work), the step breakdown with analysed steps."""
+    s = report.summary
+    has = {
+        "header": True,
+        "steps": (s.get("iterations_analysed") or 0) > 0,
+        "layers": rows(report.layers) > 0,
+        "iterations": rows(report.iterations) > 0,
+        "kernels": rows(report.kernels) > 0 and (s.get("kernel_count") or 0) > 0,
+        "advice": rows(report.advice) > 0,
+        "timeline": rows(getattr(report, "timeline", None)) > 0,
+    }
+    return [name for name in REPORT_SECTIONS if has[name]]
+
+
+def section_problems(result: PageResult, want: list[str], charts: dict[str, str]) -> list[str]:
+    """How the page's sections and charts differ from ``want`` (ids, in order) and the chart
+    each of them must draw (``charts``: section id -> chart id)."""
+    found = []
+    if result.section_ids != want:
+        found.append(f"sections {result.section_ids}, want {want}")
+    want_charts = {charts[sid]: sid for sid in want if sid in charts}
+    got_charts = {c.id: c.section for c in result.charts}
+    if got_charts != want_charts:
+        found.append(f"charts (chart: section) {got_charts}, want {want_charts}")
+    return found
 
 
 # --- the screenshot ---------------------------------------------------------------------

@@ -8,14 +8,40 @@ that never finishes and one that reports an error are each caught. Then the prod
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from browser import Chromium, Image, blank_reasons, chromium_fixture, decode_png  # noqa: F401
+from browser import (  # noqa: F401
+    REPORT_CHARTS,
+    REPORT_SECTIONS,
+    Chromium,
+    Image,
+    blank_reasons,
+    chromium_fixture,
+    decode_png,
+    expected_sections,
+    profile_lenet,
+    report_html,
+    rows,
+    section_problems,
+)
+from dlprof_lite import analyze, open_report
+from dlprof_lite.report.html import report_page
+from make_profile import make_profile
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOC_PNG_LIMIT = 1 << 20
+PAGE_LIMIT = 5 * 1000 * 1000  # issue 15: <= 5 MB for a 1M-kernel profile
+MILLION = 1_000_000
+KERNELS_PER_ITERATION = 2 * 8 * 12 + 2  # forward and backward of 8 layers x 12, 2 optimizer
+# Ranges of cudf's own NVTX domain, no module ranges (no fwd:/bwd: layer ranges).
+NO_MODULES = "quasiben__nvtx-examples__cudf.sqlite"
 
 
 def plotly_page(folder: Path, name: str, *, extra_script: str = "", extra_body: str = "",
@@ -144,6 +170,150 @@ def test_png_decoder_against_known_pixels(chromium: Chromium, tmp_path: Path) ->
                     (350, (0x12, 0x34, 0x56))):  # fmt: skip
         assert np.all(rgb[:, x - 50 : x + 50] == want), (x, want)
     assert isinstance(image, Image)
+
+
+# --- the product's pages ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lenet(nsys: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/lenet.py profiled for real once for this module (CPU: no kernels)."""
+    out = tmp_path_factory.mktemp("lenet") / "lenet.dlprof"
+    return profile_lenet(nsys, out, "--steps", "12")
+
+
+def read_layer_table(page: Any) -> dict[str, Any]:
+    """The layer table's layer names, then a numeric column's values as shown, after one
+    header click and after a second (the page's own sorting)."""
+    column = page.evaluate(LAYER_TABLE_COLUMN)
+    if column < 0:
+        return {"names": None}
+
+    def values() -> list[float]:
+        return page.evaluate(COLUMN_VALUES, column)
+
+    names = page.evaluate(COLUMN_TEXT, 1)
+    header = page.locator("table#layer-table thead th").nth(column)
+    header.click()
+    first = values()
+    header.click()
+    return {"names": names, "first": first, "second": values()}
+
+
+# The index of the layer table's forward wall column (-1 without one).
+LAYER_TABLE_COLUMN = """() => [...document.querySelectorAll("table#layer-table thead th")]
+  .findIndex((th) => th.textContent.trim().startsWith("fwd wall"))"""
+COLUMN_VALUES = """(col) => [...document.querySelectorAll("table#layer-table tbody tr")]
+  .map((tr) => parseFloat(tr.cells[col].dataset.sort))"""
+COLUMN_TEXT = """(col) => [...document.querySelectorAll("table#layer-table tbody tr")]
+  .map((tr) => tr.cells[col].textContent.trim())"""
+
+
+def monotone(values: list[float]) -> str | None:
+    if values == sorted(values):
+        return "ascending"
+    return "descending" if values == sorted(values, reverse=True) else None
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_lenet_report_in_chromium(chromium: Chromium, lenet: Path) -> None:
+    """The example's page shows every section its report has data for, each chart drawn
+    with its data, no console error, no request; the layer table lists the report's layers
+    in network order and sorts by a header click."""
+    report = open_report(lenet)
+    want = expected_sections(report)
+    assert want == ["header", "steps", "layers", "iterations", "advice", "timeline"], want
+    result = chromium.open_page(report_html(lenet), then=read_layer_table)
+    assert result.problems() == []
+    assert section_problems(result, want, REPORT_CHARTS) == []
+    table = result.extra
+    assert isinstance(table, dict)
+    layers = report.layers.sort_values("order")
+    assert table["names"] == [str(n) for n in layers["layer"]]
+    shown = sorted(float(v) for v in layers["step_forward_wall_ns"])
+    assert sorted(table["first"]) == pytest.approx(shown, rel=1e-9)
+    # A click sorts by the column one way, the next click the other way.
+    assert {monotone(table["first"]), monotone(table["second"])} == {"ascending", "descending"}
+    if os.environ.get("DLPROF_UPDATE_DOCS"):
+        save_figure(result.screenshot, DOCS / "report.png")
+
+
+def save_figure(png: bytes, path: Path) -> None:
+    """A screenshot for the README (``DLPROF_UPDATE_DOCS=1``), kept under 1 MB."""
+    assert len(png) < DOC_PNG_LIMIT, f"{path.name}: {len(png)} bytes"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(png)
+
+
+@pytest.mark.parametrize("name", ["report.png"])
+def test_committed_screenshots_are_pages_not_blanks(name: str) -> None:
+    """The README's figures (written by this module and test_compare_page_browser.py with
+    DLPROF_UPDATE_DOCS=1) are decodable, not blank and under 1 MB."""
+    path = DOCS / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: DLPROF_UPDATE_DOCS=1 pytest tests/test_*browser.py")
+    data = path.read_bytes()
+    assert len(data) < DOC_PNG_LIMIT
+    image = decode_png(data)
+    assert image.width >= 1000 and image.height >= 1500, (image.width, image.height)
+    assert blank_reasons(image) == []
+
+
+@pytest.mark.corpus
+def test_export_without_module_ranges_shows_what_it_has(chromium: Chromium, corpus_dir: Path,
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    """A corpus export with no ``fwd:``/``bwd:`` ranges: no layers section, and the sections
+    it has data for all render."""
+    report = analyze(corpus_dir / NO_MODULES)
+    assert rows(report.layers) == 0 and rows(report.iterations) > 0  # what makes it a case
+    want = expected_sections(report)
+    assert "layers" not in want and len(want) >= 4, want
+    page = tmp_path / "report.html"
+    page.write_text(report_page(report), encoding="utf-8")
+    result = chromium.open_page(page)
+    assert result.problems() == []
+    assert section_problems(result, want, REPORT_CHARTS) == []
+
+
+def open_first_layer_kernels(page: Any) -> dict[str, Any]:
+    """Open the first layer row's ``<details>`` (its kernels) by a click, as a person would."""
+    details = page.locator("table#layer-table details").first
+    details.locator("summary").click()
+    return {
+        "open": details.evaluate("(d) => d.open"),
+        "kernels": details.locator("li").all_inner_texts(),
+        "rows": page.locator("table#layer-table tbody tr").count(),
+        "details": page.locator("table#layer-table details").count(),
+    }
+
+
+@pytest.mark.slow
+def test_million_kernel_page(chromium: Chromium, tmp_path: Path) -> None:
+    """The 1M-kernel generated profile: a page of at most 5 MB (aggregates, not events) that
+    renders every section without an error; each layer row's kernels open on a click. Render
+    time is measured by scripts/bench_html.py, not here."""
+    export = tmp_path / "million.sqlite"
+    truth = make_profile(export, iterations=-(-MILLION // KERNELS_PER_ITERATION), layers=8,
+                         kernels_per_layer=12, seed=5)  # fmt: skip
+    assert truth.totals["kernels"] >= MILLION
+    report = analyze(export)
+    assert report.summary["kernel_count"] == truth.totals["kernels"]
+    page = tmp_path / "report.html"
+    page.write_text(report_page(report), encoding="utf-8")
+    assert page.stat().st_size <= PAGE_LIMIT, page.stat().st_size
+    result = chromium.open_page(page, then=open_first_layer_kernels)
+    assert result.problems() == []
+    want = expected_sections(report)
+    assert want == list(REPORT_SECTIONS), want  # a GPU training profile has every section
+    assert section_problems(result, want, REPORT_CHARTS) == []
+    shown = result.extra
+    assert isinstance(shown, dict) and shown["open"] is True
+    assert shown["rows"] == len(report.layers) and shown["details"] >= 1
+    # The first layer (network order) with kernels: its top kernels, as layers.csv has them.
+    layers = report.layers.sort_values("order")
+    top = next(t for t in layers["top_kernels"] if isinstance(t, str) and t)
+    assert shown["kernels"] == top.split("; ")
 
 
 def encode_png(pixels: np.ndarray, filters: list[int]) -> bytes:
