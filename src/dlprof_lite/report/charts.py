@@ -55,7 +55,8 @@ def short(name: object, limit: int = NAME_CHARS) -> str:
 def _layout(fig: go.Figure, title: str, unit: str, size: float, **more: object) -> go.Figure:
     fig.update_layout(
         title=title, meta={"unit": unit, "ns": size}, template="plotly_white",
-        margin={"l": 60, "r": 30, "t": 60, "b": 60}, legend={"orientation": "h", "y": -0.2},
+        margin={"l": 60, "r": 30, "t": 90, "b": 60},
+        legend={"orientation": "h", "y": -0.2, "traceorder": "normal"},
         **more,
     )  # fmt: skip
     return fig
@@ -104,7 +105,8 @@ def steps_figure(summary: Summary, *, gpu: bool) -> go.Figure | None:
             hovertemplate=f"{part}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>",
         ))  # fmt: skip
     return _layout(fig, "Mean analysed step, by phase", unit, size, barmode="stack",
-                   xaxis_title=f"time per step ({unit})", height=300)  # fmt: skip
+                   xaxis_title=f"time per step ({unit})", height=320,
+        yaxis={"autorange": "reversed"})  # fmt: skip
 
 
 def chart_layers(layers: pd.DataFrame, cap: int = LAYER_CHART_MAX) -> tuple[pd.DataFrame, int]:

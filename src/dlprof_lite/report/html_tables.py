@@ -17,7 +17,7 @@ from dlprof_lite.report.advice import ms
 from dlprof_lite.report.plotly_bundle import esc
 from dlprof_lite.report.summary_types import number
 
-LAYER_ROWS = 3000  # rows of the layer table (network order; the rest counted in a note)
+LAYER_ROWS = 2000  # rows of the layer table (network order; the rest counted in a note)
 
 
 def duration(value: object) -> str:

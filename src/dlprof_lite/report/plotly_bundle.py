@@ -82,7 +82,7 @@ section { margin-bottom: 2em; }
 table { border-collapse: collapse; font-size: .85em; }
 th, td { border: 1px solid #ddd; padding: .25em .5em; text-align: right; vertical-align: top; }
 th { background: #f4f4f4; cursor: pointer; }
-td.name, th.name { text-align: left; max-width: 40em; overflow-wrap: anywhere; }
+td.name, th.name { text-align: left; min-width: 8em; max-width: 40em; overflow-wrap: anywhere; }
 table.facts th { text-align: left; cursor: default; }
 table.facts td { text-align: left; }
 .chart { width: 100%; min-height: 380px; }

@@ -2,10 +2,11 @@
 
 Place in the pipeline: report (rendering, for report/html.py). The timeline table (one
 steady iteration's events: ranges, CUDA API calls, kernels and memory operations) becomes
-horizontal bars on lanes, CPU above GPU: per thread one lane per range nesting depth and one
-for its CUDA API calls, then one lane per GPU stream. Times are µs from the iteration's first
-event. Hover shows the name, layer and phase. At most ``TIMELINE_PAGE_MAX`` events are drawn
-(the longest; the table keeps them all, trace.json shows them in Perfetto).
+horizontal bars on lanes, CPU above GPU: per thread its ranges packed on levels (an
+enclosing range above the ranges it holds) and one lane for its CUDA API calls, then one lane
+per GPU stream. Times are µs from the iteration's first event. Hover shows the name, layer
+and phase. At most ``TIMELINE_PAGE_MAX`` events are drawn (the longest; the table keeps them
+all, trace.json shows them in Perfetto).
 """
 
 from __future__ import annotations
@@ -28,25 +29,49 @@ def _int(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(frame[column], errors="coerce").fillna(-1).astype("int64")
 
 
+def range_levels(frame: pd.DataFrame, thread: pd.Series) -> pd.Series:
+    """Each range's level on its thread: the first level free at its start, ranges taken by
+    start (the longer first), so an enclosing range sits above what it holds. Depth alone
+    would not do: start/end ranges (the iteration, the phases) all have depth 0 and overlap."""
+    order = frame.assign(_t=thread.to_numpy(), _len=frame["start_ns"] - frame["end_ns"])
+    order = order.sort_values(["_t", "start_ns", "_len"], kind="stable")
+    level = pd.Series(0, index=frame.index, dtype="int64")
+    ends: dict[object, list[int]] = {}
+    for idx, t, start, stop in zip(order.index, order["_t"], order["start_ns"], order["end_ns"],
+                                   strict=True):  # fmt: skip
+        busy = ends.setdefault(t, [])
+        free = next((i for i, e in enumerate(busy) if e <= start), len(busy))
+        if free == len(busy):
+            busy.append(int(stop))
+        else:
+            busy[free] = int(stop)
+        level[idx] = free
+    return level
+
+
 def lanes(frame: pd.DataFrame) -> tuple[pd.Series, list[str]]:
     """Each event's lane name and every lane in display order (CPU threads first: ranges by
-    depth, then API calls; then GPU streams). The process is named when there are several."""
+    level, then API calls; then GPU streams). The process is named when there are several."""
     kind = frame["kind"].astype(str)
     pid, tid = _int(frame, "pid"), _int(frame, "tid")
-    dev, stream, depth = _int(frame, "device_id"), _int(frame, "stream_id"), _int(frame, "depth")
+    dev, stream = _int(frame, "device_id"), _int(frame, "stream_id")
     several = pid[~kind.isin(GPU_KINDS)].nunique() > 1
     proc = ("pid " + pid.astype(str) + " · ") if several else pd.Series("", index=frame.index)
+    thread = proc + "thread " + tid.astype(str)
+    is_range = kind == "range"
+    level = pd.Series(0, index=frame.index, dtype="int64")
+    if is_range.any():
+        level[is_range] = range_levels(frame[is_range], thread[is_range])
     gpu = kind.isin(GPU_KINDS)
     # Sort keys: (group 0 CPU / 1 GPU, a, b, c) -> display order.
     key = pd.DataFrame({
         "g": gpu.astype(int),
         "a": np.where(gpu, dev, pid), "b": np.where(gpu, stream, tid),
-        "c": np.where(gpu, 0, np.where(kind == "api", 1 << 20, depth)),
+        "c": np.where(gpu, 0, np.where(is_range, level, 1 << 20)),
     })  # fmt: skip
     name = np.where(
         gpu, "GPU " + dev.astype(str) + " · stream " + stream.astype(str),
-        np.where(kind == "api", proc + "thread " + tid.astype(str) + " · CUDA API",
-                 proc + "thread " + tid.astype(str) + " · depth " + depth.astype(str)),
+        np.where(is_range, thread + " · level " + level.astype(str), thread + " · CUDA API"),
     )  # fmt: skip
     key["name"] = name
     order = key.drop_duplicates("name").sort_values(["g", "a", "b", "c"], kind="stable")
