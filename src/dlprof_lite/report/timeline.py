@@ -60,12 +60,9 @@ def timeline_for(profile: Profile, iterations: tuple[int, int] | None = None) ->
     steps = _steps(profile.iterations, iterations)
     if not len(steps):
         return empty_timeline()
-    table = profile.iterations.set_index("iteration")
-    t0 = int(table.loc[steps, "start_ns"].min())
-    t1 = int(table.loc[steps, "end_ns"].max())
     ops = _gpu_events(profile, steps)
     parts = [
-        _range_events(profile, steps, (t0, t1), ops),
+        _range_events(profile, steps, _bounds(profile.iterations, steps), ops),
         _api_events(profile, steps, ops),
         ops.drop(columns=["range_id"]),
     ]
@@ -90,6 +87,24 @@ def _steps(iterations: pd.DataFrame, chosen: tuple[int, int] | None) -> np.ndarr
         raise InputError(f"--trace-iterations {start}:{stop}: no such iterations "
                          f"(the profile has {last})")  # fmt: skip
     return steps
+
+
+def _bounds(iterations: pd.DataFrame, steps: np.ndarray) -> tuple[int, int]:
+    """``(t0, t1)``: the first step's start and the last one's end (steps are consecutive,
+    and each iteration starts where the one before ended)."""
+    table = iterations.set_index("iteration")
+    return int(table.loc[steps, "start_ns"].min()), int(table.loc[steps, "end_ns"].max())
+
+
+def _in_window(
+    times: np.ndarray, iterations: pd.DataFrame, steps: np.ndarray, bounds: tuple[int, int]
+) -> np.ndarray:
+    """Whether each time falls in one of ``steps``: :func:`step_of`'s ``(start, end]`` rule
+    (the first iteration also its own start) by two comparisons, not a search per time."""
+    t0, t1 = bounds
+    first = int(iterations.sort_values("start_ns")["iteration"].iloc[0]) == int(steps[0])
+    inside: np.ndarray = ((times > t0) | (first & (times == t0))) & (times <= t1)
+    return inside
 
 
 def empty_timeline() -> pd.DataFrame:
@@ -139,11 +154,11 @@ def _launched(ops: pd.DataFrame) -> pd.DataFrame:
 def _api_events(profile: Profile, steps: np.ndarray, ops: pd.DataFrame) -> pd.DataFrame:
     """API calls starting in one of ``steps``; a launch call takes its op's layer/phase."""
     api = profile.api
-    step = step_of(api["start_ns"].to_numpy(dtype=np.int64), profile.iterations)
-    keep = np.isin(step, steps)
+    start = api["start_ns"].to_numpy(dtype=np.int64)
+    keep = _in_window(start, profile.iterations, steps, _bounds(profile.iterations, steps))
     calls = api.loc[keep, ["start_ns", "end_ns", "pid", "tid", "correlation_id"]]
     calls = calls.assign(kind="api", name=api.loc[keep, "name"].astype(object),
-                         iteration=step[keep])  # fmt: skip
+                         iteration=step_of(start[keep], profile.iterations))  # fmt: skip
     calls["full_name"] = calls["name"]
     merged = calls.merge(_launched(ops), how="left", on=["pid", "correlation_id"],
                          validate="many_to_one")  # fmt: skip
@@ -159,8 +174,7 @@ def _range_events(
     t0, t1 = bounds
     start = ranges["start_ns"].to_numpy(dtype=np.int64)
     end = ranges["end_ns"].to_numpy(dtype=np.int64)
-    step = step_of(start, profile.iterations)
-    starts_in = np.isin(step, steps)
+    starts_in = _in_window(start, profile.iterations, steps, bounds)
     # Overlapping the window; an instant range only when it lies in it. A range starting at
     # t1 is the next iteration's (real key ranges open after the previous one closed).
     keep = ((start < t1) & (end > t0)) | ((start == end) & starts_in)
@@ -168,14 +182,14 @@ def _range_events(
     part = ranges.loc[keep, cols].astype({"name": object, "domain": object})
     part["kind"] = "range"
     part["full_name"] = part["name"]
-    part["iteration"] = np.where(starts_in[keep], step[keep], steps[0])
-    own_layer, own_phase = _own_labels(ranges["name"], ranges["domain"])
+    step = step_of(start[keep], profile.iterations)
+    part["iteration"] = np.where(starts_in[keep], step, steps[0])
+    # Labelled after the cut: a name is parsed once per iteration's ranges, not per profile.
+    own_layer, own_phase = _own_labels(ranges.loc[keep, "name"], ranges.loc[keep, "domain"])
     by_op = ops.dropna(subset=["range_id"]).drop_duplicates("range_id").set_index("range_id")
     ids = part["range_id"]
-    part["layer"] = own_layer[keep].where(own_layer[keep].notna(),
-                                          ids.map(by_op["layer"]).to_numpy())  # fmt: skip
-    part["phase"] = own_phase[keep].where(own_phase[keep].notna(),
-                                          ids.map(by_op["phase"]).to_numpy())  # fmt: skip
+    part["layer"] = own_layer.where(own_layer.notna(), ids.map(by_op["layer"]).to_numpy())
+    part["phase"] = own_phase.where(own_phase.notna(), ids.map(by_op["phase"]).to_numpy())
     labelled: pd.DataFrame = part.drop(columns=["range_id"])
     return labelled
 
@@ -183,9 +197,10 @@ def _range_events(
 def _own_labels(names: pd.Series, domains: pd.Series) -> tuple[pd.Series, pd.Series]:
     """Per range: the layer its own name declares (``fwd:fc1:Linear`` -> ``fc1``) and the
     phase it is (our ``forward`` range in our domain), else NA; parsed once per name."""
+    names = names.cat.remove_unused_categories()
     cats = names.cat.categories
-    layer_of = pd.Series([_module_layer(str(n)) for n in cats], index=cats, dtype=object)
-    layer = names.astype(object).map(layer_of)
+    layer_of = np.array([_module_layer(str(n)) for n in cats] + [None], dtype=object)
+    layer = pd.Series(layer_of[names.cat.codes.to_numpy()], index=names.index, dtype=object)
     ours = (domains.astype(object) == DOMAIN).to_numpy(dtype=bool)
     phase = names.astype(object).where(names.isin(PHASES).to_numpy(dtype=bool) & ours)
     return layer, phase
