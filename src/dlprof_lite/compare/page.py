@@ -1,0 +1,189 @@
+"""compare.html: one self-contained page from a :class:`Comparison` and its sides.
+
+Place in the pipeline: compare (rendering; the CLI writes the page beside compare.csv).
+Sections, each ``<section id=...>`` with an ``<h2>``, left out when there is nothing to show:
+``verdict`` (each side's verdict line, the step statistics, the warnings), ``steps`` (box
+plot of every side's analysed step times, ``chart-step-box``), ``layers`` (the 30 layers
+whose self time per step changed most, per compared side: ``chart-layer-delta``, then
+``chart-layer-delta-2``, ...), ``phases`` (per-phase change of GPU and host time per step,
+``chart-phase-delta``, and its table). Figures only from the comparison's numbers and
+``Side.step_ns()``; the page frame and plotly.js: report/plotly_bundle.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
+from dlprof_lite.compare.deltas import LAYER, PHASE, Delta
+from dlprof_lite.compare.side import Side
+from dlprof_lite.report.advice import ms
+from dlprof_lite.report.charts import axis_labels, scaled, unit_for
+from dlprof_lite.report.plotly_bundle import Chart, document, esc, section
+
+BOX_POINTS = 5000  # step times per side in the box plot (evenly spaced order statistics)
+TOP_LAYERS = 30
+_LAYER_METRICS = (("self_wall_median_ns", "self wall"), ("self_gpu_median_ns", "self GPU"))
+_PHASE_METRICS = (("gpu_median_ns", "GPU"), ("wall_median_ns", "host"))
+
+
+def box_sample(steps: np.ndarray, limit: int = BOX_POINTS) -> np.ndarray:
+    """All steps when few; else ``limit`` evenly spaced order statistics (min and max kept),
+    so the box's quartiles and whiskers stay those of every step, to within a sample."""
+    if len(steps) <= limit:
+        return steps
+    ordered = np.sort(steps)
+    sample: np.ndarray = ordered[np.linspace(0, len(ordered) - 1, limit).round().astype(int)]
+    return sample
+
+
+def steps_figure(sides: Sequence[Side]) -> go.Figure | None:
+    samples = [(s.label, box_sample(s.step_ns())) for s in sides]
+    samples = [(label, v) for label, v in samples if len(v)]
+    if not samples:
+        return None
+    unit, size = unit_for(np.concatenate([v for _, v in samples]))
+    fig = go.Figure()
+    for label, values in samples:
+        fig.add_trace(go.Box(name=label, y=scaled(values, size), boxmean=True,
+                             boxpoints="outliers"))  # fmt: skip
+    fig.update_layout(
+        title="Analysed step time per side (box: quartiles; dashed: mean)",
+        meta={"unit": unit, "ns": size}, template="plotly_white", showlegend=False,
+        yaxis_title=f"step time ({unit})", height=420,
+    )  # fmt: skip
+    return fig
+
+
+def entities(rows: Sequence[Delta], top: int) -> list[dict[str, Delta]]:
+    """The first ``top`` ranked entities of a section, each as {metric: row}."""
+    out: dict[int, dict[str, Delta]] = {}
+    for row in rows:
+        if row.rank <= top:
+            out.setdefault(row.rank, {})[row.metric] = row
+    return [out[rank] for rank in sorted(out)]
+
+
+def _name(entity: dict[str, Delta]) -> str:
+    first = next(iter(entity.values()))
+    name = first.name + (f" ({first.direction})" if first.direction else "")
+    return name + ("" if first.status == "both" else f" [{first.status}]")
+
+
+def delta_figure(
+    ents: Sequence[dict[str, Delta]], metrics: Sequence[tuple[str, str]], title: str
+) -> go.Figure | None:
+    """Horizontal bars of each entity's change (side - baseline), one trace per metric that
+    any entity has a value for (GPU time of a CPU run is left out)."""
+    kept = [(m, label) for m, label in metrics
+            if any(e.get(m) and (e[m].value or e[m].baseline_value) for e in ents)]  # fmt: skip
+    if not ents or not kept:
+        return None
+    names = [_name(e) for e in ents]
+    changes = {m: [e[m].delta or 0.0 if m in e else 0.0 for e in ents] for m, _ in kept}
+    unit, size = unit_for(np.concatenate([np.asarray(v) for v in changes.values()]))
+    y = axis_labels(names)
+    fig = go.Figure()
+    for metric, label in kept:
+        pct = [e[metric].delta_pct if metric in e else None for e in ents]
+        fig.add_trace(go.Bar(
+            name=label, orientation="h", y=y, x=scaled(changes[metric], size),
+            customdata=[[n, "-" if p is None else f"{p:+.1f} %"] for n, p in zip(names, pct,
+                                                                                  strict=True)],
+            hovertemplate=f"%{{customdata[0]}}<br>{label}: %{{x:+.4g}} {unit} "
+                          "(%{customdata[1]})<extra></extra>",
+        ))  # fmt: skip
+    fig.update_layout(
+        title=title, meta={"unit": unit, "ns": size}, template="plotly_white", barmode="group",
+        xaxis_title=f"change per step ({unit})", yaxis={"autorange": "reversed"},
+        height=max(320, 22 * len(ents) * len(kept) + 160), margin={"l": 240},
+        legend={"orientation": "h", "y": -0.15},
+    )  # fmt: skip
+    return fig
+
+
+def _verdict(c: Comparison) -> str:
+    lines = [f'<p class="verdict {esc(d.verdict.split()[0])}">{esc(verdict_line(d))}</p>'
+             for d in c.steps]  # fmt: skip
+    head = "".join(f"<th>{h}</th>" for h in ("side", "runs", "steps", "mean", "median", "std",
+                                              "p10", "p90", "min", "max"))  # fmt: skip
+    rows = "".join(
+        f'<tr><td class="name">{esc(s.label)}</td><td>{s.runs}</td><td>{s.n}</td>'
+        + "".join(f"<td>{esc(ms(v))}</td>" for v in (s.mean_ns, s.median_ns, s.std_ns,
+                                                    s.p10_ns, s.p90_ns, s.min_ns, s.max_ns))
+        + "</tr>"
+        for s in c.sides
+    )  # fmt: skip
+    table = f'<table id="step-stats"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    settings = (f'<p class="note">baseline {esc(c.baseline)}; Mann-Whitney U at alpha '
+                f"{c.alpha:g}, {c.confidence:.0%} bootstrap intervals ({c.resamples} "
+                f"resamples, seed {c.seed})</p>")  # fmt: skip
+    warn = "".join(f"<li>{esc(w)}</li>" for w in c.warnings)
+    return section("verdict", "Verdict", [*lines, table, settings,
+                                           f"<ul>{warn}</ul>" if warn else ""])  # fmt: skip
+
+
+def _layers(c: Comparison) -> str | None:
+    body: list[str] = []
+    for d in c.steps:
+        ranked = entities(c.section(LAYER, d.label), TOP_LAYERS)
+        # A layer whose self time did not move (a parent of the one that did) is no bar.
+        ents = [e for e in ranked if any(e[m].delta for m, _ in _LAYER_METRICS if m in e)]
+        title = (f"{d.label} vs {d.baseline}: the {len(ents)} layers whose self time per step "
+                 "(median over steps) changed most")  # fmt: skip
+        fig = delta_figure(ents, _LAYER_METRICS, title)
+        if fig is not None:
+            name = "layer-delta" if not body else f"layer-delta-{len(body) + 1}"
+            body.append(Chart(name, fig).html())
+    return section("layers", "Layers", body) if body else None
+
+
+def _phase_table(tid: str, rows: Sequence[dict[str, Delta]]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("phase", "GPU: baseline", "side", "change",
+                                              "host: baseline", "side", "change"))  # fmt: skip
+    out = []
+    for e in rows:
+        cells = [f'<td class="name">{esc(_name(e))}</td>']
+        for metric, _ in _PHASE_METRICS:
+            r = e.get(metric)
+            values = (
+                ("-", "-", "-")
+                if r is None
+                else (ms(r.baseline_value or 0.0), ms(r.value or 0.0), signed_ms(r.delta or 0.0))
+            )
+            cells += [f"<td>{esc(v)}</td>" for v in values]
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<table id="{esc(tid)}"><thead><tr>{head}</tr></thead><tbody>{"".join(out)}'
+            "</tbody></table>")  # fmt: skip
+
+
+def _phases(c: Comparison) -> str | None:
+    body: list[str] = []
+    for d in c.steps:
+        ents = [e for e in entities(c.section(PHASE, d.label), 1 << 30)
+                if any(r.value or r.baseline_value for r in e.values())]  # fmt: skip
+        title = f"{d.label} vs {d.baseline}: change per step by phase (median over steps)"
+        fig = delta_figure(ents, _PHASE_METRICS, title)
+        if fig is None:
+            continue
+        n = "" if not body else f"-{len(body) // 2 + 1}"
+        body += [Chart(f"phase-delta{n}", fig).html(), _phase_table(f"phase-table{n}", ents)]
+    return section("phases", "Phases", body) if body else None
+
+
+def compare_page(comparison: Comparison, sides: Sequence[Side]) -> str:
+    """The whole compare.html (see the module docstring); ``sides`` as compared, the
+    baseline first."""
+    box = steps_figure(sides)
+    parts = [
+        _verdict(comparison),
+        section("steps", "Step time", [Chart("step-box", box).html()]) if box else None,
+        _layers(comparison),
+        _phases(comparison),
+    ]
+    labels = " vs ".join(s.label for s in sides)
+    return document(f"dlprof-lite compare: {labels}", f"dlprof-lite comparison: {labels}",
+                    [p for p in parts if p is not None])  # fmt: skip
