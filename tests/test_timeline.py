@@ -223,10 +223,14 @@ def test_generated_kernel_time_per_iteration_is_the_truths(generated) -> None:
         assert int((kernels["end_ns"] - kernels["start_ns"]).sum()) == want[step], step
 
 
-def test_one_iteration_costs_little_beside_the_report(generated) -> None:
-    """Ratio, not seconds: the timeline of one iteration beside the whole report, each the
-    fastest of three runs in this process (robust to a loaded machine)."""
-    profile, _ = generated
+def test_one_iteration_costs_little_beside_the_analysis(tmp_path: Path) -> None:
+    """Ratio, not seconds: the timeline of one iteration beside the whole analysis (reading
+    the export and building the report) of a 58k-kernel generated profile, each the fastest
+    of three runs in this process, so a loaded machine slows both alike. On the 1M-kernel
+    profile it is about 1 % (scripts/bench.py); here fixed costs weigh more."""
+    path = tmp_path / "mid.sqlite"
+    make_profile(path, iterations=300, layers=8, kernels_per_layer=12, seed=11)
+    profile = dlprof_lite.load(path)
 
     def fastest(fn) -> float:
         times = []
@@ -236,6 +240,6 @@ def test_one_iteration_costs_little_beside_the_report(generated) -> None:
             times.append(time.perf_counter() - t)
         return min(times)
 
-    report = fastest(lambda: build_report(profile, timeline_cap=0))
+    analysis = fastest(lambda: build_report(dlprof_lite.load(path), timeline_cap=0))
     timeline = fastest(lambda: timeline_for(profile))
-    assert timeline < 0.25 * report, (timeline, report)
+    assert timeline < 0.2 * analysis, (timeline, analysis)
