@@ -246,7 +246,7 @@ def save_figure(png: bytes, path: Path) -> None:
     path.write_bytes(png)
 
 
-@pytest.mark.parametrize("name", ["report.png"])
+@pytest.mark.parametrize("name", ["report.png", "compare.png"])
 def test_committed_screenshots_are_pages_not_blanks(name: str) -> None:
     """The README's figures (written by this module and test_compare_page_browser.py with
     DLPROF_UPDATE_DOCS=1) are decodable, not blank and under 1 MB."""
