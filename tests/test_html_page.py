@@ -325,14 +325,24 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
     kernel = trace(data, "kernel")
     assert kernel["y"] == ["GPU 0 · stream 7"]
     assert kernel["base"] == [120.0] and kernel["x"] == [100.0]  # µs from the first event
-    assert kernel["customdata"] == [["gemm", "fc1", "forward"]]
+    assert kernel["customdata"] == [["gemm", "fc1", "forward", "100.000 µs"]]
     ranges = trace(data, "range")
     assert ranges["x"] == [900.0, 200.0, 50.0]
-    assert ranges["customdata"][0] == ["iteration", "-", "-"]
+    assert ranges["customdata"][0] == ["iteration", "-", "-", "900.000 µs"]
     fig, left = timeline_figure(frame, cap=3)  # the 3 longest: iteration, fc1, gemm
     assert left == 3 and fig is not None
-    names = sorted(n for t in fig.data for n, _, _ in t.customdata)
+    names = sorted(c[0] for t in fig.data for c in t.customdata)
     assert names == ["fwd:fc1:Linear", "gemm", "iteration"]
+    # Shown over the iteration [1.05, 1.2] ms widened to the gemm's end at 1.22 ms: the longer
+    # ranges are clipped to it (fc1: 1.1 to 1.22 ms), their hover keeps the real duration.
+    fig, _ = timeline_figure(frame, iteration=(1_050_000, 1_200_000))
+    assert fig is not None
+    data = json.loads(json.dumps(fig.to_plotly_json(), default=list))
+    assert data["layout"]["meta"]["origin_ns"] == 1_050_000
+    assert data["layout"]["xaxis"]["range"] == [0, 170.0]  # the gemm ends at 1.22 ms
+    ranges = trace(data, "range")
+    assert ranges["base"] == [0.0, 50.0, 0.0] and ranges["x"] == [170.0, 120.0, 0.5]
+    assert ranges["customdata"][0][3] == "900.000 µs"
 
 
 def test_example_timeline_is_one_steady_iteration(example: Report) -> None:
@@ -385,3 +395,14 @@ def test_million_kernel_page_stays_under_5_mb(tmp_path: Path, shape: list[str]) 
     assert {"header", "steps", "layers", "iterations", "kernels"} <= set(page.sections)
     points = {cid: int(a["data-points"] or 0) for cid, a in page.charts.items()}
     assert points["chart-iterations"] <= 2 * 5000  # two series, each decimated to 5000
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_saved_report_renders_the_same_page(example: Report, tmp_path: Path, fmt: str) -> None:
+    from dlprof_lite.report.reader import open_report
+
+    folder = example.save(tmp_path / "run.dlprof", formats=(fmt,))
+    back = open_report(folder)
+    if fmt == "csv":  # summary.csv has no GPU list: the header names the GPUs only
+        back = replace(back, summary=replace(back.summary, gpus=example.summary.gpus))
+    assert report_page(back) == report_page(example)

@@ -196,14 +196,24 @@ def _timeline(report: Report) -> str | None:
     frame = getattr(report, "timeline", None)
     if not isinstance(frame, pd.DataFrame) or frame.empty:
         return None
-    fig, left = timeline_figure(frame)
+    it = report.summary.get("timeline_iteration")
+    fig, left = timeline_figure(frame, iteration=_iteration_bounds(report.iterations, it))
     if fig is None:
         return None
-    it = report.summary.get("timeline_iteration")
     what = f"iteration {it}" if it is not None else "one steady iteration"
     note = f'<p class="note">{esc(what)}; the {left} shortest events are left out</p>' if left \
         else f'<p class="note">{esc(what)}; trace.json opens it in Perfetto</p>'  # fmt: skip
     return section("timeline", "Timeline of one iteration", [Chart("timeline", fig).html(), note])
+
+
+def _iteration_bounds(iterations: pd.DataFrame, it: object) -> tuple[int, int] | None:
+    """(start, end) ns of iteration ``it`` from the iterations table, None when unknown."""
+    if not isinstance(it, int) or iterations.empty:
+        return None
+    row = iterations[iterations["iteration"] == it]
+    if row.empty:
+        return None
+    return int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])
 
 
 def report_page(report: Report) -> str:

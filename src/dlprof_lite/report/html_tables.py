@@ -54,10 +54,13 @@ class Column:
     fmt: Callable[[object], str] = plain
     numeric: bool = True
     name: bool = False  # a name column: left-aligned, wraps
+    title: str = ""  # a field shown on hover (the full name behind a short one)
 
 
-def cell(col: Column, value: object) -> str:
+def cell(col: Column, value: object, title: object = None) -> str:
     cls = ' class="name"' if col.name else ""
+    if title is not None and title != value:
+        cls += f' title="{esc(title)}"'
     text = esc(col.fmt(value))
     if col.numeric:
         num = number(value)
@@ -76,7 +79,9 @@ def table(tid: str, columns: Sequence[Column], rows: pd.DataFrame,
     lines = [f'<table class="sortable" id="{esc(tid)}">', f"<thead><tr>{head}</tr></thead>",
              "<tbody>"]  # fmt: skip
     for _, row in rows.iterrows():
-        cells = "".join(cell(c, row.get(c.field)) for c in columns)
+        cells = "".join(
+            cell(c, row.get(c.field), row.get(c.title) if c.title else None) for c in columns
+        )
         if extra is not None:
             cells += f'<td class="name">{extra(row)}</td>'
         lines.append(f"<tr>{cells}</tr>")
@@ -150,7 +155,7 @@ def layer_table(layers: pd.DataFrame, *, gpu: bool, per_step: bool, cap: int = L
 
 
 KERNEL_COLUMNS = (
-    Column("kernel", "name", numeric=False, name=True),
+    Column("kernel", "short_name", numeric=False, name=True, title="name"),
     Column("calls", "instances"),
     Column("total", "total_ns", duration),
     Column("avg", "avg_ns", duration),

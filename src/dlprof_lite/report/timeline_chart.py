@@ -82,11 +82,34 @@ def _text(values: pd.Series) -> list[str]:
     return ["-" if v is None or v is pd.NA or v != v else short(v, 80) for v in values.tolist()]
 
 
+def shown_window(frame: pd.DataFrame, iteration: tuple[int, int] | None) -> tuple[int, int]:
+    """The span the chart shows: the iteration's bounds widened to its CUDA calls and GPU
+    ops (a kernel may end after its iteration); without bounds, every event. Ranges are kept
+    whole in the table (an epoch range may span the run), so only they can reach past it."""
+    ops = frame[frame["kind"].astype(str) != "range"]
+    every = ops if iteration is not None and not ops.empty else frame
+    lo, hi = int(every["start_ns"].min()), int(every["end_ns"].max())
+    if iteration is not None:
+        lo, hi = min(lo, iteration[0]), max(hi, iteration[1])
+    return lo, hi
+
+
+def _customdata(part: pd.DataFrame, dur: pd.Series) -> list[list[str]]:
+    """Hover text per event: name, layer, phase and its real duration (bars are clipped)."""
+    none = pd.Series(None, index=part.index)
+    return [list(t) for t in zip(
+        _text(part["name"]), _text(part.get("layer", none)), _text(part.get("phase", none)),
+        [f"{d / 1e3:.3f} µs" for d in dur.tolist()], strict=True)]  # fmt: skip
+
+
 def timeline_figure(
-    frame: pd.DataFrame, cap: int = TIMELINE_PAGE_MAX
+    frame: pd.DataFrame,
+    cap: int = TIMELINE_PAGE_MAX,
+    iteration: tuple[int, int] | None = None,
 ) -> tuple[go.Figure | None, int]:
     """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
-    many events it leaves out."""
+    many events it leaves out. ``iteration``: its (start, end) ns; bars are clipped to
+    :func:`shown_window`, the hover keeps each event's real duration."""
     if frame.empty:
         return None, 0
     dur = (frame["end_ns"].astype("int64") - frame["start_ns"].astype("int64")).clip(lower=0)
@@ -94,28 +117,27 @@ def timeline_figure(
     if left:
         frame = frame.loc[dur.sort_values(ascending=False, kind="stable").index[:cap]]
         dur = dur.loc[frame.index]
-    origin = int(frame["start_ns"].min())
+    origin, end = shown_window(frame, iteration)
+    begin = frame["start_ns"].astype("int64").clip(lower=origin, upper=end)
+    width = frame["end_ns"].astype("int64").clip(lower=origin, upper=end) - begin
     lane, order = lanes(frame)
     fig = go.Figure()
     for kind in ("range", "api", *GPU_KINDS):
         rows = frame["kind"].astype(str) == kind
         if not rows.any():
             continue
-        part = frame[rows]
-        data = [list(t) for t in zip(
-            _text(part["name"]), _text(part.get("layer", pd.Series(None, index=part.index))),
-            _text(part.get("phase", pd.Series(None, index=part.index))), strict=True)]  # fmt: skip
         fig.add_trace(go.Bar(
             name=kind, orientation="h", y=lane[rows].tolist(),
-            base=((part["start_ns"].astype("int64") - origin) / 1e3).tolist(),
-            x=(dur[rows] / 1e3).tolist(), marker_color=KIND_COLORS[kind], customdata=data,
-            hovertemplate="%{customdata[0]}<br>%{x:.3f} µs from %{base:.3f} µs"
+            base=((begin[rows] - origin) / 1e3).tolist(), x=(width[rows] / 1e3).tolist(),
+            marker_color=KIND_COLORS[kind], customdata=_customdata(frame[rows], dur[rows]),
+            hovertemplate="%{customdata[0]}<br>%{customdata[3]} (from %{base:.3f} µs)"
                           "<br>layer: %{customdata[1]}<br>phase: %{customdata[2]}<extra></extra>",
         ))  # fmt: skip
     fig.update_layout(
         title="One iteration: CPU ranges and API calls per thread, GPU work per stream",
         meta={"unit": "µs", "ns": 1e3, "origin_ns": origin}, template="plotly_white",
         barmode="overlay", height=max(320, 26 * len(order) + 140), xaxis_title="µs",
+        xaxis={"range": [0, (end - origin) / 1e3]},
         yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
         margin={"l": 200, "r": 30, "t": 60, "b": 50}, legend={"orientation": "h", "y": -0.15},
     )  # fmt: skip
