@@ -411,7 +411,8 @@ def _unfilter(kind: int, line: np.ndarray, prev: np.ndarray, bpp: int) -> np.nda
     if kind == 0:
         return line
     if kind == 2:
-        return line + prev  # uint8 wraps modulo 256, as the filter's arithmetic does
+        up: np.ndarray = line + prev  # uint8 wraps modulo 256, as the filter's arithmetic
+        return up
     if kind == 1:  # running sums per channel, modulo 256
         sums = np.cumsum(line.reshape(-1, bpp).astype(np.int64), axis=0)
         return (sums & 0xFF).astype(np.uint8).reshape(-1)

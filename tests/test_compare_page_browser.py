@@ -90,7 +90,9 @@ def expected_sections(comparison: Comparison, sides: list[Side]) -> list[str]:
     return [name for name in COMPARE_SECTIONS if has[name]]
 
 
-def test_compare_page_in_chromium(chromium: Chromium, compared) -> None:
+def test_compare_page_in_chromium(
+    chromium: Chromium, compared: tuple[Comparison, list[Side], Path]
+) -> None:
     comparison, sides, page = compared
     result = chromium.open_page(page, then=lambda p: p.evaluate(READ_FIGURES))
     assert result.problems() == []

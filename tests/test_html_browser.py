@@ -190,7 +190,7 @@ def read_layer_table(page: Any) -> dict[str, Any]:
         return {"names": None}
 
     def values() -> list[float]:
-        return page.evaluate(COLUMN_VALUES, column)
+        return [float(v) for v in page.evaluate(COLUMN_VALUES, column)]
 
     names = page.evaluate(COLUMN_TEXT, 1)
     header = page.locator("table#layer-table thead th").nth(column)
