@@ -406,3 +406,43 @@ def test_a_saved_report_renders_the_same_page(example: Report, tmp_path: Path, f
     if fmt == "csv":  # summary.csv has no GPU list: the header names the GPUs only
         back = replace(back, summary=replace(back.summary, gpus=example.summary.gpus))
     assert report_page(back) == report_page(example)
+
+
+def test_many_layers_are_capped_with_a_note(example: Report) -> None:
+    from dlprof_lite.report.charts import LAYER_CHART_MAX, layers_figure
+    from dlprof_lite.report.html_tables import LAYER_ROWS, layer_table
+
+    n = LAYER_ROWS + 500
+    base = example.layers.iloc[[0]]
+    layers = pd.concat([base] * n, ignore_index=True)
+    layers["layer"] = [f"model.block{i}" for i in range(n)]
+    layers["order"] = np.arange(n, 0, -1)  # network order reversed against the rows
+    layers["step_forward_wall_ns"] = np.arange(n, dtype=float)  # later rows larger
+    fig, left = layers_figure(layers, gpu=True)
+    assert fig is not None and left == n - LAYER_CHART_MAX
+    assert f"+{left} more" in fig.layout.title.text
+    shown = list(fig.data[0].x)
+    # The largest (the last rows) in network order: descending row number.
+    assert shown == [f"model.block{i}" for i in range(n - 1, n - 1 - LAYER_CHART_MAX, -1)]
+    html = layer_table(layers, gpu=True, per_step=True)
+    page = Page(html)
+    assert len(page.tables["layer-table"]) == 1 + LAYER_ROWS
+    assert f"+{n - LAYER_ROWS} more" in html
+
+
+def test_hostile_kernel_names_stay_data() -> None:
+    from example_profiles import _step_ops
+
+    evil = 'relu<script>alert("k")</script>'
+    kernels, memops = [], []
+    for b, gap in ((1000, 610), (3000, 440), (5000, 440)):
+        k, m = _step_ops(b, gap)
+        kernels += [dict(op, name=evil) if op["name"] == "relu_kernel" else op for op in k]
+        memops += m
+    report = build_report(training_profile(kernels=kernels, memops=memops))
+    assert evil in report.kernels["name"].tolist()
+    text = report_page(report)
+    assert "<script>alert" not in text
+    page = read(report)
+    assert evil in [c[0] for c in page.figure("kernels")["data"][0]["customdata"]]
+    assert evil in [r[0] for r in page.tables["kernel-table"]]

@@ -117,7 +117,7 @@ def _layer_columns(gpu: bool, per_step: bool) -> list[Column]:
                     Column("self GPU", "gpu_ns", duration)]  # fmt: skip
     if gpu:
         cols += [*gpu_cols, Column("Tensor Cores", "tc_share", percent),
-                 Column("host gap", "host_gap_ns", duration)]  # fmt: skip
+                 Column("host gap (window)", "host_gap_ns", duration)]  # fmt: skip
     return cols
 
 
