@@ -85,8 +85,9 @@ def step_parts(summary: Summary, *, gpu: bool) -> dict[str, dict[str, float]]:
 
 
 def steps_figure(summary: Summary, *, gpu: bool) -> go.Figure | None:
-    """Stacked horizontal bars: one per view (GPU, host), one trace per part."""
-    if not summary.iterations.iterations_count:
+    """Stacked horizontal bars: one per view (GPU, host), one trace per part; None without
+    analysed steps (the breakdown is their mean)."""
+    if not summary.window.iterations_analysed:
         return None
     views = step_parts(summary, gpu=gpu)
     names = list(dict.fromkeys(p for parts in views.values() for p in parts))
