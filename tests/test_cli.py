@@ -23,11 +23,13 @@ from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
 from dlprof_lite.report.build import TABLES
-from dlprof_lite.report.output import GRAPH_FILE
+from dlprof_lite.report.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
 from example_profiles import training_profile
 
 # every table in each format, and the module tree (report/graph.py), whatever the formats
-ALL_FILES = sorted([*(f"{t}.{f}" for t in TABLES for f in ("csv", "json")), GRAPH_FILE])
+ALL_FILES = sorted(
+    [*(f"{t}.{f}" for t in TABLES for f in ("csv", "json")), GRAPH_FILE, PAGE_FILE, TRACE_FILE]
+)
 
 
 class FakeLoad:
@@ -118,7 +120,7 @@ def test_formats_and_options(fake_load, src: Path, tmp_path: Path, capsys) -> No
             "--key-range", "^step", "--iter-start", "2", "--iter-stop", "5"]  # fmt: skip
     assert main(args) == 0
     assert sorted(p.name for p in (tmp_path / "j").iterdir()) == sorted(
-        [*(f"{t}.json" for t in TABLES), GRAPH_FILE]
+        [*(f"{t}.json" for t in TABLES), GRAPH_FILE, TRACE_FILE]  # no html: no page
     )
     assert fake_load.calls[0][1] == {"key_range": "^step", "iter_start": 2, "iter_stop": 5}
     for bad in (["--formats", "xml"], ["--formats", ""], ["--key-range", "("],

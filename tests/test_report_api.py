@@ -18,7 +18,7 @@ from dlprof_lite.errors import DlprofError, OutputError
 from dlprof_lite.report import output
 from dlprof_lite.report.build import TABLES, Report, build_report
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.output import GRAPH_FILE
+from dlprof_lite.report.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
 from example_profiles import training_profile
 
 CORPUS = corpus_files()
@@ -36,8 +36,9 @@ def test_every_corpus_export_round_trips(path: Path, tmp_path: Path) -> None:
     report = dlprof_lite.analyze(path)
     folder = report.save(tmp_path / "r")
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [*(f"{t}.{fmt}" for t in TABLES for fmt in ("csv", "json")), GRAPH_FILE]
-    )
+        [*(f"{t}.{fmt}" for t in TABLES for fmt in ("csv", "json")), GRAPH_FILE, PAGE_FILE,
+         TRACE_FILE]
+    )  # fmt: skip
     assert_same_report(report, dlprof_lite.open_report(folder))
 
 

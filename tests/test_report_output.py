@@ -13,7 +13,7 @@ from dlprof_lite.errors import OutputError
 from dlprof_lite.report import output
 from dlprof_lite.report.build import TABLES, build_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
-from dlprof_lite.report.output import GRAPH_FILE
+from dlprof_lite.report.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
 from dlprof_lite.report.writers import WRITERS, JsonWriter, Table
 from example_profiles import training_profile
 
@@ -33,11 +33,13 @@ def no_leftovers(parent: Path) -> bool:
 
 
 def test_report_folder_holds_every_table_in_every_format(report, tmp_path: Path) -> None:
-    target = output.write_report(report, tmp_path / "r.dlprof", ("csv", "json"), force=False)
+    formats = ("csv", "json", "html")
+    target = output.write_report(report, tmp_path / "r.dlprof", formats, force=False)
     assert target == tmp_path / "r.dlprof"
     assert written(target) == sorted(
-        [*(f"{t}.{f}" for t in TABLES for f in ("csv", "json")), GRAPH_FILE]
-    )
+        [*(f"{t}.{f}" for t in TABLES for f in ("csv", "json")), GRAPH_FILE, PAGE_FILE,
+         TRACE_FILE]
+    )  # fmt: skip
     assert no_leftovers(tmp_path)
 
 
@@ -47,7 +49,7 @@ def test_csv_columns_are_the_declared_columns(report, tmp_path: Path, table: str
     with open(target / f"{table}.csv", newline="", encoding="utf-8") as fh:
         header = next(csv.reader(fh))
     assert header == column_names(table)
-    assert written(target) == sorted([*(f"{t}.csv" for t in TABLES), GRAPH_FILE])
+    assert written(target) == sorted([*(f"{t}.csv" for t in TABLES), GRAPH_FILE, TRACE_FILE])
 
 
 @pytest.mark.parametrize("table", [t for t in TABLES if t != "summary"])
@@ -115,7 +117,7 @@ def test_force_replaces_a_report_but_never_another_folder(report, tmp_path: Path
     target = output.write_report(report, tmp_path / "out", ("csv",), force=False)
     (target / "stale.txt").write_text("old")
     output.write_report(report, target, ("json",), force=True)
-    assert written(target) == sorted([*(f"{t}.json" for t in TABLES), GRAPH_FILE])
+    assert written(target) == sorted([*(f"{t}.json" for t in TABLES), GRAPH_FILE, TRACE_FILE])
     home = tmp_path / "home"
     home.mkdir()
     (home / "thesis.tex").write_text("precious")

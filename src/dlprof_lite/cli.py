@@ -96,6 +96,17 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _span(text: str) -> tuple[int, int]:
+    first, sep, last = text.partition(":")
+    try:
+        span = (int(first), int(last))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not A:B (iterations A to B-1): {text!r}") from None
+    if not sep or span[0] < 0 or span[1] <= span[0]:
+        raise argparse.ArgumentTypeError(f"A:B needs 0 <= A < B, not {text!r}")
+    return span
+
+
 def _regex(text: str) -> str:
     try:
         re.compile(text)
@@ -110,7 +121,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     out("-o", "--output", type=Path, metavar="DIR",
         help="report folder (default: a new <name>.dlprof folder beside the input)")
     out("--formats", type=_formats, default=FORMATS, metavar="LIST",
-        help="report formats, comma-separated: csv,json (default: both)")
+        help="what to write, comma-separated: csv and json (the tables), html (report.html); "
+             "default: all three (layers.dot and trace.json are always written)")
     out("--force", action="store_true", help="replace an existing report folder given with -o")
     out("--quiet", action="store_true",
         help="print no summary, only the report folder (and warnings, errors)")
@@ -124,6 +136,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     it("--iter-start", type=_count, metavar="N",
        help="first iteration to analyse (earlier ones are warm-up)")
     it("--iter-stop", type=_count, metavar="N", help="iteration to stop before (exclusive)")
+    it("--trace-iterations", type=_span, metavar="A:B",
+       help="trace.json of iterations A to B-1 (default: the report's timeline iteration, "
+            "one steady step)")
     it("--all-iterations", action="store_true",
        help="kernels, ranges and layers tables over the whole run (default: the analysed "
             "iterations, warm-up left out)")
@@ -228,6 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_analyze_parser().parse_args(args_in[1:])
             debug = args.debug
             return cmd_analyze(args)
+        if args_in[:1] == ["report"]:
+            from dlprof_lite.cli_views import build_report_parser, cmd_report
+
+            args = build_report_parser().parse_args(args_in[1:])
+            debug = args.debug
+            return cmd_report(args)
         if args_in[:1] == ["runs"]:
             from dlprof_lite.cli_store import build_runs_parser, cmd_runs
 
@@ -282,6 +303,7 @@ def _options(args: argparse.Namespace) -> AnalyzeOptions:
         all_iterations=args.all_iterations,
         steps_per_epoch=args.steps_per_epoch,
         epochs=args.epochs,
+        trace_iterations=args.trace_iterations,
     )
 
 

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 from dlprof_lite.progress import Stage, StageProgress, no_progress
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from dlprof_lite.report.build import Report
     from dlprof_lite.report.summary_types import Scalar
 
-FORMATS = ("csv", "json")
+FORMATS = ("csv", "json", "html")  # tables as CSV and JSON; html: report.html
 # The stage callback of dlprof_lite.progress (one Stage enum for CLI, pool and Dask).
 Progress = StageProgress
 
@@ -39,12 +41,22 @@ class AnalyzeOptions:
     all_iterations: bool = False  # the tables cover the whole run, not the analysed window
     steps_per_epoch: int | None = None  # the projection's (report/projection.py)
     epochs: int | None = None
+    # trace.json of iterations [A, B) instead of the report's timeline iteration
+    trace_iterations: tuple[int, int] | None = None
 
 
 def analyze_profile(
     path: Path, options: AnalyzeOptions, progress: Progress | None = None
 ) -> Report:
     """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
+    return _analyze(path, options, progress)[0]
+
+
+def _analyze(
+    path: Path, options: AnalyzeOptions, progress: Progress | None = None
+) -> tuple[Report, pd.DataFrame | None]:
+    """The Report, and the events of ``--trace-iterations`` when asked (they need the
+    Profile, which is dropped here)."""
     from dlprof_lite.ingest.load import load
     from dlprof_lite.report.build import build_report
 
@@ -60,7 +72,12 @@ def analyze_profile(
     (progress or no_progress)(Stage.WRITING)
     # The user's steps per epoch and epochs, where given, win over the DataLoader's length.
     given = ProjectionInput(options.steps_per_epoch, options.epochs)
-    return build_report(profile, all_iterations=options.all_iterations, projection=given)
+    report = build_report(profile, all_iterations=options.all_iterations, projection=given)
+    if options.trace_iterations is None:
+        return report, None
+    from dlprof_lite.report.timeline import timeline_for
+
+    return report, timeline_for(profile, options.trace_iterations)
 
 
 @dataclass(frozen=True)
@@ -85,8 +102,9 @@ def analyze_one(
     """
     from dlprof_lite.report.output import write_report
 
-    report = analyze_profile(Path(path), options, progress)
-    final = write_report(report, Path(out_dir), options.formats, force=options.force)
+    report, trace = _analyze(Path(path), options, progress)
+    final = write_report(report, Path(out_dir), options.formats, force=options.force,
+                         trace=trace)  # fmt: skip
     return PipelineResult(str(path), final, report)
 
 
@@ -175,7 +193,8 @@ def analyze_many(
             rows.append({**outcome.result, "report_dir": str(parent / out.name)})
         if len(failures) == len(paths):  # nothing to keep: the staging folder goes
             raise _none_analysed(failures)
-        files.write_tables([combined_table(rows)], stage, options.formats)
+        tables = [f for f in options.formats if f in files.TABLE_FORMATS]
+        files.write_tables([combined_table(rows)], stage, tables or ["csv"])
     return BatchResult(parent, tuple(rows), tuple(failures))
 
 
@@ -200,10 +219,9 @@ def report_profiled(
     """The ``run`` form's last stages: analyse the export nsys wrote into the staging folder
     and write the report beside it, naming the export where it will be once ``stage``
     becomes ``target``."""
-    from dlprof_lite.report.output import report_tables, write_graph, write_tables
+    from dlprof_lite.report.output import write_contents
 
-    report = analyze_profile(export, options, progress)
+    report, trace = _analyze(export, options, progress)
     report = report.with_source(str(target / export.name))
-    write_tables(report_tables(report), stage, options.formats)
-    write_graph(report, stage)
+    write_contents(report, stage, options.formats, trace=trace)
     return report

@@ -29,7 +29,7 @@ from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_o
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline")
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
-FORMATS = ("csv", "json")
+FORMATS = ("csv", "json", "html")  # tables as CSV and JSON; html: report.html
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Report:
         self,
         folder: str | Path,
         *,
-        formats: Sequence[str] = ("csv", "json"),
+        formats: Sequence[str] = FORMATS,
         force: bool = False,
     ) -> Path:
         """Write this report as a folder, the way the command line does: staged and renamed

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pandas as pd
+
 from dlprof_lite.errors import OutputError
 from dlprof_lite.report.build import TABLES, WINDOWED, Report
 from dlprof_lite.report.writers import WRITERS, Table
@@ -34,6 +36,10 @@ INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 REPORT_SUFFIX = ".dlprof"
 REPORT_MARKERS = ("summary.json", "summary.csv")
 GRAPH_FILE = "layers.dot"
+PAGE_FILE = "report.html"
+TRACE_FILE = "trace.json"
+# The formats of the tables (WRITERS); "html" is the page, written beside them.
+TABLE_FORMATS = ("csv", "json")
 MAX_NAMES = 10_000
 # Our staging names (_token: 10 hex digits): .NAME.<token>.partial and .NAME.<token>.old
 # folders, .NAME.<token>.tmp files. Nothing else is ever swept.
@@ -237,9 +243,47 @@ def write_graph(report: Report, folder: Path) -> Path:
     return path
 
 
-def write_report(report: Report, target: Path, formats: Iterable[str], *, force: bool) -> Path:
+def write_page(report: Report, folder: Path) -> Path:
+    """``report.html``: the one self-contained page of the report (report/html.py)."""
+    from dlprof_lite.report.html import report_page
+
+    path = folder / PAGE_FILE
+    atomic_write(path, report_page(report))
+    return path
+
+
+def write_trace(report: Report, folder: Path, events: pd.DataFrame | None = None) -> Path:
+    """``trace.json`` (Chrome trace-event format) of ``events``, by default the report's
+    timeline (its one steady iteration)."""
+    from dlprof_lite.report.trace import trace_text
+
+    chosen = report.timeline if events is None else events
+    iterations = sorted(int(i) for i in pd.unique(chosen["iteration"])) if len(chosen) else []
+    meta = {"source": report.summary.get("source"), "iterations": iterations}
+    path = folder / TRACE_FILE
+    atomic_write(path, trace_text(chosen, metadata=meta))
+    return path
+
+
+def write_contents(
+    report: Report, folder: Path, formats: Iterable[str], *, trace: pd.DataFrame | None = None
+) -> None:
+    """Everything a report folder holds: the tables in each table format, ``layers.dot``,
+    ``trace.json`` (of ``trace``'s events, else the report's timeline) and, with ``html``
+    among the formats, ``report.html``."""
+    chosen = tuple(formats)
+    write_tables(report_tables(report), folder, [f for f in chosen if f in TABLE_FORMATS])
+    write_graph(report, folder)
+    write_trace(report, folder, trace)
+    if "html" in chosen:
+        write_page(report, folder)
+
+
+def write_report(
+    report: Report, target: Path, formats: Iterable[str], *, force: bool,
+    trace: pd.DataFrame | None = None,
+) -> Path:  # fmt: skip
     """Write a complete report folder at ``target`` (staged, then renamed into place)."""
     with staged_folder(target, force=force) as stage:
-        write_tables(report_tables(report), stage, formats)
-        write_graph(report, stage)
+        write_contents(report, stage, formats, trace=trace)
     return target.absolute()
