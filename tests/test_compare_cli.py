@@ -144,3 +144,16 @@ def test_quiet_prints_the_verdict_the_gate_and_the_folder(runs, capsys) -> None:
     assert code == 1 and len(lines) == 3
     assert lines[0].startswith(f"{runs['slow']} vs {runs['a']}: slower: median +")
     assert lines[1] == f"compare: {target}" and lines[2].startswith("gate: failed")
+
+
+def test_the_page_is_written_unless_left_out(runs) -> None:
+    target = runs["root"] / "with-page"
+    assert main(["compare", str(runs["a"]), str(runs["slow"]), "-o", str(target),
+                 "--quiet"]) == 0  # fmt: skip
+    page = (target / "compare.html").read_text(encoding="utf-8")
+    assert 'id="chart-step-box"' in page and str(runs["slow"]) in page
+    assert "http://" not in page and "https://" not in page.split("<script")[0]
+    target = runs["root"] / "csv-only"
+    assert main(["compare", str(runs["a"]), str(runs["slow"]), "-o", str(target), "--quiet",
+                 "--formats", "csv"]) == 0  # fmt: skip
+    assert sorted(p.name for p in target.iterdir()) == ["compare.csv"]

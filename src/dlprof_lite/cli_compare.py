@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 PROG = "dlprof-lite"
 COMPARE_DIR = "compare"
-COMPARE_FORMATS = ("csv", "json")
+PAGE_FILE = "compare.html"
+COMPARE_FORMATS = ("csv", "json", "html")  # html: compare.html
 
 
 def _percent(text: str) -> float:
@@ -40,7 +41,9 @@ def _percent(text: str) -> float:
 def _formats(text: str) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
     if not chosen or set(chosen) - set(COMPARE_FORMATS):
-        raise argparse.ArgumentTypeError(f"choose from csv,json (comma-separated), not {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"choose from csv,json,html (comma-separated), not {text!r}"
+        )
     return chosen
 
 
@@ -60,7 +63,8 @@ def build_compare_parser() -> argparse.ArgumentParser:
                         help="folder for compare.csv/compare.json (default: a new 'compare' "
                              "folder here)")  # fmt: skip
     parser.add_argument("--formats", type=_formats, default=COMPARE_FORMATS, metavar="LIST",
-                        help="csv,json (default: both)")  # fmt: skip
+                        help="csv,json (compare.csv/.json), html (compare.html); default: "
+                             "all three")  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace an existing -o folder")
     parser.add_argument("--gate", type=_percent, metavar="PCT",
                         help="exit 1 when a side's median step time is slower than the "
@@ -100,7 +104,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from dlprof_lite.compare.output import write_comparison
 
     with files.staged_folder(target, force=args.force) as stage:
-        write_comparison(comparison, stage, args.formats)
+        write_comparison(comparison, stage, [f for f in args.formats if f != "html"])
+        if "html" in args.formats:
+            from dlprof_lite.compare.page import compare_page
+
+            files.atomic_write(stage / PAGE_FILE, compare_page(comparison, sides))
     return _show(args, comparison, target)
 
 
