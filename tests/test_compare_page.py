@@ -33,9 +33,11 @@ def _layers(extra_ms: float, gpu_ms: float = 0.0) -> list[dict[str, object]]:
 
 def _sides(gpu_ms: tuple[float, float] = (0.0, 0.0), label: str = "B") -> list[Side]:
     a = side("A", run(normal_steps(100, 4, N, 1), layer_rows=_layers(0, gpu_ms[0]),
-                      phases={"forward": (3 * MS, 3 * MS), "data": (0, 2 * MS)}))  # fmt: skip
+                      phases={"forward": (3 * MS, 3 * MS), "data": (0, 2 * MS)},
+                      summary={"tc_share": 0.25}))  # fmt: skip
     b = side(label, run(normal_steps(106, 4, N, 2), layer_rows=_layers(2, gpu_ms[1]),
-                        phases={"forward": (4 * MS, 8 * MS), "data": (0, 2 * MS)}))  # fmt: skip
+                        phases={"forward": (4 * MS, 8 * MS), "data": (0, 2 * MS)},
+                        summary={"tc_share": 0.5}))  # fmt: skip
     return [a, b]
 
 
@@ -72,6 +74,8 @@ def test_compare_page_sections_and_verdict(sides: list[Side], page: Page) -> Non
     text = compare_page(comparison, sides)
     assert verdict_line(comparison.steps[0]).replace("'", "&#x27;") in text
     assert comparison.steps[0].verdict == "slower"  # 106 ms against 100 ms, 60 steps each
+    assert "Tensor Core share: A 25.0% -&gt; B 50.0%" in text
+    assert "launch overhead" not in text.split('id="plotly-gz"')[0]  # unknown on both sides
     stats = page.tables["step-stats"]
     assert [r[0] for r in stats[1:]] == ["A", "B"] and stats[1][2] == str(N)
 

@@ -18,9 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.report.build import Report, build_report
 from dlprof_lite.report.charts import ITERATION_POINTS, decimated
 from dlprof_lite.report.html import report_page
+from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.plotly_bundle import count_points, script_json
 from example_profiles import training_profile
 
@@ -446,3 +448,33 @@ def test_hostile_kernel_names_stay_data() -> None:
     page = read(report)
     assert evil in [c[0] for c in page.figure("kernels")["data"][0]["customdata"]]
     assert evil in [r[0] for r in page.tables["kernel-table"]]
+
+
+def assert_steps_are_the_summary(report: Report, fig: dict) -> None:
+    """Every bar of the step breakdown is its summary field (per analysed step): GPU phases
+    step_<p>_ns, launch overhead the phases' host gaps, idle the rest of step_idle_ns; host
+    phases step_<p>_wall_ns. Parts that are 0 are not drawn."""
+    s = report.summary
+    gaps = sum(s.number(f"step_{p}_host_gap_ns") or 0.0 for p in PHASE_COLUMNS)
+    want = {("GPU", p): s.number(f"step_{p}_ns") for p in PHASE_COLUMNS}
+    want[("GPU", "launch overhead")] = gaps
+    want[("GPU", "idle")] = (s.number("step_idle_ns") or 0.0) - gaps
+    want.update({("host", p): s.number(f"step_{p}_wall_ns") for p in (*PHASES, "other")})
+    want = {k: v for k, v in want.items() if v}
+    got = {(view, t["name"]): value for t in fig["data"]
+           for view, value in zip(t["y"], ns(fig, t["x"]), strict=True)}  # fmt: skip
+    assert got == pytest.approx(want)
+
+
+@pytest.mark.corpus
+def test_corpus_steps_chart_is_the_summary(corpus_dir: Path) -> None:
+    import dlprof_lite
+
+    report = dlprof_lite.analyze(
+        corpus_dir / "VerticalResearchGroup__casio__nerf_output-file.sqlite"
+    )
+    page = read(report)
+    assert (report.summary.number("kernel_count") or 0) > 0
+    assert_steps_are_the_summary(report, page.figure("steps"))
+    assert_steps_are_the_summary(build_report(training_profile()), read(
+        build_report(training_profile())).figure("steps"))  # fmt: skip

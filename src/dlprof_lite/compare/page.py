@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
-from dlprof_lite.compare.deltas import LAYER, PHASE, Delta
+from dlprof_lite.compare.deltas import LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.side import Side
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.charts import axis_labels, scaled, unit_for
@@ -105,9 +105,28 @@ def delta_figure(
     return fig
 
 
+_SUMMARY_SHOWN = {"tc_share": ("Tensor Core share", 100.0),
+                  "launch_overhead_pct": ("launch overhead", 1.0)}  # fmt: skip
+
+
+def summary_lines(rows: Sequence[Delta]) -> list[str]:
+    """``Tensor Core share: A 12.0% -> B 30.0%``; a figure unknown or 0 on both sides (the
+    launch overhead of a CPU run) is left out."""
+    out = []
+    for row in rows:
+        if (not row.value and not row.baseline_value) or row.metric not in _SUMMARY_SHOWN:
+            continue
+        label, scale = _SUMMARY_SHOWN[row.metric]
+        a, b = ("-" if v is None else f"{v * scale:.1f}%" for v in (row.baseline_value, row.value))
+        out.append(f"{label}: {row.baseline} {a} -> {row.label} {b}")
+    return out
+
+
 def _verdict(c: Comparison) -> str:
     lines = [f'<p class="verdict {esc(d.verdict.split()[0])}">{esc(verdict_line(d))}</p>'
              for d in c.steps]  # fmt: skip
+    lines += [f"<p>{esc(line)}</p>" for d in c.steps
+              for line in summary_lines(c.section(SUMMARY, d.label))]  # fmt: skip
     head = "".join(f"<th>{h}</th>" for h in ("side", "runs", "steps", "mean", "median", "std",
                                               "p10", "p90", "min", "max"))  # fmt: skip
     rows = "".join(
