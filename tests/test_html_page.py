@@ -130,11 +130,11 @@ def example() -> Report:
 
 def test_example_page_has_every_section(example: Report) -> None:
     page = read(example)
-    timeline = ["timeline"] if not getattr(example, "timeline", pd.DataFrame()).empty else []
+    assert not example.timeline.empty  # the example's steady iteration (report/timeline.py)
     assert page.sections == ["header", "steps", "layers", "iterations", "kernels", "advice",
-                             *timeline]  # fmt: skip
+                             "timeline"]  # fmt: skip
     assert set(page.charts) == {"chart-steps", "chart-layers", "chart-iterations",
-                                "chart-kernels", *(f"chart-{t}" for t in timeline)}  # fmt: skip
+                                "chart-kernels", "chart-timeline"}  # fmt: skip
     facts = dict(page.tables["run-facts"])
     # Analysed steps of 2000 and 3000 ns: median 2500, p10 2100, p90 2900 (linear).
     assert facts["steady step time"].startswith("2.5 µs median (p10 2.1 µs – p90 2.9 µs")
@@ -348,8 +348,6 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
 
 
 def test_example_timeline_is_one_steady_iteration(example: Report) -> None:
-    if getattr(example, "timeline", pd.DataFrame()).empty:
-        pytest.skip("Report.timeline has not landed (contract part 1)")
     page = read(example)
     fig = page.figure("timeline")
     origin = fig["layout"]["meta"]["origin_ns"]

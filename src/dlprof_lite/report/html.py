@@ -193,8 +193,8 @@ def _advice(report: Report) -> str | None:
 
 
 def _timeline(report: Report) -> str | None:
-    frame = getattr(report, "timeline", None)
-    if not isinstance(frame, pd.DataFrame) or frame.empty:
+    frame = report.timeline
+    if frame.empty:
         return None
     it = report.summary.get("timeline_iteration")
     fig, left = timeline_figure(frame, iteration=_iteration_bounds(report.iterations, it))
