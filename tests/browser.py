@@ -268,9 +268,18 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+# The one driver and browser of this pytest process. Each test module imports the fixture,
+# so pytest holds one copy per module, but Playwright allows one sync driver per thread:
+# every copy shares these, and the first copy set up closes them when the session ends.
+_RUNNING: list[Chromium] = []
+
+
 @pytest.fixture(scope="session", name="chromium")
 def chromium_fixture() -> Iterator[Chromium]:
     """The session's headless Chromium (skip, or fail under CI, without one)."""
+    if _RUNNING:
+        yield _RUNNING[0]
+        return
     exe = chromium_path()
     if exe is None:
         missing("no Chromium (Debian: apt-get install chromium; or set DLPROF_CHROMIUM)")
@@ -281,9 +290,11 @@ def chromium_fixture() -> Iterator[Chromium]:
     with sync_playwright() as driver:
         # --no-sandbox: the test may run as root in a container, where the sandbox cannot start.
         browser = driver.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        _RUNNING.append(Chromium(browser))
         try:
-            yield Chromium(browser)
+            yield _RUNNING[0]
         finally:
+            _RUNNING.clear()
             browser.close()
 
 

@@ -226,6 +226,7 @@ def test_lenet_report_in_chromium(chromium: Chromium, lenet: Path) -> None:
     assert want == ["header", "steps", "layers", "iterations", "advice", "timeline"], want
     result = chromium.open_page(report_html(lenet), then=read_layer_table)
     assert result.problems() == []
+    assert result.size_bytes <= PAGE_LIMIT
     assert section_problems(result, want, REPORT_CHARTS) == []
     table = result.extra
     assert isinstance(table, dict)
