@@ -14,13 +14,10 @@ from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.report.build import Report, build_report
-from dlprof_lite.report.charts import ITERATION_POINTS, decimated
 from dlprof_lite.report.html import report_page
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.plotly_bundle import count_points, script_json
@@ -236,17 +233,6 @@ def test_hostile_names_stay_data() -> None:
     assert json.loads(script_json({"k": "</script><!--"})) == {"k": "</script><!--"}
 
 
-def test_decimation_keeps_every_spike() -> None:
-    rng = np.random.default_rng(0)
-    values = rng.normal(100.0, 1.0, 100_000)
-    values[[7, 54_321, 99_999]] = [500.0, -50.0, 900.0]
-    keep = decimated(values)
-    assert len(keep) <= ITERATION_POINTS
-    assert {7, 54_321, 99_999} <= set(keep.tolist())
-    assert values[keep].max() == values.max() and values[keep].min() == values.min()
-    assert np.all(np.diff(keep) > 0)
-
-
 @pytest.mark.corpus
 def test_export_without_module_ranges_has_no_layers(corpus_dir: Path) -> None:
     import dlprof_lite
@@ -281,93 +267,6 @@ def test_corpus_kernels_chart_is_the_top_of_the_table(corpus_dir: Path) -> None:
         order["forward_gpu_ns"].astype(float).tolist()
     )
     assert page.tables["layer-table"][0][3:6] == ["calls", "fwd wall", "bwd wall"]
-
-
-def test_page_builds_fast_after_first(example: Report) -> None:
-    report_page(example)  # plotly.js compressed once per process
-    start = time.perf_counter()
-    report_page(example)
-    assert time.perf_counter() - start < 5.0
-
-
-def timeline_frame(rows: list[tuple]) -> pd.DataFrame:
-    """A frame of the contract's timeline columns from (kind, name, pid, tid, device, stream,
-    start, end, depth, layer, phase) rows."""
-    cols = ["kind", "name", "pid", "tid", "device_id", "stream_id", "start_ns", "end_ns",
-            "depth", "layer", "phase"]  # fmt: skip
-    frame = pd.DataFrame(rows, columns=cols)
-    for c in ("pid", "tid", "device_id", "stream_id", "depth"):
-        frame[c] = frame[c].astype("Int64")
-    frame["full_name"] = frame["name"]
-    frame["domain"] = "dlprof_lite"
-    frame["correlation_id"] = pd.array([None] * len(frame), dtype="Int64")
-    frame["iteration"] = 4
-    return frame
-
-
-def test_timeline_chart_puts_threads_above_streams() -> None:
-    from dlprof_lite.report.timeline_chart import timeline_figure
-
-    na = None
-    frame = timeline_frame([
-        ("range", "iteration", 1, 11, na, na, 1_000_000, 1_900_000, 0, na, na),
-        ("range", "fwd:fc1:Linear", 1, 11, na, na, 1_100_000, 1_300_000, 1, "fc1", "forward"),
-        ("api", "cudaLaunchKernel", 1, 11, na, na, 1_110_000, 1_115_000, na, "fc1", "forward"),
-        ("range", "loader", 1, 12, na, na, 1_000_500, 1_050_500, 0, na, "data"),
-        ("kernel", "gemm", 1, 11, 0, 7, 1_120_000, 1_220_000, na, "fc1", "forward"),
-        ("memcpy", "HtoD", 1, 12, 0, 13, 1_060_000, 1_061_000, na, na, "data"),
-    ])  # fmt: skip
-    fig, left = timeline_figure(frame)
-    assert fig is not None and left == 0
-    data = json.loads(json.dumps(fig.to_plotly_json(), default=list))
-    lanes = data["layout"]["yaxis"]["categoryarray"]
-    assert lanes == ["thread 11 · level 0", "thread 11 · level 1", "thread 11 · CUDA API",
-                     "thread 12 · level 0", "GPU 0 · stream 7", "GPU 0 · stream 13"]  # fmt: skip
-    assert data["layout"]["meta"]["origin_ns"] == 1_000_000
-    kernel = trace(data, "kernel")
-    assert kernel["y"] == ["GPU 0 · stream 7"]
-    assert kernel["base"] == [120.0] and kernel["x"] == [100.0]  # µs from the first event
-    assert kernel["customdata"] == [["gemm", "fc1", "forward", "100.000 µs"]]
-    ranges = trace(data, "range")
-    assert ranges["x"] == [900.0, 200.0, 50.0]
-    assert ranges["customdata"][0] == ["iteration", "-", "-", "900.000 µs"]
-    fig, left = timeline_figure(frame, cap=3)  # the 3 longest: iteration, fc1, gemm
-    assert left == 3 and fig is not None
-    names = sorted(c[0] for t in fig.data for c in t.customdata)
-    assert names == ["fwd:fc1:Linear", "gemm", "iteration"]
-    # Shown over the iteration [1.05, 1.2] ms widened to the gemm's end at 1.22 ms: the longer
-    # ranges are clipped to it (fc1: 1.1 to 1.22 ms), their hover keeps the real duration.
-    fig, _ = timeline_figure(frame, iteration=(1_050_000, 1_200_000))
-    assert fig is not None
-    data = json.loads(json.dumps(fig.to_plotly_json(), default=list))
-    assert data["layout"]["meta"]["origin_ns"] == 1_050_000
-    assert data["layout"]["xaxis"]["range"] == [0, 170.0]  # the gemm ends at 1.22 ms
-    ranges = trace(data, "range")
-    assert ranges["base"] == [0.0, 50.0, 0.0] and ranges["x"] == [170.0, 120.0, 0.5]
-    assert ranges["customdata"][0][3] == "900.000 µs"
-
-
-def test_example_timeline_is_one_steady_iteration(example: Report) -> None:
-    page = read(example)
-    fig = page.figure("timeline")
-    origin = fig["layout"]["meta"]["origin_ns"]
-    kernels = trace(fig, "kernel")
-    # Iteration 1 (2000 ns, as near the median 2500 as iteration 2, and earlier): its kernels
-    # run at 3330 (gemm 100), 3530 (relu 20), 3940 (sgemm 200), 4630 (adam 50).
-    starts = sorted(origin + b * 1e3 for b in kernels["base"])
-    assert starts == pytest.approx([3330, 3530, 3940, 4630])
-    assert sorted(x * 1e3 for x in kernels["x"]) == pytest.approx([20, 50, 100, 200])
-    layers = {c[0]: (c[1], c[2]) for c in kernels["customdata"]}
-    assert layers["sm90_xmma_gemm_bf16bf16_tn"] == ("fc1", "forward")
-    assert layers["adam_kernel"][1] == "optimizer"
-    lanes = fig["layout"]["yaxis"]["categoryarray"]
-    assert lanes[-1].startswith("GPU ") and lanes[0].startswith("thread ")
-    ranges = trace(fig, "range")
-    level = {c[0]: lane for c, lane in zip(ranges["customdata"], ranges["y"], strict=True)}
-    # The iteration holds the phases (start/end ranges, all depth 0), forward holds fc1.
-    assert level["iteration"].endswith("level 0")
-    assert level["forward"].endswith("level 1") and level["backward"].endswith("level 1")
-    assert level["fwd:fc1:Linear"].endswith("level 2")
 
 
 @pytest.mark.slow
@@ -406,28 +305,6 @@ def test_a_saved_report_renders_the_same_page(example: Report, tmp_path: Path, f
     if fmt == "csv":  # summary.csv has no GPU list: the header names the GPUs only
         back = replace(back, summary=replace(back.summary, gpus=example.summary.gpus))
     assert report_page(back) == report_page(example)
-
-
-def test_many_layers_are_capped_with_a_note(example: Report) -> None:
-    from dlprof_lite.report.charts import LAYER_CHART_MAX, layers_figure
-    from dlprof_lite.report.html_tables import LAYER_ROWS, layer_table
-
-    n = LAYER_ROWS + 500
-    base = example.layers.iloc[[0]]
-    layers = pd.concat([base] * n, ignore_index=True)
-    layers["layer"] = [f"model.block{i}" for i in range(n)]
-    layers["order"] = np.arange(n, 0, -1)  # network order reversed against the rows
-    layers["step_forward_wall_ns"] = np.arange(n, dtype=float)  # later rows larger
-    fig, left = layers_figure(layers, gpu=True)
-    assert fig is not None and left == n - LAYER_CHART_MAX
-    assert f"+{left} more" in fig.layout.title.text
-    shown = list(fig.data[0].x)
-    # The largest (the last rows) in network order: descending row number.
-    assert shown == [f"model.block{i}" for i in range(n - 1, n - 1 - LAYER_CHART_MAX, -1)]
-    html = layer_table(layers, gpu=True, per_step=True)
-    page = Page(html)
-    assert len(page.tables["layer-table"]) == 1 + LAYER_ROWS
-    assert f"+{n - LAYER_ROWS} more" in html
 
 
 def test_hostile_kernel_names_stay_data() -> None:
