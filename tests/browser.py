@@ -307,25 +307,25 @@ REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers",
                  "timeline": "chart-timeline"}  # fmt: skip
 
 
+def dlprof(cwd: Path, *args: str) -> None:
+    """The command line, as a user runs it in ``cwd``; it must succeed."""
+    cmd = [sys.executable, "-m", "dlprof_lite", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def profile_lenet(nsys: str, out: Path, *script_args: str) -> Path:
     """examples/lenet.py profiled for real by the command line into ``out``."""
     script = Path(__file__).resolve().parents[1] / "examples" / "lenet.py"
-    cmd = [sys.executable, "-m", "dlprof_lite", "--quiet", "--nsys", nsys, "-o", str(out), "--",
-           sys.executable, str(script), *script_args]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out.parent)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    dlprof(out.parent, "--quiet", "--nsys", nsys, "-o", out.name, "--", sys.executable,
+           str(script), *script_args)  # fmt: skip
     return out
 
 
-def report_html(folder: Path) -> Path:
-    """``folder/report.html`` as the command line wrote it; where it wrote none, the page
-    built from the folder with ``report_page(open_report(folder))``, as the CLI would."""
-    page = folder / "report.html"
-    if not page.is_file():
-        from dlprof_lite import open_report
-        from dlprof_lite.report.html import report_page
-
-        page.write_text(report_page(open_report(folder)), encoding="utf-8")
+def written_page(folder: Path, name: str) -> Path:
+    """The page the command line wrote into ``folder`` (report.html, compare.html)."""
+    page = folder / name
+    assert page.is_file(), f"the command line wrote no {name} in {folder}"
     return page
 
 

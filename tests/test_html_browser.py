@@ -2,7 +2,9 @@
 
 First the harness itself (tests/browser.py) on pages written here: a correct Plotly page
 passes; a console error, a network request, a chart with nothing drawn, a blank page, a page
-that never finishes and one that reports an error are each caught. Then the product's pages.
+that never finishes and one that reports an error are each caught. Then the pages the
+command line writes: LeNet profiled for real, a corpus export without module ranges, the
+1M-kernel generated profile.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ from browser import (  # noqa: F401
     blank_reasons,
     chromium_fixture,
     decode_png,
+    dlprof,
     expected_sections,
     profile_lenet,
-    report_html,
     rows,
     section_problems,
+    written_page,
 )
-from dlprof_lite import analyze, open_report
-from dlprof_lite.report.html import report_page
+from dlprof_lite import open_report
 from make_profile import make_profile
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -218,13 +220,13 @@ def monotone(values: list[float]) -> str | None:
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_lenet_report_in_chromium(chromium: Chromium, lenet: Path) -> None:
-    """The example's page shows every section its report has data for, each chart drawn
-    with its data, no console error, no request; the layer table lists the report's layers
-    in network order and sorts by a header click."""
+    """The example's report.html, as the command line wrote it, shows every section its
+    report has data for, each chart drawn with its data, no console error, no request; the
+    layer table lists the report's layers in network order and sorts by a header click."""
     report = open_report(lenet)
     want = expected_sections(report)
     assert want == ["header", "steps", "layers", "iterations", "advice", "timeline"], want
-    result = chromium.open_page(report_html(lenet), then=read_layer_table)
+    result = chromium.open_page(written_page(lenet, "report.html"), then=read_layer_table)
     assert result.problems() == []
     assert result.size_bytes <= PAGE_LIMIT
     assert section_problems(result, want, REPORT_CHARTS) == []
@@ -264,15 +266,14 @@ def test_committed_screenshots_are_pages_not_blanks(name: str) -> None:
 @pytest.mark.corpus
 def test_export_without_module_ranges_shows_what_it_has(chromium: Chromium, corpus_dir: Path,
                                                          tmp_path: Path) -> None:  # fmt: skip
-    """A corpus export with no ``fwd:``/``bwd:`` ranges: no layers section, and the sections
-    it has data for all render."""
-    report = analyze(corpus_dir / NO_MODULES)
+    """A corpus export with no ``fwd:``/``bwd:`` ranges, analysed by the command line: no
+    layers section, and the sections it has data for all render."""
+    dlprof(tmp_path, "analyze", str(corpus_dir / NO_MODULES), "-o", "cudf", "--quiet")
+    report = open_report(tmp_path / "cudf")
     assert rows(report.layers) == 0 and rows(report.iterations) > 0  # what makes it a case
     want = expected_sections(report)
     assert "layers" not in want and len(want) >= 4, want
-    page = tmp_path / "report.html"
-    page.write_text(report_page(report), encoding="utf-8")
-    result = chromium.open_page(page)
+    result = chromium.open_page(written_page(tmp_path / "cudf", "report.html"))
     assert result.problems() == []
     assert section_problems(result, want, REPORT_CHARTS) == []
 
@@ -298,10 +299,10 @@ def test_million_kernel_page(chromium: Chromium, tmp_path: Path) -> None:
     truth = make_profile(export, iterations=-(-MILLION // KERNELS_PER_ITERATION), layers=8,
                          kernels_per_layer=12, seed=5)  # fmt: skip
     assert truth.totals["kernels"] >= MILLION
-    report = analyze(export)
+    dlprof(tmp_path, "analyze", str(export), "-o", "million", "--quiet")
+    report = open_report(tmp_path / "million")
     assert report.summary["kernel_count"] == truth.totals["kernels"]
-    page = tmp_path / "report.html"
-    page.write_text(report_page(report), encoding="utf-8")
+    page = written_page(tmp_path / "million", "report.html")
     assert page.stat().st_size <= PAGE_LIMIT, page.stat().st_size
     result = chromium.open_page(page, then=open_first_layer_kernels)
     assert result.problems() == []
