@@ -10,6 +10,7 @@ time). Render time is the page's own clock: navigation start to the moment the p
 plotly.js and drawing every chart.
 
     python scripts/bench_html.py                    # 1M kernels, 5 opens
+    python scripts/bench_html.py --per-kernel-ranges   # 1M kernels, ~1.35M ranges
     python scripts/bench_html.py --kernels 200000 --repeats 3 --dir /tmp/bench-html
 """
 
@@ -29,22 +30,25 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browser import Chromium, chromium_path  # noqa: E402
 from make_profile import make_profile  # noqa: E402
 
-LAYERS, KERNELS_PER_LAYER = 8, 12  # scripts/bench.py's shape without per-kernel ranges
-PER_ITERATION = 2 * LAYERS * KERNELS_PER_LAYER + 2  # forward, backward, 2 optimizer kernels
+# scripts/bench.py's shapes: 8 layers x 12 kernels without per-kernel ranges, 32 x 3 with
+SHAPES = {False: (8, 12), True: (32, 3)}
 TARGET_MB, TARGET_S = 5.0, 3.0
 
 
-def build_page(folder: Path, kernels: int) -> tuple[Path, dict[str, float]]:
-    """The export (made once per size and kept in ``folder``) and its report.html."""
+def build_page(folder: Path, kernels: int, ranges: bool) -> tuple[Path, dict[str, float]]:
+    """The export (made once per case and kept in ``folder``) and its report.html."""
     from dlprof_lite import analyze
     from dlprof_lite.report.html import report_page
 
     times: dict[str, float] = {}
-    export = folder / f"bench-{kernels}.sqlite"
+    layers, per_layer = SHAPES[ranges]
+    per_iteration = 2 * layers * per_layer + max(1, layers // 4)  # + optimizer kernels
+    name = f"bench-{kernels}{'-ranges' if ranges else ''}"
+    export = folder / f"{name}.sqlite"
     if not export.is_file():
         start = time.perf_counter()
-        make_profile(export, iterations=max(2, -(-kernels // PER_ITERATION)), layers=LAYERS,
-                     kernels_per_layer=KERNELS_PER_LAYER, seed=5)  # fmt: skip
+        make_profile(export, iterations=max(2, -(-kernels // per_iteration)), layers=layers,
+                     kernels_per_layer=per_layer, per_kernel_ranges=ranges, seed=5)  # fmt: skip
         times["generate_s"] = time.perf_counter() - start
     start = time.perf_counter()
     report = analyze(export)
@@ -52,7 +56,7 @@ def build_page(folder: Path, kernels: int) -> tuple[Path, dict[str, float]]:
     start = time.perf_counter()
     html = report_page(report)
     times["page_s"] = time.perf_counter() - start
-    page = folder / f"bench-{kernels}.html"
+    page = folder / f"{name}.html"
     page.write_text(html, encoding="utf-8")
     times["kernels"] = report.summary.number("kernel_count") or 0.0
     return page, times
@@ -87,12 +91,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--per-kernel-ranges", action="store_true",
+                        help="one emit_nvtx-style range per kernel (32 layers x 3 kernels)")
     parser.add_argument("--dir", type=Path, help="keep the export and page here (reused)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.dir or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        page, times = build_page(folder, args.kernels)
+        page, times = build_page(folder, args.kernels, args.per_kernel_ranges)
         size_mb = page.stat().st_size / 1e6
         renders, problems = measure(page, args.repeats)
     print(f"kernels            {int(times['kernels']):,}")
