@@ -311,6 +311,9 @@ def test_million_kernel_page(chromium: Chromium, tmp_path: Path) -> None:
     want = expected_sections(report)
     assert want == list(REPORT_SECTIONS), want  # a GPU training profile has every section
     assert section_problems(result, want, REPORT_CHARTS) == []
+    # Every event the timeline chart holds is drawn as its own bar, none lost in the browser.
+    timeline = result.chart("chart-timeline")
+    assert timeline.drawn == timeline.points, timeline
     shown = result.extra
     assert isinstance(shown, dict) and shown["open"] is True
     assert shown["rows"] == len(report.layers) and shown["details"] >= 1
