@@ -139,3 +139,16 @@ def test_huge_sides_are_sampled_by_order_statistics() -> None:
     assert sample.min() == steps.min() and sample.max() == steps.max()
     for q in (25, 50, 75):
         assert np.percentile(sample, q) == pytest.approx(np.percentile(steps, q), rel=0.01)
+
+
+def test_cpu_sides_phase_table_has_no_gpu_columns() -> None:
+    """Runs with no GPU time in any phase: the table shows host time only, not zeros."""
+    sides = [
+        side(label, run(normal_steps(mean, 4, N, seed), layer_rows=_layers(extra, 0.0),
+                        phases={"forward": (0, fwd * MS), "data": (0, 2 * MS)}))
+        for label, mean, seed, extra, fwd in (("A", 100, 1, 0, 3), ("B", 106, 2, 2, 8))
+    ]  # fmt: skip
+    page = read(compare_page(compare_sides(sides, resamples=200), sides))
+    rows = page.tables["phase-table"]
+    forward = next(r for r in rows if r[0] == "forward")
+    assert forward[1:] == ["3.00 ms", "8.00 ms", "+5.00 ms"]  # host only

@@ -161,12 +161,17 @@ def _layers(c: Comparison) -> str | None:
 
 
 def _phase_table(tid: str, rows: Sequence[dict[str, Delta]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("phase", "GPU: baseline", "side", "change",
-                                              "host: baseline", "side", "change"))  # fmt: skip
+    # A metric no side has (GPU time of CPU-only runs) is left out, not shown as zeros.
+    kept = [(m, label) for m, label in _PHASE_METRICS
+            if any(e[m].value or e[m].baseline_value for e in rows if m in e)]  # fmt: skip
+    heads = ["phase"]
+    for _, label in kept:
+        heads += [f"{label}: baseline", "side", "change"]
+    head = "".join(f"<th>{h}</th>" for h in heads)
     out = []
     for e in rows:
         cells = [f'<td class="name">{esc(_name(e))}</td>']
-        for metric, _ in _PHASE_METRICS:
+        for metric, _ in kept:
             r = e.get(metric)
             values = (
                 ("-", "-", "-")
