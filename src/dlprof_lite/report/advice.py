@@ -13,6 +13,7 @@ from dataclasses import asdict
 import pandas as pd
 
 from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
+from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary
 
@@ -389,6 +390,16 @@ def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     )
 
 
+def exposed_communication(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """Communication kernels no compute overlaps (report/ranks.py), per step."""
+    pct = summary.communication.exposed_comm_pct
+    grade = _graded(pct, "exposed_comm_warn_pct", "exposed_comm_high_pct")
+    if pct is None or grade is None:
+        return None
+    problem, evidence, rec = exposed_text(summary.communication)
+    return _make(problem, grade, evidence, rec, "exposed_comm_pct", pct)
+
+
 Rule = Callable[[Summary, pd.DataFrame], Advice | None]
 RULES: tuple[Rule, ...] = (
     tensor_cores,
@@ -402,6 +413,8 @@ RULES: tuple[Rule, ...] = (
     pageable_memory,
     sync_calls,
     tiny_kernels,
+    exposed_communication,
+    straggler_data,
 )
 
 

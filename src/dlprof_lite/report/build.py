@@ -20,14 +20,16 @@ from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.layers import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.projection import ProjectionInput
+from dlprof_lite.report.ranks import communication_summary, empty_ranks, ranks_table
 from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.summary import summarize
-from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.summary_types import Communication, Summary
 from dlprof_lite.report.tables import kernels_table, ranges_table
 from dlprof_lite.report.timeline import TIMELINE_MAX_EVENTS, empty_timeline, report_timeline
 from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_of
 
-TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline")
+TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
+          "ranks")  # fmt: skip
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
 FORMATS = ("csv", "json", "html")  # tables as CSV and JSON; html: report.html
 
@@ -43,6 +45,9 @@ class Report:
     # One steady iteration's events, capped (report/timeline.py); a folder written before
     # the timeline existed reads back with none.
     timeline: pd.DataFrame = field(default_factory=empty_timeline)
+    # Communication vs compute per (process, device) and the straggler (report/ranks.py);
+    # a folder written before it existed reads back with none.
+    ranks: pd.DataFrame = field(default_factory=empty_ranks)
 
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""
@@ -106,7 +111,10 @@ def build_report(
     fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum()),
               "timeline_iteration": shown}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
-    found = replace(found, warnings=(*found.warnings, *timeline_warnings))
+    ranks = ranks_table(profile, window)
+    communication = Communication.from_values(communication_summary(ranks, meta.duration_ns))
+    found = replace(found, warnings=(*found.warnings, *timeline_warnings),
+                    communication=communication)  # fmt: skip
     summary = replace(found, advice=tuple(advise(found, layers)))
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
@@ -118,6 +126,7 @@ def build_report(
         iterations=iterations,
         advice=advice,
         timeline=timeline,
+        ranks=ranks,
     )
 
 

@@ -229,6 +229,47 @@ TIMELINE_REPORT = _cols(
 
 # Projected epoch and training time (report/projection.py); empty when steps per epoch are
 # unknown (a summary warning says why).
+_PER_STEP = "per analysed step of this process (empty without steps)"
+RANKS_REPORT = _cols(
+    ("rank", "", "the process's rank (annotation process fact; without it the order by pid)"),
+    ("pid", "", "process id"),
+    ("device_id", "", "CUDA device id (empty: a process that ran annotated steps, no kernel)"),
+    ("steps", "", "analysed steps of this process (its own iteration ranges in the window, "
+     "else the shared analysed iterations)"),
+    ("step_median_ns", "ns", "median wall time of those steps"),
+    ("step_mean_ns", "ns", "mean wall time of those steps"),
+    ("kernels", "", "kernel executions of this timeline in the window"),
+    ("kernel_ns", "ns", "sum of their GPU durations (as nsys gpukernsum of this timeline)"),
+    ("compute_ns", "ns", "union of this timeline's non-communication kernels in the window"),
+    ("comm_ns", "ns", "union of this timeline's communication kernels (NCCL/RCCL, rules/comm.py)"),
+    ("exposed_comm_ns", "ns", "communication not overlapped by compute on the same timeline: "
+     "comm_ns less the part of it compute kernels overlap"),
+    ("overlap_pct", "%", "(comm_ns - exposed_comm_ns) / comm_ns x 100; empty without comm"),
+    ("comm_kernels", "", "communication kernel executions in the window"),
+    ("data_ns", "ns", "host time of this process's data phase ranges in the window (union)"),
+    ("step_compute_ns", "ns", f"compute_ns {_PER_STEP}"),
+    ("step_comm_ns", "ns", f"comm_ns {_PER_STEP}"),
+    ("step_exposed_comm_ns", "ns", f"exposed_comm_ns {_PER_STEP}"),
+    ("step_data_ns", "ns", f"data_ns {_PER_STEP}"),
+    ("straggler", "", "true for the rank the others wait for (rules/ranks.py)"),
+)
+
+_COMMUNICATION = (
+    ("comm_ns", "ns", "communication kernel time in the window: union per GPU timeline, summed"),
+    ("comm_share", "", "comm_ns / (comm_ns + compute_ns) over GPU timelines: share of kernel "
+     "busy time spent communicating"),
+    ("exposed_comm_ns", "ns", "exposed communication per analysed step, mean over GPU "
+     "timelines (no steps: the window's total)"),
+    ("exposed_comm_pct", "%", "exposed communication as % of each timeline's mean step, mean "
+     "over GPU timelines (no steps: of wall x timelines)"),
+    ("ranks", "", "ranks (processes) in the ranks table"),
+    ("rank_imbalance", "", "max / median of the per-rank median step times (>= 2 ranks)"),
+    ("straggler_rank", "", "the rank the others wait for (rules/ranks.py); empty: none"),
+    ("straggler_excess_ns", "ns", "the straggler's compute + data time per step above the "
+     "median rank's"),
+    ("straggler_data_ns", "ns", "the straggler's data time per step above the median rank's"),
+)
+
 _PROJ = "projected from the analysed steps:"
 _PROJECTION = (
     ("projection_steps_per_epoch", "", "steps per epoch: --steps-per-epoch, or the training "
@@ -366,6 +407,7 @@ SUMMARY_REPORT = _cols(
     ("timeline_iteration", "", "iteration the timeline table and trace.json show: the analysed "
      "one whose wall time is nearest the median (empty without iterations)"),
     *_PROJECTION,
+    *_COMMUNICATION,
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),
 )
@@ -402,6 +444,7 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "iterations": ITERATION_REPORT,
     "advice": ADVICE_REPORT,
     "timeline": TIMELINE_REPORT,
+    "ranks": RANKS_REPORT,
     "runs": RUNS_REPORT,
 }
 
@@ -517,6 +560,15 @@ THRESHOLDS: dict[str, Threshold] = {
         f"Tensor Cores; 5% as tc_nontc_share_warn, a {_CHOICE}",
     ),
     "fp32_gemm_share_high": Threshold(0.25, "share of kernel time", "same, high", _CHOICE),
+    "exposed_comm_warn_pct": Threshold(
+        10.0,
+        "% of step",
+        "communication kernel time no compute overlaps, per step",
+        "HTA communication/computation overlap (low overlap means GPUs wait on collectives); "
+        "PyTorch DDP overlaps gradient all-reduce with backward by buckets (bucket_cap_mb); "
+        f"10% is a {_CHOICE}",
+    ),
+    "exposed_comm_high_pct": Threshold(30.0, "% of step", "same, high", _CHOICE),
     "annotation_cost_warn_pct": Threshold(
         3.0, "% of step", "estimated host time the module annotation adds per step", _CHOICE
     ),

@@ -20,12 +20,14 @@ from dlprof_lite.errors import InputError
 from dlprof_lite.report.build import TABLES, Report
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
+from dlprof_lite.report.ranks import empty_ranks
 from dlprof_lite.report.summary_types import Advice, Summary, build_summary, scalar
 from dlprof_lite.report.timeline import empty_timeline
 from dlprof_lite.report.writers import unquote_cell
 
 # Tables a report folder may lack (written by an older dlprof-lite): how to read their absence.
-OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {"timeline": empty_timeline}
+OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {"timeline": empty_timeline,
+                                                   "ranks": empty_ranks}  # fmt: skip
 
 
 def open_report(folder: str | Path) -> Report:

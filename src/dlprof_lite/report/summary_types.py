@@ -233,6 +233,27 @@ class Projection(_Group):
 
 
 @dataclass(frozen=True)
+class Communication(_Group):
+    """Communication vs compute across GPU timelines, rank imbalance and the straggler
+    (report/ranks.py; all None without ranks)."""
+
+    comm_ns: int | None
+    comm_share: float | None
+    exposed_comm_ns: float | None
+    exposed_comm_pct: float | None
+    ranks: int | None
+    rank_imbalance: float | None
+    straggler_rank: int | None
+    straggler_excess_ns: float | None
+    straggler_data_ns: float | None
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, object]) -> Communication:
+        """The group from its field values (missing ones None)."""
+        return _group(cls, values)
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One GPU timeline: a device as one process saw it (``pid`` None: listed, no work)."""
 
@@ -288,6 +309,7 @@ GROUPS = {
     "annotation_cost": AnnotationCost,
     "compile": Compile,
     "projection": Projection,
+    "communication": Communication,
 }
 LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
 
@@ -308,6 +330,7 @@ class Summary:
     annotation_cost: AnnotationCost
     compile: Compile
     projection: Projection
+    communication: Communication
     gpus: tuple[Gpu, ...] = ()
     warnings: tuple[str, ...] = ()
     advice: tuple[Advice, ...] = ()

@@ -1,0 +1,250 @@
+"""Communication vs compute per rank, exposed communication and the straggler.
+
+Place in the pipeline: report. :func:`ranks_table` gives one row per GPU timeline,
+``(pid, device)``, with the rank of its process (the annotation's ``process`` fact; without
+it, the processes' order by pid), over the tables' window (report/window.py):
+
+- ``compute_ns``: the union of its non-communication kernels (streams overlapping count once);
+- ``comm_ns``: the union of its communication kernels (rules/comm.py: NCCL/RCCL by name);
+- ``exposed_comm_ns``: communication time no compute kernel of the *same* timeline overlaps,
+  ``comm - |comm ∩ compute|`` (HTA's "communication/computation overlap", per device);
+- per-step means over that process's own analysed steps: its annotated ``iteration`` ranges
+  (consecutive ends, the key-node rule of ingest/iterations.py) whose end lies in the window,
+  else the shared analysed iterations;
+- ``step_data_ns``: host time of that process's ``data`` phase ranges in the window per step.
+
+A process that ran annotated steps but no kernel (a CPU run on gloo) is one row without a
+device. The straggler rule is rules/ranks.py. All interval work is per timeline, vectorised
+over its kernels (report/intervals.py).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.annotate.names import DOMAIN, ITERATION
+from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.report.intervals import Segments, covered_between, merge, total
+from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.run_facts import read_run_facts
+from dlprof_lite.report.window import StepWindow, cut_ops
+from dlprof_lite.rules.comm import comm_kernel
+from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
+
+DATA_PHASE = "data"
+_INTS = ("rank", "pid", "device_id", "steps", "compute_ns", "comm_ns", "exposed_comm_ns",
+         "comm_kernels", "data_ns", "kernels", "kernel_ns")  # fmt: skip
+
+
+def collectives(names: pd.Series) -> np.ndarray:
+    """The collective each kernel name runs (``AllReduce``), '' for other kernels; each
+    distinct name is parsed once."""
+    cat = names.astype("category")
+    lookup = [comm_kernel(str(n)) or "" for n in cat.cat.categories]
+    table = np.asarray([*lookup, ""], dtype=object)  # code -1 (a missing name) -> ''
+    out: np.ndarray = table[cat.cat.codes.to_numpy()]
+    return out
+
+
+def overlap(a: Segments, b: Segments) -> int:
+    """Length of the intersection of two unions of disjoint segments."""
+    return int(covered_between(a, b[0], b[1]).sum())
+
+
+def ranks_of(profile: Profile, pids: list[int]) -> dict[int, int]:
+    """pid -> rank: the annotation's ``process`` facts when every process has one, else the
+    processes' order by pid."""
+    facts = dict(read_run_facts(profile.marks).ranks)
+    if pids and all(p in facts for p in pids):
+        return {p: int(facts[p]) for p in pids}
+    return {p: i for i, p in enumerate(sorted(pids))}
+
+
+def process_steps(profile: Profile, window: StepWindow) -> dict[int, np.ndarray]:
+    """Each process's analysed step wall times, from its own annotated ``iteration`` ranges
+    (an iteration ends where its range ends and starts where the previous one ended; the
+    first, at its own start); those whose end lies in the window when the window cuts."""
+    it = profile.iterations
+    if "pid" in it.columns:  # iterations found per process already
+        chosen = it[np.isin(it["iteration"].to_numpy(), np.asarray(window.steps, dtype=np.int64))]
+        return {int(cast(int, p)): g["wall_ns"].to_numpy(dtype=np.int64)
+                for p, g in chosen.groupby("pid")}  # fmt: skip
+    r = profile.ranges
+    ours = (r["name"].astype(object) == ITERATION).to_numpy(dtype=bool) & (
+        r["domain"].astype(object) == DOMAIN
+    ).to_numpy(dtype=bool)
+    out: dict[int, np.ndarray] = {}
+    for pid, group in r[ours].groupby("pid"):
+        g = group.sort_values("end_ns")
+        ends = g["end_ns"].to_numpy(dtype=np.int64)
+        walls = np.diff(ends, prepend=int(g["start_ns"].iloc[0]))
+        if window.cuts:
+            lo, hi = window.start_ns, window.end_ns
+            keep = (ends > lo) & (ends <= hi) if lo is not None and hi is not None else ends < 0
+            walls = walls[keep]
+        out[int(cast(int, pid))] = walls
+    return out
+
+
+def _shared_steps(profile: Profile, window: StepWindow) -> np.ndarray:
+    it = profile.iterations
+    keep = np.isin(it["iteration"].to_numpy(), np.asarray(window.steps, dtype=np.int64))
+    walls: np.ndarray = it.loc[keep, "wall_ns"].to_numpy(dtype=np.int64)
+    return walls
+
+
+def data_time(profile: Profile, window: StepWindow) -> dict[int, int]:
+    """Host time of each process's ``data`` phase ranges inside the window (their union)."""
+    r = profile.ranges
+    mine = r[(r["name"].astype(object) == DATA_PHASE).to_numpy(dtype=bool)
+             & (r["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool)]  # fmt: skip
+    out: dict[int, int] = {}
+    for pid, g in mine.groupby("pid"):
+        segments = merge(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        if window.cuts:
+            t0 = np.asarray(window.starts, dtype=np.int64)
+            t1 = np.asarray(window.ends, dtype=np.int64)
+            out[int(cast(int, pid))] = int(covered_between(segments, t0, t1).sum())
+        else:
+            out[int(cast(int, pid))] = total(segments)
+    return out
+
+
+def _timeline_rows(kernels: pd.DataFrame) -> list[dict[str, object]]:
+    """Compute, communication and exposed communication of each ``(pid, device)``."""
+    comm = collectives(kernels["name"]) != ""
+    frame = kernels.loc[:, ["pid", "device_id", "start_ns", "end_ns"]].assign(comm=comm)
+    rows: list[dict[str, object]] = []
+    for key, g in frame.groupby(["pid", "device_id"], sort=True):
+        pid, device = cast(tuple[int, int], key)
+        is_comm = g["comm"].to_numpy(dtype=bool)
+        s, e = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
+        compute, talk = merge(s[~is_comm], e[~is_comm]), merge(s[is_comm], e[is_comm])
+        comm_ns = total(talk)
+        rows.append({"pid": int(pid), "device_id": int(device), "kernels": len(g),
+                     "kernel_ns": int((e - s).sum()), "compute_ns": total(compute),
+                     "comm_ns": comm_ns, "exposed_comm_ns": comm_ns - overlap(compute, talk),
+                     "comm_kernels": int(is_comm.sum())})  # fmt: skip
+    return rows
+
+
+def ranks_table(profile: Profile, window: StepWindow) -> pd.DataFrame:
+    """One row per GPU timeline (and per annotated process without one), by rank."""
+    rows = _timeline_rows(cut_ops(profile.kernels, window))
+    own_steps = process_steps(profile, window)
+    seen = {int(cast(int, r["pid"])) for r in rows}
+    rows += [{"pid": p, "device_id": pd.NA, "kernels": 0, "kernel_ns": 0, "compute_ns": 0,
+              "comm_ns": 0,
+              "exposed_comm_ns": 0, "comm_kernels": 0}
+             for p in sorted(own_steps) if p not in seen]  # fmt: skip
+    if not rows:
+        return empty_ranks()
+    frame = pd.DataFrame(rows)
+    pids = sorted({int(p) for p in frame["pid"]})
+    rank = ranks_of(profile, pids)
+    shared = _shared_steps(profile, window)
+    data = data_time(profile, window)
+    frame.insert(0, "rank", frame["pid"].map(rank))
+    walls = [own_steps.get(int(p), shared) for p in frame["pid"]]
+    frame["steps"] = [len(w) for w in walls]
+    frame["step_median_ns"] = [float(np.median(w)) if len(w) else np.nan for w in walls]
+    frame["step_mean_ns"] = [float(np.mean(w)) if len(w) else np.nan for w in walls]
+    frame["data_ns"] = frame["pid"].map(lambda p: data.get(int(p), 0))
+    steps = frame["steps"].where(frame["steps"] > 0).astype("float64")
+    for col in ("compute_ns", "comm_ns", "exposed_comm_ns", "data_ns"):
+        frame[f"step_{col}"] = frame[col] / steps
+    frame["overlap_pct"] = (frame["comm_ns"] - frame["exposed_comm_ns"]) / frame[
+        "comm_ns"
+    ].where(frame["comm_ns"] > 0) * 100.0
+    found = straggler(frame)
+    frame["straggler"] = frame["rank"] == (found if found is not None else -1)
+    frame = frame.sort_values(["rank", "device_id"], kind="stable").reset_index(drop=True)
+    return _typed(frame)
+
+
+def straggler(frame: pd.DataFrame) -> int | None:
+    """The rank the others wait for (rules/ranks.py), None with fewer than two ranks or
+    none that stands out."""
+    per = _per_rank(frame)
+    if len(per) < 2 or per["work"].isna().all():
+        return None
+    excess = (per["work"] - per["work"].median()).to_numpy(dtype=np.float64)
+    at = int(np.nanargmax(excess))
+    most, step = float(excess[at]), float(per["step_median_ns"].median())
+    if not (most > 0 and step > 0 and most >= STRAGGLER_MIN_EXCESS * step):
+        return None
+    others = np.arange(len(per)) != at
+    if per["comm_ns"].sum() > 0:
+        waited = float(per["step_exposed_comm_ns"].to_numpy(dtype=np.float64)[others].mean())
+        if waited < STRAGGLER_WAIT_SHARE * most:
+            return None
+    return int(per.index[at])
+
+
+def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: its work per step (its busiest device's compute plus its data time), the
+    exposed communication of its busiest device, and its median step time."""
+    by = frame.groupby("rank")
+    per = pd.DataFrame({
+        "compute": by["step_compute_ns"].max(), "data": by["step_data_ns"].max(),
+        "step_exposed_comm_ns": by["step_exposed_comm_ns"].max(),
+        "comm_ns": by["comm_ns"].sum(), "step_median_ns": by["step_median_ns"].max(),
+    })  # fmt: skip
+    per["work"] = per["compute"] + per["data"]
+    return per
+
+
+def communication_summary(frame: pd.DataFrame, wall_ns: int) -> dict[str, object]:
+    """The summary's ``Communication`` fields from the ranks table (metrics.py)."""
+    out: dict[str, object] = dict.fromkeys(COMMUNICATION_FIELDS)
+    gpu = frame[frame["device_id"].notna()]
+    if frame.empty:
+        return out
+    comm, compute = int(gpu["comm_ns"].sum()), int(gpu["compute_ns"].sum())
+    out.update(comm_ns=comm, comm_share=comm / (comm + compute) if comm + compute else None,
+               ranks=int(frame["rank"].nunique()))  # fmt: skip
+    if len(gpu):
+        per_step = gpu["step_exposed_comm_ns"].astype("float64")
+        mean = gpu["step_mean_ns"].astype("float64")
+        if per_step.notna().any():
+            out["exposed_comm_ns"] = float(per_step.mean())
+            out["exposed_comm_pct"] = float((per_step / mean * 100.0).mean())
+        elif wall_ns:  # no steps: over the whole window
+            out["exposed_comm_ns"] = float(gpu["exposed_comm_ns"].sum())
+            exposed = float(gpu["exposed_comm_ns"].sum())
+            out["exposed_comm_pct"] = exposed / (wall_ns * len(gpu)) * 100.0
+    per = _per_rank(frame)
+    medians = per["step_median_ns"].dropna()
+    if len(medians) >= 2 and float(medians.median()) > 0:
+        out["rank_imbalance"] = float(medians.max() / medians.median())
+    hit = frame.loc[frame["straggler"].astype(bool), "rank"]
+    if len(hit):
+        top = int(hit.iloc[0])
+        at = per.index.get_loc(top)
+        data, work = per["data"].to_numpy(dtype=np.float64), per["work"].to_numpy(np.float64)
+        out["straggler_rank"] = top
+        out["straggler_data_ns"] = float(data[at] - np.median(data))
+        out["straggler_excess_ns"] = float(work[at] - np.median(work))
+    return out
+
+
+COMMUNICATION_FIELDS = ("comm_ns", "comm_share", "exposed_comm_ns", "exposed_comm_pct", "ranks",
+                        "rank_imbalance", "straggler_rank", "straggler_excess_ns",
+                        "straggler_data_ns")  # fmt: skip
+
+
+def empty_ranks() -> pd.DataFrame:
+    return _typed(pd.DataFrame({c: pd.Series(dtype="object") for c in column_names("ranks")}))
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.reindex(columns=column_names("ranks"))
+    types: dict[str, str] = {c: "Int64" for c in _INTS}
+    types.update({c: "float64" for c in column_names("ranks")
+                  if c not in _INTS and c != "straggler"}, straggler="bool")  # fmt: skip
+    typed: pd.DataFrame = out.astype(types)
+    return typed
+

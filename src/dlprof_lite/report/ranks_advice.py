@@ -1,0 +1,57 @@
+"""Advice from the ranks table (report/ranks.py): exposed communication and the straggler.
+
+report/advice.py grades exposed communication against its thresholds (report/metrics.py) and
+registers :func:`straggler_data` (rules/ranks.py holds its rule).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from dlprof_lite.report.summary_types import Advice, Communication, Summary
+from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:.1f} µs"
+
+
+def exposed_text(c: Communication) -> tuple[str, str, str]:
+    """Problem, evidence and recommendation of exposed communication (report/advice.py
+    grades it against ``exposed_comm_*_pct``)."""
+    evidence = (f"{_ms(c.exposed_comm_ns or 0.0)} of communication kernels per step run "
+                f"with no compute beside them, {c.exposed_comm_pct or 0.0:.1f}% of the step "
+                f"(mean over {c.ranks} rank(s)); communication is "
+                f"{(c.comm_share or 0.0):.0%} of kernel busy time")  # fmt: skip
+    rec = ("Overlap gradient communication with the backward pass: in DDP tune "
+           "bucket_cap_mb (default 25; smaller buckets start all-reduce earlier, larger ones "
+           "cost fewer launches), keep gradient_as_bucket_view=True and avoid "
+           "find_unused_parameters; accumulate gradients over several micro-batches under "
+           "no_sync(); or send less with a DDP communication hook "
+           "(torch.distributed.algorithms.ddp_comm_hooks: fp16/bf16 compression, PowerSGD).")
+    return "Communication is exposed (not overlapped with compute)", evidence, rec
+
+
+def straggler_data(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """The straggler rank's extra time is mostly data loading: the others wait for its
+    DataLoader."""
+    c = summary.communication
+    rank, data, excess = c.straggler_rank, c.straggler_data_ns, c.straggler_excess_ns
+    if rank is None or data is None or not excess or data < 0.5 * excess:
+        return None
+    evidence = (f"rank {rank} spends {_ms(data)} more per step loading data than the median "
+                f"rank ({_ms(excess)} more work in all); the other ranks wait for it in their "
+                "collectives")  # fmt: skip
+    rec = (f"Speed up rank {rank}'s data loading: DataLoader(num_workers>0, pin_memory=True, "
+           "persistent_workers=True, prefetch_factor>=2) on that rank, check its data source "
+           "(local disk vs network, a shard larger than the others', a DistributedSampler "
+           "with uneven shards) and the CPU cores its workers get beside the other ranks'.")
+    return Advice(f"Rank {rank} is a straggler: its data loading holds the others back",
+                  "warn", evidence, rec, "straggler_data_ns", data, 0.5 * excess,
+                  _CITATION)  # fmt: skip
+
+
+_CITATION = (f"dlprof-lite choice (rules/ranks.py): the rank whose compute + data time per step "
+             f"exceeds the median rank's by >= {STRAGGLER_MIN_EXCESS:.0%} of the step while the "
+             f"others' exposed communication is >= {STRAGGLER_WAIT_SHARE:.0%} of that excess; "
+             "data time at least half of it")  # fmt: skip
