@@ -90,8 +90,8 @@ def _two_ranks(exposed: bool) -> object:
     pid 1 (rank 1 by its fact): data 100, compute [100, 600), comm [600, 990): exposed 390
     per step (``exposed``; else comm [500, 590), under compute).
     pid 2 (rank 0): data 500 (the slow loader), compute [500, 990), comm [900, 990) under it.
-    Work per step: 600 and 990, median 795, excess 195 (>= 5 % of 1000); the others'
-    exposed communication 390 >= 0.5 x 195: rank 0 (pid 2) is the straggler.
+    Work per step: 600 and 990: rank 0 exceeds the other's by 390 (>= 5 % of 1000) and the
+    other's exposed communication 390 >= 0.5 x 390: rank 0 (pid 2) is the straggler.
     """
     ranges, kernels = [], []
     for i in range(4):
@@ -126,7 +126,7 @@ def test_straggler_is_the_rank_with_slow_data_that_the_others_wait_for() -> None
     assert bool(two["straggler"]) and not bool(one["straggler"])
     s = report.summary.communication
     assert s.straggler_rank == 0
-    assert s.straggler_excess_ns == pytest.approx(195) and s.straggler_data_ns == 200
+    assert s.straggler_excess_ns == pytest.approx(390) and s.straggler_data_ns == 400
     assert s.rank_imbalance == pytest.approx(1.0)
     assert s.exposed_comm_ns == pytest.approx(195)  # (390 + 0) / 2 timelines
     assert s.exposed_comm_pct == pytest.approx(19.5)
@@ -193,3 +193,19 @@ def test_per_timeline_kernel_totals_equal_nsys_stats(
     if name == MFU:  # two processes, one GPU each, 33 NCCL SendRecv kernels each
         assert sorted(got.values()) == [33, 33] and list(table["rank"]) == [0, 1]
         assert (table["comm_ns"] > 0).all() and (table["exposed_comm_ns"] <= table["comm_ns"]).all()
+
+
+def test_a_slow_ranks_warm_up_step_is_left_out_like_the_others() -> None:
+    """pid 2's first step ends 300 ns after the shared first (warm-up) iteration, inside the
+    analysed window; step i of a rank is iteration i, so it is still warm-up."""
+    ranges = [phase("iteration", i * STEP, (i + 1) * STEP) for i in range(4)]
+    ranges += [phase("iteration", 0, STEP + 300, tid=20)]
+    ranges += [phase("iteration", i * STEP + 300, (i + 1) * STEP + 300, tid=20)
+               for i in range(1, 4)]  # fmt: skip
+    steps = [(i * STEP, (i + 1) * STEP, i == 0, True) for i in range(4)]
+    profile = make_profile(ranges=ranges, iterations=steps, session=(0, 5 * STEP))
+    r = profile.ranges.copy()
+    r["pid"] = np.where(r["tid"].to_numpy() == 20, 2, 1)
+    t = build_report(replace(profile, ranges=r)).ranks.set_index("pid")
+    assert list(t["steps"]) == [3, 3] and list(t["device_id"].isna()) == [True, True]
+    assert (t.loc[2, "step_mean_ns"], t.loc[1, "step_mean_ns"]) == (STEP, STEP)

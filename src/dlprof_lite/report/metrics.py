@@ -266,8 +266,9 @@ _COMMUNICATION = (
     ("rank_imbalance", "", "max / median of the per-rank median step times (>= 2 ranks)"),
     ("straggler_rank", "", "the rank the others wait for (rules/ranks.py); empty: none"),
     ("straggler_excess_ns", "ns", "the straggler's compute + data time per step above the "
-     "median rank's"),
-    ("straggler_data_ns", "ns", "the straggler's data time per step above the median rank's"),
+     "median of the other ranks'"),
+    ("straggler_data_ns", "ns", "the straggler's data time per step above the median of the "
+     "other ranks'"),
 )
 
 _PROJ = "projected from the analysed steps:"

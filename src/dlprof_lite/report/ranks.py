@@ -82,11 +82,23 @@ def process_steps(profile: Profile, window: StepWindow) -> dict[int, np.ndarray]
         ends = g["end_ns"].to_numpy(dtype=np.int64)
         walls = np.diff(ends, prepend=int(g["start_ns"].iloc[0]))
         if window.cuts:
-            lo, hi = window.start_ns, window.end_ns
-            keep = (ends > lo) & (ends <= hi) if lo is not None and hi is not None else ends < 0
-            walls = walls[keep]
+            walls = walls[_analysed(ends, len(profile.iterations), window)]
         out[int(cast(int, pid))] = walls
     return out
+
+
+def _analysed(ends: np.ndarray, shared: int, window: StepWindow) -> np.ndarray:
+    """Which of a process's steps (in order) are analysed: the window's step numbers when it
+    ran as many steps as the shared iterations (synchronous ranks: step i is iteration i, so
+    a slow rank's warm-up is left out too); else those ending inside the window."""
+    if len(ends) == shared:
+        keep: np.ndarray = np.isin(np.arange(len(ends)), np.asarray(window.steps, dtype=np.int64))
+        return keep
+    lo, hi = window.start_ns, window.end_ns
+    if lo is None or hi is None:
+        return np.zeros(len(ends), dtype=bool)
+    inside: np.ndarray = (ends > lo) & (ends <= hi)
+    return inside
 
 
 def _shared_steps(profile: Profile, window: StepWindow) -> np.ndarray:
@@ -171,9 +183,9 @@ def straggler(frame: pd.DataFrame) -> int | None:
     per = _per_rank(frame)
     if len(per) < 2 or per["work"].isna().all():
         return None
-    excess = (per["work"] - per["work"].median()).to_numpy(dtype=np.float64)
-    at = int(np.nanargmax(excess))
-    most, step = float(excess[at]), float(per["step_median_ns"].median())
+    work = per["work"].to_numpy(dtype=np.float64)
+    at = int(np.nanargmax(work))
+    most, step = _excess(work, at), float(per["step_median_ns"].median())
     if not (most > 0 and step > 0 and most >= STRAGGLER_MIN_EXCESS * step):
         return None
     others = np.arange(len(per)) != at
@@ -182,6 +194,11 @@ def straggler(frame: pd.DataFrame) -> int | None:
         if waited < STRAGGLER_WAIT_SHARE * most:
             return None
     return int(per.index[at])
+
+
+def _excess(values: np.ndarray, at: int) -> float:
+    """``values[at]`` above the median of the other ranks' values."""
+    return float(values[at] - np.nanmedian(np.delete(values, at)))
 
 
 def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
@@ -223,11 +240,11 @@ def communication_summary(frame: pd.DataFrame, wall_ns: int) -> dict[str, object
     hit = frame.loc[frame["straggler"].astype(bool), "rank"]
     if len(hit):
         top = int(hit.iloc[0])
-        at = per.index.get_loc(top)
+        at = int(np.flatnonzero(per.index.to_numpy() == top)[0])
         data, work = per["data"].to_numpy(dtype=np.float64), per["work"].to_numpy(np.float64)
         out["straggler_rank"] = top
-        out["straggler_data_ns"] = float(data[at] - np.median(data))
-        out["straggler_excess_ns"] = float(work[at] - np.median(work))
+        out["straggler_data_ns"] = _excess(data, at)
+        out["straggler_excess_ns"] = _excess(work, at)
     return out
 
 

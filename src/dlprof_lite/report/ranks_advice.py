@@ -39,9 +39,9 @@ def straggler_data(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     rank, data, excess = c.straggler_rank, c.straggler_data_ns, c.straggler_excess_ns
     if rank is None or data is None or not excess or data < 0.5 * excess:
         return None
-    evidence = (f"rank {rank} spends {_ms(data)} more per step loading data than the median "
-                f"rank ({_ms(excess)} more work in all); the other ranks wait for it in their "
-                "collectives")  # fmt: skip
+    evidence = (f"rank {rank} spends {_ms(data)} more per step loading data than the other "
+                f"ranks' median ({_ms(excess)} more work in all); the other ranks wait for it "
+                "in their collectives")  # fmt: skip
     rec = (f"Speed up rank {rank}'s data loading: DataLoader(num_workers>0, pin_memory=True, "
            "persistent_workers=True, prefetch_factor>=2) on that rank, check its data source "
            "(local disk vs network, a shard larger than the others', a DistributedSampler "
@@ -51,7 +51,7 @@ def straggler_data(summary: Summary, layers: pd.DataFrame) -> Advice | None:
                   _CITATION)  # fmt: skip
 
 
-_CITATION = (f"dlprof-lite choice (rules/ranks.py): the rank whose compute + data time per step "
-             f"exceeds the median rank's by >= {STRAGGLER_MIN_EXCESS:.0%} of the step while the "
-             f"others' exposed communication is >= {STRAGGLER_WAIT_SHARE:.0%} of that excess; "
-             "data time at least half of it")  # fmt: skip
+_CITATION = (f"dlprof-lite choice (rules/ranks.py): the rank whose compute + data time per "
+             f"step exceeds the other ranks' median by >= {STRAGGLER_MIN_EXCESS:.0%} of the "
+             f"step while the others' exposed communication is >= "
+             f"{STRAGGLER_WAIT_SHARE:.0%} of that excess; data time at least half of it")

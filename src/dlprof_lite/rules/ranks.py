@@ -10,7 +10,8 @@ same symptom ("communication blocked on the slowest rank").
 Rule (report/ranks.py applies it, with >= 2 ranks):
 
 1. each rank's *work* per step is its compute (non-communication kernel time) plus its data
-   phase host time; its *excess* is its work minus the median rank's;
+   phase host time; its *excess* is its work minus the median of the other ranks' (with two
+   ranks, the other one's: the median of all would halve the difference);
 2. the candidate is the rank with the largest excess; it must be at least
    :data:`STRAGGLER_MIN_EXCESS` of the median per-rank step time (smaller differences are
    within step-to-step noise: half the steady-iteration tolerance of rules/iterations.py);
