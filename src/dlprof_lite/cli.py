@@ -45,6 +45,7 @@ from dlprof_lite.safe_text import printable
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.build import Report
 
 PROG = "dlprof-lite"
@@ -348,12 +349,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     with _progress(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
     run_id = record_report(args, result.report, result.report_dir)
-    _show(args, result.report, result.report_dir, run_id)
+    _show(args, result.report, result.report_dir, run_id, result.ranks)
     return 0
 
 
-def _show(args: argparse.Namespace, report: Report, folder: Path, run_id: int | None) -> None:
-    """The console summary; with --quiet only the warnings (stderr) and the report folder."""
+def _show(
+    args: argparse.Namespace, report: Report, folder: Path, run_id: int | None,
+    ranks: Sequence[RankReport] = (),
+) -> None:  # fmt: skip
+    """The console summary (then the cross-rank view of a multi-process run); with --quiet
+    only the warnings (stderr) and the report folder."""
     console = _console(args)
     if console is None:
         for warning in report.summary.warnings:  # the console summary shows them otherwise
@@ -364,6 +369,14 @@ def _show(args: argparse.Namespace, report: Report, folder: Path, run_id: int | 
     from dlprof_lite.report.console import render
 
     render(report, folder, console, top=args.top)
+    if ranks:
+        from dlprof_lite.ranks_run import RANKS_STEM, rank_lines
+
+        table = printable(folder / f"{RANKS_STEM}.csv")
+        print(f"ranks: {len(ranks)} reports, one per process (cross-rank table: {table})",
+              flush=True)  # fmt: skip
+        for line in rank_lines(ranks, folder):
+            print(printable(line), flush=True)
     if run_id is not None:
         print(f"run store: recorded as run {run_id}", flush=True)
 
@@ -477,7 +490,8 @@ def _run_once(
             _warn(warning)
         try:
             with _progress(args, target.name) as progress:
-                report = report_profiled(Path(run.sqlite_path), stage, where, options, progress)
+                report, ranks = report_profiled(Path(run.sqlite_path), stage, where, options,
+                                                progress)  # fmt: skip
             if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
         # Keep what nsys captured, also when interrupted (SIGINT, or a scheduler's SIGTERM)
@@ -497,7 +511,7 @@ def _run_once(
     run_id = None
     if not run.exit_code:  # a crashed program's partial run is no baseline
         run_id = record_report(args, report, where, command=cmd, group=group, repeat_index=index)
-    _show(args, report, where, run_id)
+    _show(args, report, where, run_id, ranks)
     if run.exit_code:
         _warn(f"the program exited with code {run.exit_code}")
     return run.exit_code

@@ -14,13 +14,15 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlprof_lite.progress import Stage, StageProgress, no_progress
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dlprof_lite.ingest.profile import Profile
+    from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.build import Report
     from dlprof_lite.report.summary_types import Scalar
 
@@ -49,27 +51,57 @@ def analyze_profile(
     path: Path, options: AnalyzeOptions, progress: Progress | None = None
 ) -> Report:
     """Read, analyse and tabulate one input (ingest, then report); returns a Report."""
-    return _analyze(path, options, progress)[0]
+    return _analyze(path, options, progress, ranks=False).report
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """One input's report (all processes), the events of ``--trace-iterations`` when asked
+    (they need the Profile, which is dropped here), and one report per rank of a
+    multi-process run (none otherwise)."""
+
+    report: Report
+    trace: pd.DataFrame | None
+    ranks: tuple[RankReport, ...] = ()
 
 
 def _analyze(
-    path: Path, options: AnalyzeOptions, progress: Progress | None = None
-) -> tuple[Report, pd.DataFrame | None]:
-    """The Report, and the events of ``--trace-iterations`` when asked (they need the
-    Profile, which is dropped here)."""
+    path: Path, options: AnalyzeOptions, progress: Progress | None = None, *, ranks: bool = True
+) -> Analysed:
+    """All processes' report, then, for a profile of several ranks, each rank's: the export's
+    frames are read once more and each rank's rows analysed apart (before any nesting or
+    correlation, which must not mix processes)."""
     from dlprof_lite.ingest.load import load
-    from dlprof_lite.report.build import build_report
+    from dlprof_lite.ranks_run import RankReport, rank_processes
 
+    extra: dict[str, Any] = {"progress": progress} if progress is not None else {}
     profile = load(
         path,
         key_range=options.key_range,
         iter_start=options.iter_start,
         iter_stop=options.iter_stop,
-        **({"progress": progress} if progress is not None else {}),
+        **extra,
     )
+    (progress or no_progress)(Stage.WRITING)
+    report, trace = _report_of(profile, options)
+    processes = rank_processes(profile.marks, profile.ranges) if ranks else []
+    if not processes:
+        return Analysed(report, trace)
+    from dlprof_lite.ingest.load import enrich, load_raw
+
+    raw = load_raw(path)  # no stage callbacks: the progress display shows each stage once
+    per_rank = []
+    for process in processes:
+        one = enrich(raw, key_range=options.key_range, iter_start=options.iter_start,
+                     iter_stop=options.iter_stop, pids=[process.pid])  # fmt: skip
+        per_rank.append(RankReport(process, *_report_of(one, options)))
+    return Analysed(report, trace, tuple(per_rank))
+
+
+def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.DataFrame | None]:
+    from dlprof_lite.report.build import build_report
     from dlprof_lite.report.projection import ProjectionInput
 
-    (progress or no_progress)(Stage.WRITING)
     # The user's steps per epoch and epochs, where given, win over the DataLoader's length.
     given = ProjectionInput(options.steps_per_epoch, options.epochs)
     report = build_report(profile, all_iterations=options.all_iterations, projection=given)
@@ -87,6 +119,7 @@ class PipelineResult:
     source: str
     report_dir: Path
     report: Report
+    ranks: tuple[RankReport, ...] = ()  # one per rank of a multi-process run
 
     def row(self) -> dict[str, Scalar]:
         """The flat summary row of the combined ``summary.csv``, with its report folder."""
@@ -100,12 +133,15 @@ def analyze_one(
 
     Top-level and free of open resources so that a process pool can call it.
     """
-    from dlprof_lite.report.output import write_report
+    from dlprof_lite.ranks_run import write_ranks
+    from dlprof_lite.report.output import staged_folder, write_contents
 
-    report, trace = _analyze(Path(path), options, progress)
-    final = write_report(report, Path(out_dir), options.formats, force=options.force,
-                         trace=trace)  # fmt: skip
-    return PipelineResult(str(path), final, report)
+    done = _analyze(Path(path), options, progress)
+    final = Path(out_dir).absolute()
+    with staged_folder(final, force=options.force) as stage:
+        write_contents(done.report, stage, options.formats, trace=done.trace)
+        write_ranks(done.ranks, stage, options.formats, final)
+    return PipelineResult(str(path), final, done.report, done.ranks)
 
 
 def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict[str, Scalar]:
@@ -215,13 +251,17 @@ def _none_analysed(failures: Sequence[Failure]) -> Exception:
 def report_profiled(
     export: Path, stage: Path, target: Path, options: AnalyzeOptions,
     progress: Progress | None = None,
-) -> Report:  # fmt: skip
+) -> tuple[Report, tuple[RankReport, ...]]:  # fmt: skip
     """The ``run`` form's last stages: analyse the export nsys wrote into the staging folder
-    and write the report beside it, naming the export where it will be once ``stage``
-    becomes ``target``."""
+    and write the report (and one per rank) beside it, naming the export where it will be
+    once ``stage`` becomes ``target``."""
+    from dlprof_lite.ranks_run import write_ranks
     from dlprof_lite.report.output import write_contents
 
-    report, trace = _analyze(export, options, progress)
-    report = report.with_source(str(target / export.name))
-    write_contents(report, stage, options.formats, trace=trace)
-    return report
+    done = _analyze(export, options, progress)
+    source = str(target / export.name)
+    report = done.report.with_source(source)
+    ranks = tuple(replace(r, report=r.report.with_source(source)) for r in done.ranks)
+    write_contents(report, stage, options.formats, trace=done.trace)
+    write_ranks(ranks, stage, options.formats, target)
+    return report, ranks

@@ -11,10 +11,12 @@ the order in which columns appear is visible in one place.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+
+import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce
 from dlprof_lite.ingest.correlate import attach_launches, attribute_ranges
@@ -24,6 +26,7 @@ from dlprof_lite.ingest.nvtx import build_ranges
 from dlprof_lite.ingest.overhead import launch_overhead
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.ingest.range_columns import enrich_ranges
+from dlprof_lite.ingest.raw import RawExport
 from dlprof_lite.ingest.reader import read_export
 from dlprof_lite.ingest.tensorcore import classify_kernels
 from dlprof_lite.progress import Stage, StageProgress, no_progress
@@ -37,16 +40,58 @@ def load(
     iter_start: int | None = None,
     iter_stop: int | None = None,
     progress: StageProgress = no_progress,
+    pids: Collection[int] | None = None,
 ) -> Profile:
     """Read an nsys SQLite export (or a report, exported first) and run every analysis step.
 
     ``key_range`` is a regular expression naming the iteration range (DLProf's key node);
-    ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive).
+    ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive); ``pids``:
+    analyse only these processes (one rank of a multi-process run).
     """
+    raw = load_raw(path, progress=progress)
+    return enrich(raw, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
+                  progress=progress, pids=pids)  # fmt: skip
+
+
+def load_raw(path: str | Path, *, progress: StageProgress = no_progress) -> RawExport:
+    """The base frames of ``path``, read once; :func:`enrich` analyses them (all processes,
+    or one rank's each time, without reading the export again)."""
     progress(Stage.READING)
     with sqlite_of(Path(path)) as sqlite:
         raw = read_export(sqlite)
-    raw = replace(raw, meta=replace(raw.meta, source=str(path)))
+    return replace(raw, meta=replace(raw.meta, source=str(path)))
+
+
+def only_pids(raw: RawExport, pids: Collection[int]) -> RawExport:
+    """The rows of ``pids`` in every per-process frame (GPUs are the machine's: kept).
+
+    Filtered before any analysis step, so nesting, correlation and iterations see one
+    process only: correlation ids repeat across processes, iteration ranges must not mix."""
+    keep = list(pids)
+
+    def mine(frame: pd.DataFrame) -> pd.DataFrame:
+        out = frame[frame["pid"].isin(keep).to_numpy(dtype=bool)].reset_index(drop=True)
+        for name in out.columns:  # other processes' names must not become empty table rows
+            if isinstance(out[name].dtype, pd.CategoricalDtype):
+                out[name] = out[name].cat.remove_unused_categories()
+        return out
+
+    return replace(raw, kernels=mine(raw.kernels), memops=mine(raw.memops), api=mine(raw.api),
+                   nvtx=mine(raw.nvtx), marks=mine(raw.marks))  # fmt: skip
+
+
+def enrich(
+    raw: RawExport,
+    *,
+    key_range: str | None = None,
+    iter_start: int | None = None,
+    iter_stop: int | None = None,
+    progress: StageProgress = no_progress,
+    pids: Collection[int] | None = None,
+) -> Profile:
+    """Every analysis step on read frames (of ``pids`` only, when given)."""
+    if pids is not None:
+        raw = only_pids(raw, pids)
     progress(Stage.NESTING)
     ranges = build_ranges(raw.nvtx, session_end_ns=raw.meta.session_end_ns)
     progress(Stage.CORRELATING)

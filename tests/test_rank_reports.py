@@ -1,0 +1,133 @@
+"""One report per rank of a multi-process profile (issue #16, item 1: the run form).
+
+Oracles: the generator's ground truth per process (scripts/make_profile.py ``processes=2``)
+for the per-pid load, and the training script's own step count and sleep for the real
+``torchrun`` run under the real nsys.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlprof_lite.ingest.load import enrich, load, load_raw
+from dlprof_lite.pipeline import AnalyzeOptions, analyze_one
+from dlprof_lite.ranks_run import RANKS_STEM, rank_processes
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from make_profile import GroundTruth, make_profile  # noqa: E402
+
+DDP = ROOT / "tests" / "launch_scripts" / "ddp_train.py"
+ITERATIONS = 7
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GroundTruth]:
+    path = tmp_path_factory.mktemp("ranks") / "two.sqlite"
+    truth = make_profile(path, iterations=ITERATIONS, layers=4, kernels_per_layer=3,
+                         processes=2, seed=3)  # fmt: skip
+    return path, truth
+
+
+def truth_by_pid(truth: GroundTruth) -> dict[int, int]:
+    """Kernel ns per process: the sum of its iterations' (every kernel is in an iteration)."""
+    out: dict[int, int] = {}
+    for it in truth.iterations:
+        out[it["pid"]] = out.get(it["pid"], 0) + sum(it["kernel_ns"])
+    assert sum(out.values()) == truth.totals["kernel_ns"]  # the oracle covers every kernel
+    return out
+
+
+def test_per_pid_load_sees_one_process(two_processes: tuple[Path, GroundTruth]) -> None:
+    path, truth = two_processes
+    expected = truth_by_pid(truth)
+    raw = load_raw(path)
+    found = rank_processes(raw.marks, raw.nvtx)
+    assert [(p.rank, p.pid) for p in found] == [(None, p) for p in sorted(expected)]
+    for pid, kernel_ns in expected.items():
+        one = load(path, pids=[pid])
+        assert set(one.kernels["pid"]) == {pid} and set(one.ranges["pid"]) == {pid}
+        assert int(one.kernels["dur_ns"].sum()) == kernel_ns
+        assert len(one.iterations) == ITERATIONS
+        assert len(one.kernels) == truth.totals["kernels"] // 2  # same ops in each process
+    both = enrich(raw)  # the raw frames read once serve the all-processes profile too
+    assert int(both.kernels["dur_ns"].sum()) == truth.totals["kernel_ns"]
+
+
+def test_each_rank_report_holds_its_process(
+    two_processes: tuple[Path, GroundTruth], tmp_path: Path
+) -> None:
+    path, truth = two_processes
+    expected = truth_by_pid(truth)
+    out = tmp_path / "two.dlprof"
+    # The tables of the whole run (not the steady window), as the truth counts every kernel.
+    result = analyze_one(path, out, AnalyzeOptions(formats=("csv",), all_iterations=True))
+    assert [r.process.folder for r in result.ranks] == [f"pid{p}" for p in sorted(expected)]
+    summary = {r["report_dir"]: r for r in rows(out / f"{RANKS_STEM}.csv")}
+    assert len(summary) == 2
+    for pid, kernel_ns in expected.items():
+        folder = out / f"pid{pid}"
+        kernels = rows(folder / "kernels.csv")
+        assert sum(int(k["total_ns"]) for k in kernels) == kernel_ns
+        assert len(rows(folder / "iterations.csv")) == ITERATIONS
+        row = summary[str(folder)]
+        assert int(row["kernel_ns"]) == kernel_ns and int(row["iterations_count"]) == ITERATIONS
+        assert (folder / "trace.json").is_file() and (folder / "summary.csv").is_file()
+    # The all-processes report is still the whole profile.
+    assert int(rows(out / "summary.csv")[0]["kernel_ns"]) == truth.totals["kernel_ns"]
+
+
+def test_one_process_gets_no_rank_folders(tmp_path: Path) -> None:
+    path = tmp_path / "one.sqlite"
+    make_profile(path, iterations=3, layers=2, kernels_per_layer=2, processes=1)
+    result = analyze_one(path, tmp_path / "one.dlprof", AnalyzeOptions(formats=("csv",)))
+    assert result.ranks == ()
+    names = {p.name for p in (tmp_path / "one.dlprof").iterdir()}
+    assert f"{RANKS_STEM}.csv" not in names and not any(n.startswith("pid") for n in names)
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed")
+    steps, slow_ms = 6, 40
+    out = tmp_path / "ddp.dlprof"
+    cmd = ["torchrun", "--standalone", "--nproc_per_node=2", str(DDP), "--steps", str(steps),
+           "--slow-rank", "1", "--slow-ms", str(slow_ms)]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "dlprof_lite", "--nsys", nsys, "-o", str(out),
+                           "--quiet", "--", *cmd], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"rank 0/2: {steps} steps" in done.stdout  # the script's own count
+    summaries = {}
+    for rank in (0, 1):
+        folder = out / f"rank{rank}"
+        assert len(rows(folder / "iterations.csv")) == steps, rank  # warm-up included
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        summaries[rank] = rows(folder / "summary.csv")[0]
+        assert not any("processes ran annotated iterations" in w for w in summary["warnings"])
+    # Distinguishable: each report holds one process, each a different one.
+    pids = {rank: {r["pid"] for r in rows(out / f"rank{rank}" / "timeline.csv")}
+            for rank in (0, 1)}  # fmt: skip
+    assert all(len(p) == 1 for p in pids.values()) and pids[0] != pids[1]
+    table = {Path(r["report_dir"]).name: r for r in rows(out / f"{RANKS_STEM}.csv")}
+    assert sorted(table) == ["rank0", "rank1"]
+    # The slow rank sleeps slow_ms in each batch's loading: its data time per step shows it
+    # (at least half the sleep more than the other's; a sleep never runs short).
+    data = {n: float(r["step_data_wall_ns"]) for n, r in table.items()}
+    assert data["rank1"] - data["rank0"] >= slow_ms * 1e6 / 2, data
+    # DDP's all-reduce makes every rank wait for the slow one: each rank's median step holds
+    # the sleep (synchronous ranks share one step time).
+    for name, row in table.items():
+        assert float(row["iterations_median_ns"]) >= slow_ms * 1e6, (name, row)
