@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dlprof_lite.cli import main
 from dlprof_lite.ingest.load import enrich, load, load_raw
 from dlprof_lite.pipeline import AnalyzeOptions, analyze_one
 from dlprof_lite.ranks_run import RANKS_STEM, rank_processes
@@ -88,6 +89,31 @@ def test_each_rank_report_holds_its_process(
     assert int(rows(out / "summary.csv")[0]["kernel_ns"]) == truth.totals["kernel_ns"]
 
 
+def test_analyze_shows_each_rank_and_nodes_keep_their_rank_folders(
+    two_processes: tuple[Path, GroundTruth], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, truth = two_processes
+    out = tmp_path / "one.dlprof"
+    assert main(["analyze", str(path), "-o", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert f"ranks: 2 reports, one per process (cross-rank table: {out / RANKS_STEM}.csv)" in shown
+    for process in truth.processes:
+        line = next(x for x in shown.splitlines() if x.startswith(f"  pid {process['pid']} "))
+        assert f"{ITERATIONS} steps, median step " in line and line.endswith(
+            str(out / f"pid{process['pid']}"))  # fmt: skip
+    # Several nodes' profiles (the multi-node recipe): a folder per node, ranks inside each.
+    node = tmp_path / "node1.sqlite"
+    node.write_bytes(path.read_bytes())
+    both = tmp_path / "nodes"
+    assert main(["analyze", str(path), str(node), "-o", str(both), "--quiet"]) == 0
+    summary = rows(both / "summary.csv")
+    assert len(summary) == 2
+    for row in summary:
+        folder = Path(row["report_dir"])
+        assert len(rows(folder / f"{RANKS_STEM}.csv")) == 2
+        assert all((folder / f"pid{p['pid']}" / "summary.csv").is_file() for p in truth.processes)
+
+
 def test_one_process_gets_no_rank_folders(tmp_path: Path) -> None:
     path = tmp_path / "one.sqlite"
     make_profile(path, iterations=3, layers=2, kernels_per_layer=2, processes=1)
@@ -131,3 +157,5 @@ def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
     # the sleep (synchronous ranks share one step time).
     for name, row in table.items():
         assert float(row["iterations_median_ns"]) >= slow_ms * 1e6, (name, row)
+    # The all-ranks report names the slow rank the straggler (report/ranks.py).
+    assert rows(out / "summary.csv")[0]["straggler_rank"] == "1"
