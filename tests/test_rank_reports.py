@@ -159,3 +159,9 @@ def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
         assert float(row["iterations_median_ns"]) >= slow_ms * 1e6, (name, row)
     # The all-ranks report names the slow rank the straggler (report/ranks.py).
     assert rows(out / "summary.csv")[0]["straggler_rank"] == "1"
+    # analyze of the nsys report does the same (exported once), naming the user's report.
+    rep, again = out / "profile.nsys-rep", tmp_path / "again"
+    assert main(["analyze", str(rep), "-o", str(again), "--quiet"]) == 0
+    for rank in (0, 1):
+        assert rows(again / f"rank{rank}" / "summary.csv")[0]["source"] == str(rep)
+        assert len(rows(again / f"rank{rank}" / "iterations.csv")) == steps

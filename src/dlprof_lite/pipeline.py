@@ -68,6 +68,33 @@ class Analysed:
 def _analyze(
     path: Path, options: AnalyzeOptions, progress: Progress | None = None, *, ranks: bool = True
 ) -> Analysed:
+    """:func:`_analyze_export` of ``path``; an nsys report is exported once (``nsys export``
+    takes seconds), for the all-ranks report and every rank's."""
+    from dlprof_lite.rules.inputs import is_report
+
+    if not is_report(path):
+        return _analyze_export(path, options, progress, ranks=ranks)
+    from dlprof_lite.ingest.load import sqlite_of
+
+    shown: set[Stage] = set()
+
+    def once(stage: Stage) -> None:  # reading starts with the export, not after it
+        if progress is not None and stage not in shown:
+            shown.add(stage)
+            progress(stage)
+
+    once(Stage.READING)
+    with sqlite_of(path) as sqlite:
+        done = _analyze_export(sqlite, options, once, ranks=ranks)
+    source = str(path)  # the user's report, not the temporary export
+    return replace(done, report=done.report.with_source(source),
+                   ranks=tuple(replace(r, report=r.report.with_source(source))
+                               for r in done.ranks))  # fmt: skip
+
+
+def _analyze_export(
+    path: Path, options: AnalyzeOptions, progress: Progress | None = None, *, ranks: bool = True
+) -> Analysed:
     """All processes' report, then, for a profile of several ranks, each rank's: the export's
     frames are read once more and each rank's rows analysed apart (before any nesting or
     correlation, which must not mix processes)."""
