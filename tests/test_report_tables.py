@@ -277,3 +277,22 @@ def test_empty_profile_gives_empty_tables_with_declared_columns() -> None:
     ):
         assert table.empty
         assert list(table.columns) == column_names(name)
+
+
+def test_communication_kernels_name_their_collective() -> None:
+    """The kernels table's ``comm``: the collective of NCCL kernel names (both generations of
+    names), empty for a kernel that only mentions NCCL and for compute kernels."""
+    names = [
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+        "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096>)",
+        "void gemm<ncclKernel_AllReduce>(float*)",
+        "volta_sgemm_128x64_nn",
+    ]
+    p = make_profile(
+        kernels=[dict(name=n, start_ns=1000 * i, dur_ns=100, api_name="cudaLaunchKernel_v7000",
+                      api_start_ns=1000 * i - 50, api_end_ns=1000 * i - 40)
+                 for i, n in enumerate(names)],
+        session=(-100, 5000),
+    )  # fmt: skip
+    comm = {r["name"]: r["comm"] for r in kernels_table(p.kernels).to_dict("records")}
+    assert comm == dict(zip(names, ["AllReduce", "SendRecv", "", ""], strict=True))

@@ -42,6 +42,8 @@ KERNEL_REPORT = _cols(
     ("tc_class", "", "tc, no_tc or unknown, from the Tensor Core rule table"),
     ("uses_tensor_cores", "", "true when tc_class is tc"),
     ("tc_rule", "", "id of the Tensor Core rule that classified the name"),
+    ("comm", "", "the collective a communication kernel runs (NCCL/RCCL kernel names, "
+     "rules/comm.py), e.g. AllReduce; empty for other kernels"),
     ("api_name", "", "most frequent launch API call of this kernel"),
     ("avg_api_ns", "ns", "mean launch API call duration (api_end - api_start)"),
     ("avg_queue_ns", "ns", "mean time from launch call end to GPU start, where >= 0"),

@@ -14,6 +14,7 @@ import pandas as pd
 from dlprof_lite.errors import SchemaError
 from dlprof_lite.report.frames import empty_report, ordered, share
 from dlprof_lite.report.overhead import overhead_summary
+from dlprof_lite.report.ranks import collectives
 
 
 def kernels_table(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -45,6 +46,7 @@ def kernels_table(kernels: pd.DataFrame) -> pd.DataFrame:
     out["pct_kernel_time"] = out["total_ns"] / out["total_ns"].sum() * 100.0
     out["api_name"] = _most_frequent_api(kernels).reindex(out.index)
     out = out.reset_index().sort_values(["total_ns", "name"], ascending=[False, True])
+    out["comm"] = collectives(out["name"])
     return ordered(out, "kernels")
 
 
