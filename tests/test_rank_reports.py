@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,31 @@ def test_analyze_shows_each_rank_and_nodes_keep_their_rank_folders(
         folder = Path(row["report_dir"])
         assert len(rows(folder / f"{RANKS_STEM}.csv")) == 2
         assert all((folder / f"pid{p['pid']}" / "summary.csv").is_file() for p in truth.processes)
+
+
+def test_a_rank_the_window_misses_is_a_warning_and_the_others_are_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rank that stopped early (its last iteration ranges removed from a generated export):
+    a window past its steps leaves it without a report, said so; the other rank's is written."""
+    path = tmp_path / "early.sqlite"
+    make_profile(path, iterations=4, layers=2, kernels_per_layer=2, processes=2)
+    with sqlite3.connect(path) as db:
+        text = "coalesce(text, (SELECT value FROM StringIds WHERE id = textId))"
+        starts = [r[0] for r in db.execute(
+            f"SELECT start FROM NVTX_EVENTS WHERE {text} = 'iteration' "
+            "AND ((globalTid >> 24) & 16777215) = 2000 ORDER BY start")]  # fmt: skip
+        assert len(starts) == 4
+        db.execute(f"DELETE FROM NVTX_EVENTS WHERE {text} = 'iteration' AND start >= ? "
+                   "AND ((globalTid >> 24) & 16777215) = 2000", (starts[2],))  # fmt: skip
+    out = tmp_path / "early.dlprof"
+    args = ["analyze", str(path), "-o", str(out), "--quiet", "--iter-start", "3",
+            "--iter-stop", "4"]  # fmt: skip
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "warning: no report for pid2000 (pid 2000): the iteration window [3, 4)" in err
+    assert (out / "pid1000" / "summary.csv").is_file() and not (out / "pid2000").exists()
+    assert [Path(r["report_dir"]).name for r in rows(out / f"{RANKS_STEM}.csv")] == ["pid1000"]
 
 
 def test_one_process_gets_no_rank_folders(tmp_path: Path) -> None:

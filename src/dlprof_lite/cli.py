@@ -349,6 +349,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     with _progress(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
     run_id = record_report(args, result.report, result.report_dir)
+    for warning in result.rank_warnings:
+        _warn(warning)
     _show(args, result.report, result.report_dir, run_id, result.ranks)
     return 0
 
@@ -490,8 +492,10 @@ def _run_once(
             _warn(warning)
         try:
             with _progress(args, target.name) as progress:
-                report, ranks = report_profiled(Path(run.sqlite_path), stage, where, options,
-                                                progress)  # fmt: skip
+                done = report_profiled(Path(run.sqlite_path), stage, where, options, progress)
+            report, ranks = done.report, done.ranks
+            for warning in done.rank_warnings:
+                _warn(warning)
             if run.no_ranges_hint and not has_annotation(report):
                 _warn(run.no_ranges_hint)
         # Keep what nsys captured, also when interrupted (SIGINT, or a scheduler's SIGTERM)

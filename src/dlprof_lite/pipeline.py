@@ -63,6 +63,7 @@ class Analysed:
     report: Report
     trace: pd.DataFrame | None
     ranks: tuple[RankReport, ...] = ()
+    rank_warnings: tuple[str, ...] = ()  # ranks that could not be analysed alone, and why
 
 
 def _analyze(
@@ -114,15 +115,19 @@ def _analyze_export(
     processes = rank_processes(profile.marks, profile.ranges) if ranks else []
     if not processes:
         return Analysed(report, trace)
+    from dlprof_lite.errors import DlprofError
     from dlprof_lite.ingest.load import enrich, load_raw
 
     raw = load_raw(path)  # no stage callbacks: the progress display shows each stage once
-    per_rank = []
+    per_rank, warnings = [], []
     for process in processes:
-        one = enrich(raw, key_range=options.key_range, iter_start=options.iter_start,
-                     iter_stop=options.iter_stop, pids=[process.pid])  # fmt: skip
-        per_rank.append(RankReport(process, *_report_of(one, options)))
-    return Analysed(report, trace, tuple(per_rank))
+        try:
+            one = enrich(raw, key_range=options.key_range, iter_start=options.iter_start,
+                         iter_stop=options.iter_stop, pids=[process.pid])  # fmt: skip
+            per_rank.append(RankReport(process, *_report_of(one, options)))
+        except DlprofError as err:  # e.g. a window past this rank's steps: the others go on
+            warnings.append(f"no report for {process.folder} (pid {process.pid}): {err}")
+    return Analysed(report, trace, tuple(per_rank), tuple(warnings))
 
 
 def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.DataFrame | None]:
@@ -147,6 +152,7 @@ class PipelineResult:
     report_dir: Path
     report: Report
     ranks: tuple[RankReport, ...] = ()  # one per rank of a multi-process run
+    rank_warnings: tuple[str, ...] = ()
 
     def row(self) -> dict[str, Scalar]:
         """The flat summary row of the combined ``summary.csv``, with its report folder."""
@@ -168,7 +174,7 @@ def analyze_one(
     with staged_folder(final, force=options.force) as stage:
         write_contents(done.report, stage, options.formats, trace=done.trace)
         write_ranks(done.ranks, stage, options.formats, final)
-    return PipelineResult(str(path), final, done.report, done.ranks)
+    return PipelineResult(str(path), final, done.report, done.ranks, done.rank_warnings)
 
 
 def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict[str, Scalar]:
@@ -278,7 +284,7 @@ def _none_analysed(failures: Sequence[Failure]) -> Exception:
 def report_profiled(
     export: Path, stage: Path, target: Path, options: AnalyzeOptions,
     progress: Progress | None = None,
-) -> tuple[Report, tuple[RankReport, ...]]:  # fmt: skip
+) -> Analysed:  # fmt: skip
     """The ``run`` form's last stages: analyse the export nsys wrote into the staging folder
     and write the report (and one per rank) beside it, naming the export where it will be
     once ``stage`` becomes ``target``."""
@@ -291,4 +297,4 @@ def report_profiled(
     ranks = tuple(replace(r, report=r.report.with_source(source)) for r in done.ranks)
     write_contents(report, stage, options.formats, trace=done.trace)
     write_ranks(ranks, stage, options.formats, target)
-    return report, ranks
+    return replace(done, report=report, ranks=ranks)
