@@ -197,8 +197,11 @@ def straggler(frame: pd.DataFrame) -> int | None:
 
 
 def _excess(values: np.ndarray, at: int) -> float:
-    """``values[at]`` above the median of the other ranks' values."""
-    return float(values[at] - np.nanmedian(np.delete(values, at)))
+    """``values[at]`` above the median of the other ranks' values (NaN when none of the
+    others has one: a rank without steps in the window)."""
+    others = np.delete(values, at)
+    others = others[~np.isnan(others)]
+    return float(values[at] - np.median(others)) if len(others) else float("nan")
 
 
 def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:

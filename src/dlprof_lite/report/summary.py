@@ -262,8 +262,10 @@ def _merged_ranks(profile: Profile, facts: RunFacts) -> list[str]:
     ranks = dict(facts.ranks)
     who = ", ".join(f"rank {ranks[p]} (pid {p})" if p in ranks else f"pid {p}" for p in pids)
     return [f"{len(pids)} processes ran annotated iterations ({who}) and are analysed as one "
-            "run: iteration counts, step times and per-step figures mix the ranks (per-rank "
-            "reports are not supported yet)"]  # fmt: skip
+            "run here: iteration counts, step times and per-step figures mix the ranks; the "
+            "command line writes one report per rank beside this one (rank<R>/, or pid<P>/ "
+            "for a process that recorded no rank) and ranks_summary.csv, and the ranks table "
+            "compares them"]  # fmt: skip
 
 
 def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
