@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from dlprof_lite.report.advice import ms
+from dlprof_lite.report.advice import duration as _t
+from dlprof_lite.report.advice import percent as _pct
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary, number
@@ -31,17 +32,6 @@ def _text(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(
         *((printable(p[0]), p[1]) if isinstance(p, tuple) else printable(p) for p in parts)
     )
-
-
-def _t(value: object) -> str:
-    """A nanosecond value as a short duration, '-' when unknown."""
-    ns = number(value)
-    return "-" if ns is None else ms(ns)
-
-
-def _pct(value: object, scale: float = 100.0) -> str:
-    share = number(value)
-    return "-" if share is None else f"{share * scale:.1f}%"
 
 
 def _header_lines(s: Summary) -> list[str | Text]:

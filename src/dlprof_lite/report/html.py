@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.report.advice import duration, percent
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.charts import (
     iterations_figure,
@@ -24,11 +25,9 @@ from dlprof_lite.report.charts import (
 )
 from dlprof_lite.report.html_tables import (
     advice_list,
-    duration,
     facts_table,
     kernels_table,
     layer_table,
-    percent,
     plain,
 )
 from dlprof_lite.report.plotly_bundle import Chart, document, esc, section

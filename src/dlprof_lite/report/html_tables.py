@@ -13,21 +13,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dlprof_lite.report.advice import ms
+from dlprof_lite.report.advice import duration, percent
 from dlprof_lite.report.plotly_bundle import esc
 from dlprof_lite.report.summary_types import number
 
 LAYER_ROWS = 2000  # rows of the layer table (network order; the rest counted in a note)
-
-
-def duration(value: object) -> str:
-    ns = number(value)
-    return "-" if ns is None else ms(ns)
-
-
-def percent(value: object, scale: float = 100.0) -> str:
-    share = number(value)
-    return "-" if share is None else f"{share * scale:.1f}%"
 
 
 def plain(value: object) -> str:
