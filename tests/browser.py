@@ -301,10 +301,11 @@ def chromium_fixture() -> Iterator[Chromium]:
 # --- the pages of issue #15 ---------------------------------------------------------------
 
 # Report page sections in page order, and the chart each one draws (contract, issue #15).
-REPORT_SECTIONS = ("header", "steps", "layers", "iterations", "kernels", "advice", "timeline")
+REPORT_SECTIONS = ("header", "steps", "layers", "iterations", "kernels", "ranks", "advice",
+                   "timeline")  # fmt: skip
 REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers",
                  "iterations": "chart-iterations", "kernels": "chart-kernels",
-                 "timeline": "chart-timeline"}  # fmt: skip
+                 "ranks": "chart-ranks", "timeline": "chart-timeline"}  # fmt: skip
 
 
 def dlprof(cwd: Path, *args: str) -> None:
@@ -343,6 +344,7 @@ def expected_sections(report: Any) -> list[str]:
         "layers": rows(report.layers) > 0,
         "iterations": rows(report.iterations) > 0,
         "kernels": rows(report.kernels) > 0 and (s.get("kernel_count") or 0) > 0,
+        "ranks": rows(getattr(report, "ranks", None)) >= 2,  # several ranks only
         "advice": rows(report.advice) > 0,
         "timeline": rows(getattr(report, "timeline", None)) > 0,
     }

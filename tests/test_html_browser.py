@@ -309,7 +309,8 @@ def test_million_kernel_page(chromium: Chromium, tmp_path: Path) -> None:
     result = chromium.open_page(page, then=open_first_layer_kernels)
     assert result.problems() == []
     want = expected_sections(report)
-    assert want == list(REPORT_SECTIONS), want  # a GPU training profile has every section
+    # A one-process GPU training profile has every section but the ranks'.
+    assert want == [s for s in REPORT_SECTIONS if s != "ranks"], want
     assert section_problems(result, want, REPORT_CHARTS) == []
     # Every event the timeline chart holds is drawn as its own bar, none lost in the browser.
     timeline = result.chart("chart-timeline")
@@ -355,3 +356,20 @@ def test_png_decoder_undoes_every_filter() -> None:
     assert np.array_equal(decode_png(encode_png(pixels, filters)).pixels, pixels)
     flat = np.full((40, 40, 3), 255, dtype=np.uint8)
     assert len(blank_reasons(decode_png(encode_png(flat, [1] * 40)))) == 3
+
+
+def test_several_ranks_page_draws_the_ranks(chromium: Chromium, tmp_path: Path) -> None:
+    """A generated 2-process profile: the all-ranks page has a ranks section whose chart
+    draws one bar per part and rank, and a table row per rank."""
+    export = tmp_path / "two.sqlite"
+    make_profile(export, iterations=12, layers=3, kernels_per_layer=2, processes=2, seed=3)
+    dlprof(tmp_path, "analyze", str(export), "-o", "two", "--quiet")
+    report = open_report(tmp_path / "two")
+    assert len(report.ranks) == 2
+    result = chromium.open_page(written_page(tmp_path / "two", "report.html"))
+    assert result.problems() == []
+    want = expected_sections(report)
+    assert "ranks" in want
+    assert section_problems(result, want, REPORT_CHARTS) == []
+    chart = result.chart("chart-ranks")
+    assert chart.points == 4 * 2 and chart.drawn >= 2  # 4 parts x 2 ranks (zero bars drawn flat)

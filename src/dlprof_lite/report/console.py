@@ -260,6 +260,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
             console.width,
         ),
         _ranges_table(report.ranges, console.width),
+        _ranks_table(report.ranks, console.width),
     )  # fmt: skip
     for table in tables:
         if table is not None:
@@ -270,6 +271,31 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
         console.print(_text(("warning:", "yellow"), f" {warning}"), highlight=False)
     if out_dir is not None:
         console.print(_text(f"report: {out_dir}"), highlight=False)
+
+
+_RANK_COLUMNS = {
+    "rank": "rank", "device": "device", "steps": "steps", "step_median_ns": "median step",
+    "step_compute_ns": "compute/step", "step_comm_ns": "comm/step",
+    "step_exposed_comm_ns": "exposed/step", "overlap": "overlap", "step_data_ns": "data/step",
+}  # fmt: skip
+
+
+def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
+    """Several ranks: each timeline's compute, communication and data per step, the straggler
+    marked (report/ranks.py)."""
+    if len(ranks) < 2:
+        return None
+    straggler = ranks["straggler"].fillna(False).astype(bool).to_numpy()
+    shown = ranks.assign(
+        rank=[f"{r}{' (straggler)' if s else ''}" for r, s in zip(ranks["rank"], straggler)],
+        device=[_count(d) for d in ranks["device_id"]],
+        overlap=[_pct(v, 1) for v in ranks["overlap_pct"]],
+    )
+    return _table("Ranks", shown, _RANK_COLUMNS, width, top=len(shown))
+
+
+def _count(value: object) -> str:
+    return "-" if value is None or value is pd.NA or value != value else str(value)
 
 
 def _advice(advice: pd.DataFrame, console: Console) -> None:

@@ -185,6 +185,16 @@ def _kernels(report: Report) -> str | None:
                                                note])  # fmt: skip
 
 
+def _ranks(report: Report) -> str | None:
+    from dlprof_lite.report.rank_views import ranks_figure, ranks_table_html
+
+    fig = ranks_figure(report.ranks)
+    if fig is None:
+        return None
+    return section("ranks", "Ranks", [Chart("ranks", fig).html(),
+                                      ranks_table_html(report.ranks)])  # fmt: skip
+
+
 def _advice(report: Report) -> str | None:
     if report.advice.empty:
         return None
@@ -224,6 +234,7 @@ def report_page(report: Report) -> str:
         _layers(report, gpu),
         _iterations(report, gpu),
         _kernels(report) if gpu else None,
+        _ranks(report),
         _advice(report),
         _timeline(report),
     ]
