@@ -174,6 +174,14 @@ ITERATION_REPORT = _cols(
      "inside [start, end) (a gap that began earlier is clipped)"),
     ("launch_overhead_pct", "%", "host_gap_ns / (wall_ns x devices) x 100: of the step's device "
      "time, 0-100"),
+    ("compute_ns", "ns", "union of the iteration's non-communication kernels per (pid, device) "
+     "timeline, summed over timelines"),
+    ("comm_ns", "ns", "union of the iteration's communication (NCCL/RCCL) kernels per timeline, "
+     "summed over timelines"),
+    ("exposed_comm_ns", "ns", "the iteration's communication time no compute kernel of the same "
+     "timeline overlaps, summed over timelines"),
+    ("overlap_pct", "%", "(comm_ns - exposed_comm_ns) / comm_ns x 100; empty without "
+     "communication"),
     *(
         (f"phase_{p}_ns", "ns", f"device time in [start, end) running {p}-phase GPU ops; {_SHARED}")
         for p in PHASE_COLUMNS

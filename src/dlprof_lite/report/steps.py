@@ -16,6 +16,11 @@ several threads) the time goes to the first of :data:`HOST_PRIORITY`, so compile
 never data loading; ``other_wall_ns`` is the step's time that no phase range covers
 (logging, checkpoints, a script without phase ranges), never reported as data loading.
 The phase columns plus ``other_wall_ns`` are ``wall_ns``.
+
+Communication columns (``compute_ns``, ``comm_ns``, ``exposed_comm_ns``, ``overlap_pct``) use
+the kernels' ``iteration`` assignment, per ``(pid, device)`` timeline as the ranks table does
+(report/ranks.py): unions of compute and of communication kernels, and the communication no
+compute kernel of the same timeline overlaps, summed over the iteration's timelines.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
+from dlprof_lite.report.ranks import collectives
 
 _OP_COLUMNS = ["start_ns", "end_ns", "pid", "device_id", "iteration", "host_gap_ns", "phase"]
 
@@ -73,7 +79,60 @@ def iterations_table(
     out[counts] = out[counts].fillna(0).astype("int64")
     out["tc_share"] = share(out["tc_ns"], out["kernel_ns"])
     out["launch_overhead_pct"] = share(out["host_gap_ns"], out["wall_ns"] * devices) * 100.0
+    out = out.join(_comm_sums(kernels), on="iteration")
+    out[list(_COMM)] = out[list(_COMM)].fillna(0).astype("int64")
+    talk = out["comm_ns"].to_numpy(dtype=np.int64)
+    out["overlap_pct"] = share(talk - out["exposed_comm_ns"].to_numpy(dtype=np.int64), talk) * 100.0
     return ordered(out, "iterations")
+
+
+_COMM = ("compute_ns", "comm_ns", "exposed_comm_ns")
+
+
+def _comm_sums(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per iteration: compute, communication and exposed communication time, each summed
+    over the ``(pid, device)`` timelines of the iteration's kernels.
+
+    Every (timeline, iteration) group is laid on its own stretch of one time line (shifted by
+    its earliest start and the spans of the groups before it, one ns apart so neighbours never
+    touch), so one merge and one overlap query answer all groups: no loop over groups.
+    """
+    k = kernels.loc[kernels["iteration"].notna().to_numpy(dtype=bool)]
+    group = k.groupby(["pid", "device_id", "iteration"], sort=True).ngroup().to_numpy()
+    has = group >= 0  # a kernel without a device has no timeline
+    if not has.any():
+        return pd.DataFrame(columns=list(_COMM), index=pd.Index([], name="iteration"))
+    group, k = group[has], k.loc[has]
+    s, e = k["start_ns"].to_numpy(dtype=np.int64), k["end_ns"].to_numpy(dtype=np.int64)
+    n = int(group.max()) + 1
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, group, s)
+    np.maximum.at(hi, group, e)
+    offset = np.concatenate(([0], np.cumsum(hi - lo + 1)[:-1]))
+    shift = offset[group] - lo[group]
+    talks = collectives(k["name"]) != ""
+    compute = merge(s[~talks] + shift[~talks], e[~talks] + shift[~talks])
+    talk = merge(s[talks] + shift[talks], e[talks] + shift[talks])
+    hidden = covered_between(compute, talk[0], talk[1])
+    sums = {
+        "compute_ns": _per_group(compute, compute[1] - compute[0], offset),
+        "comm_ns": _per_group(talk, talk[1] - talk[0], offset),
+        "exposed_comm_ns": _per_group(talk, talk[1] - talk[0] - hidden, offset),
+    }
+    iteration = np.zeros(n, dtype=np.int64)
+    iteration[group] = k["iteration"].to_numpy(dtype=np.int64)
+    table: pd.DataFrame = pd.DataFrame(sums).groupby(iteration).sum()
+    table.index.name = "iteration"
+    return table
+
+
+def _per_group(segments: tuple[np.ndarray, np.ndarray], values: np.ndarray,
+               offset: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Sum of ``values`` (one per segment) per group, a segment's group by where it starts."""
+    out = np.zeros(len(offset), dtype=np.int64)
+    np.add.at(out, np.searchsorted(offset, segments[0], side="right") - 1, values)
+    return out
 
 
 def _gpu_phases(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray]:
