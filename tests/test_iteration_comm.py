@@ -100,7 +100,8 @@ _NCCL_NS = ("SELECT SUM(k.[end] - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
 def test_real_two_gpu_comm_is_at_most_the_nccl_kernel_time(corpus_dir: Path) -> None:
     """The export has no iteration ranges of ours; its NCCL group ranges make the steps."""
     export = corpus_dir / MFU
-    table = build_report(load(export, key_range="ncclGroupStart")).iterations
+    report = build_report(load(export, key_range="ncclGroupStart"))
+    table = report.iterations
     assert len(table) > 10
     with closing(sqlite3.connect(f"{export.resolve().as_uri()}?mode=ro", uri=True)) as db:
         (nccl_ns,) = db.execute(_NCCL_NS).fetchone()
@@ -110,3 +111,5 @@ def test_real_two_gpu_comm_is_at_most_the_nccl_kernel_time(corpus_dir: Path) -> 
     talk = table["comm_ns"] > 0
     assert table.loc[talk, "overlap_pct"].between(0, 100).all()
     assert table.loc[~talk, "overlap_pct"].isna().all()
+    mean = float(analysed(table)["exposed_comm_ns"].mean())
+    assert mean == pytest.approx(float(report.ranks["step_exposed_comm_ns"].sum()))
