@@ -49,11 +49,6 @@ def collectives(names: pd.Series) -> np.ndarray:
     return out
 
 
-def overlap(a: Segments, b: Segments) -> int:
-    """Length of the intersection of two unions of disjoint segments."""
-    return int(covered_between(a, b[0], b[1]).sum())
-
-
 def ranks_of(profile: Profile, pids: list[int]) -> dict[int, int]:
     """pid -> rank: the annotation's ``process`` facts when every process has one, else the
     processes' order by pid."""
@@ -125,21 +120,60 @@ def data_time(profile: Profile, window: StepWindow) -> dict[int, int]:
     return out
 
 
+def comm_time(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group of ``by`` (which must split kernels by timeline: ``pid`` and ``device_id``
+    first): ``kernels``, ``kernel_ns``, ``compute_ns`` (union of non-communication kernels),
+    ``comm_ns`` (union of communication kernels), ``exposed_comm_ns`` (communication no
+    compute kernel of the group overlaps), ``comm_kernels``. Indexed by ``by``.
+
+    Every group is laid on its own stretch of one time line (shifted by its earliest start
+    and the spans of the groups before it, one ns apart so neighbours never touch), so one
+    merge and one overlap query answer all groups: no loop over groups or kernels.
+    """
+    columns = ["kernels", "kernel_ns", "compute_ns", "comm_ns", "exposed_comm_ns",
+               "comm_kernels"]  # fmt: skip
+    grouped = kernels.groupby(by, sort=True)
+    group = grouped.ngroup().to_numpy()
+    has = group >= 0  # a kernel without a device has no timeline
+    if not has.any():
+        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=by))
+    group, k = group[has], kernels.loc[has]
+    s, e = k["start_ns"].to_numpy(dtype=np.int64), k["end_ns"].to_numpy(dtype=np.int64)
+    n = int(group.max()) + 1
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, group, s)
+    np.maximum.at(hi, group, e)
+    offset = np.concatenate(([0], np.cumsum(hi - lo + 1)[:-1]))
+    shift = offset[group] - lo[group]
+    talks = collectives(k["name"]) != ""
+    compute = merge(s[~talks] + shift[~talks], e[~talks] + shift[~talks])
+    talk = merge(s[talks] + shift[talks], e[talks] + shift[talks])
+    hidden = covered_between(compute, talk[0], talk[1])
+    out = pd.DataFrame({
+        "kernels": np.bincount(group, minlength=n),
+        "kernel_ns": np.bincount(group, weights=e - s, minlength=n).astype(np.int64),
+        "compute_ns": _per_group(compute, compute[1] - compute[0], offset),
+        "comm_ns": _per_group(talk, talk[1] - talk[0], offset),
+        "exposed_comm_ns": _per_group(talk, talk[1] - talk[0] - hidden, offset),
+        "comm_kernels": np.bincount(group, weights=talks, minlength=n).astype(np.int64),
+    }, index=pd.MultiIndex.from_frame(grouped.size().reset_index()[by]))  # fmt: skip
+    return out
+
+
+def _per_group(segments: Segments, values: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` (one per segment) per group, a segment's group by where it starts."""
+    out = np.zeros(len(offset), dtype=np.int64)
+    np.add.at(out, np.searchsorted(offset, segments[0], side="right") - 1, values)
+    return out
+
+
 def _timeline_rows(kernels: pd.DataFrame) -> list[dict[str, object]]:
     """Compute, communication and exposed communication of each ``(pid, device)``."""
-    comm = collectives(kernels["name"]) != ""
-    frame = kernels.loc[:, ["pid", "device_id", "start_ns", "end_ns"]].assign(comm=comm)
-    rows: list[dict[str, object]] = []
-    for key, g in frame.groupby(["pid", "device_id"], sort=True):
-        pid, device = cast(tuple[int, int], key)
-        is_comm = g["comm"].to_numpy(dtype=bool)
-        s, e = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
-        compute, talk = merge(s[~is_comm], e[~is_comm]), merge(s[is_comm], e[is_comm])
-        comm_ns = total(talk)
-        rows.append({"pid": int(pid), "device_id": int(device), "kernels": len(g),
-                     "kernel_ns": int((e - s).sum()), "compute_ns": total(compute),
-                     "comm_ns": comm_ns, "exposed_comm_ns": comm_ns - overlap(compute, talk),
-                     "comm_kernels": int(is_comm.sum())})  # fmt: skip
+    per = comm_time(kernels, ["pid", "device_id"]).reset_index()
+    rows: list[dict[str, object]] = [
+        {str(c): int(v) for c, v in row.items()} for row in per.to_dict("records")
+    ]
     return rows
 
 

@@ -33,7 +33,7 @@ from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import busy_in_windows, covered_between, merge
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
-from dlprof_lite.report.ranks import collectives
+from dlprof_lite.report.ranks import comm_time
 
 _OP_COLUMNS = ["start_ns", "end_ns", "pid", "device_id", "iteration", "host_gap_ns", "phase"]
 
@@ -91,48 +91,10 @@ _COMM = ("compute_ns", "comm_ns", "exposed_comm_ns")
 
 def _comm_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per iteration: compute, communication and exposed communication time, each summed
-    over the ``(pid, device)`` timelines of the iteration's kernels.
-
-    Every (timeline, iteration) group is laid on its own stretch of one time line (shifted by
-    its earliest start and the spans of the groups before it, one ns apart so neighbours never
-    touch), so one merge and one overlap query answer all groups: no loop over groups.
-    """
+    over the ``(pid, device)`` timelines of the iteration's kernels (report/ranks.py)."""
     k = kernels.loc[kernels["iteration"].notna().to_numpy(dtype=bool)]
-    group = k.groupby(["pid", "device_id", "iteration"], sort=True).ngroup().to_numpy()
-    has = group >= 0  # a kernel without a device has no timeline
-    if not has.any():
-        return pd.DataFrame(columns=list(_COMM), index=pd.Index([], name="iteration"))
-    group, k = group[has], k.loc[has]
-    s, e = k["start_ns"].to_numpy(dtype=np.int64), k["end_ns"].to_numpy(dtype=np.int64)
-    n = int(group.max()) + 1
-    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(lo, group, s)
-    np.maximum.at(hi, group, e)
-    offset = np.concatenate(([0], np.cumsum(hi - lo + 1)[:-1]))
-    shift = offset[group] - lo[group]
-    talks = collectives(k["name"]) != ""
-    compute = merge(s[~talks] + shift[~talks], e[~talks] + shift[~talks])
-    talk = merge(s[talks] + shift[talks], e[talks] + shift[talks])
-    hidden = covered_between(compute, talk[0], talk[1])
-    sums = {
-        "compute_ns": _per_group(compute, compute[1] - compute[0], offset),
-        "comm_ns": _per_group(talk, talk[1] - talk[0], offset),
-        "exposed_comm_ns": _per_group(talk, talk[1] - talk[0] - hidden, offset),
-    }
-    iteration = np.zeros(n, dtype=np.int64)
-    iteration[group] = k["iteration"].to_numpy(dtype=np.int64)
-    table: pd.DataFrame = pd.DataFrame(sums).groupby(iteration).sum()
-    table.index.name = "iteration"
-    return table
-
-
-def _per_group(segments: tuple[np.ndarray, np.ndarray], values: np.ndarray,
-               offset: np.ndarray) -> np.ndarray:  # fmt: skip
-    """Sum of ``values`` (one per segment) per group, a segment's group by where it starts."""
-    out = np.zeros(len(offset), dtype=np.int64)
-    np.add.at(out, np.searchsorted(offset, segments[0], side="right") - 1, values)
-    return out
+    per = comm_time(k, ["pid", "device_id", "iteration"])
+    return per.groupby(level="iteration")[list(_COMM)].sum()
 
 
 def _gpu_phases(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray]:
