@@ -54,6 +54,10 @@ def fake_load(monkeypatch) -> FakeLoad:
     fake = FakeLoad()
     stub = types.ModuleType("dlprof_lite.ingest.load")
     stub.load = fake  # type: ignore[attr-defined]
+    # The pipeline reads an export once (load_raw) and analyses it (enrich): the fake stands
+    # for both, called with the path and the options as the real load is.
+    stub.load_raw = lambda path, **_: path  # type: ignore[attr-defined]
+    stub.enrich = fake  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "dlprof_lite.ingest.load", stub)
     return fake
 

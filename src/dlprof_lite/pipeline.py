@@ -96,29 +96,30 @@ def _analyze(
 def _analyze_export(
     path: Path, options: AnalyzeOptions, progress: Progress | None = None, *, ranks: bool = True
 ) -> Analysed:
-    """All processes' report, then, for a profile of several ranks, each rank's: the export's
-    frames are read once more and each rank's rows analysed apart (before any nesting or
-    correlation, which must not mix processes)."""
-    from dlprof_lite.ingest.load import load
+    """All processes' report, then, for a profile of several ranks, each rank's: the frames
+    read once, each rank's rows analysed apart (before any nesting or correlation, which
+    must not mix processes)."""
+    from dlprof_lite.ingest.load import enrich, load_raw
     from dlprof_lite.ranks_run import RankReport, rank_processes
 
     extra: dict[str, Any] = {"progress": progress} if progress is not None else {}
-    profile = load(
-        path,
+    raw = load_raw(path, **extra)
+    profile = enrich(
+        raw,
         key_range=options.key_range,
         iter_start=options.iter_start,
         iter_stop=options.iter_stop,
         **extra,
     )
+    processes = rank_processes(profile.marks, profile.ranges) if ranks else []
+    if not processes:
+        del raw  # one process: its frames go before the report is built (peak memory)
     (progress or no_progress)(Stage.WRITING)
     report, trace = _report_of(profile, options)
-    processes = rank_processes(profile.marks, profile.ranges) if ranks else []
     if not processes:
         return Analysed(report, trace)
     from dlprof_lite.errors import DlprofError
-    from dlprof_lite.ingest.load import enrich, load_raw
 
-    raw = load_raw(path)  # no stage callbacks: the progress display shows each stage once
     per_rank, warnings = [], []
     for process in processes:
         try:
