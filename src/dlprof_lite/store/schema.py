@@ -117,11 +117,13 @@ run_phases = sa.Table(
 
 # The report tables kept as JSON rows, by RunRecord attribute, with their key columns
 # (store column -> report column; the store's names are the report's).
+def _keys(table: sa.Table) -> tuple[str, ...]:
+    """A row table's key columns: all but the run id, the position and the JSON row."""
+    return tuple(c.name for c in table.columns if c.name not in ("run_id", "position", "data"))
+
+
 ROW_TABLES: dict[str, tuple[sa.Table, tuple[str, ...]]] = {
-    "iterations": (run_iterations, ("iteration", "wall_ns", "warmup", "in_window")),
-    "layers": (
-        run_layers,
-        ("layer", "forward_gpu_ns", "backward_gpu_ns", "forward_wall_ns", "backward_wall_ns"),
-    ),
-    "kernels": (run_kernels, ("name", "instances", "total_ns")),
+    "iterations": (run_iterations, _keys(run_iterations)),
+    "layers": (run_layers, _keys(run_layers)),
+    "kernels": (run_kernels, _keys(run_kernels)),
 }
