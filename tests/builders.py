@@ -40,6 +40,7 @@ from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
 from dlprof_lite.ingest.paths import with_path_ids
 from dlprof_lite.ingest.profile import Meta, Profile
 from dlprof_lite.ingest.range_columns import enrich_ranges
+from dlprof_lite.rules.names import DDP_BUCKET_RE
 
 PID, TID = 1, 10
 PUSH_POP, START_END = "push_pop", "start_end"
@@ -242,6 +243,12 @@ def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
     inner = _innermost(ranges, out["tid"], t) if len(ranges) else None
     module = _innermost(ranges, out["tid"], t, lambda r: MODULE_RANGE_RE.match(r.name) is not None)
     phase = _innermost(ranges, out["tid"], t, lambda r: r.name in PHASES)
+    bucket = _innermost(ranges, out["tid"], t, lambda r: DDP_BUCKET_RE.match(r.name) is not None)
+    if bucket is not None and (module is None or bucket["depth"] > module["depth"]):
+        module = None  # a DDP bucket's all-reduce belongs to no layer
+    bucket_id = None
+    if bucket is not None and module is None:
+        bucket_id = int(DDP_BUCKET_RE.match(bucket["name"])["id"])
     m = MODULE_RANGE_RE.match(module["name"]) if module else None
     derived = dict(
         range_id=inner["range_id"] if inner else pd.NA,
@@ -249,7 +256,8 @@ def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
         layer=m["layer"] if m else pd.NA,
         layer_type=m["type"] if m else pd.NA,
         direction=_direction(m, ranges, out["tid"], t),
-        phase=phase["name"] if phase else "other",
+        phase=phase["name"] if phase else ("backward" if bucket_id is not None else "other"),
+        ddp_bucket=pd.NA if bucket_id is None else bucket_id,
         iteration=_iteration_of(t, iterations),
         api_ns=out["api_end_ns"] - launch if has_api else pd.NA,
         queue_ns=pd.NA,

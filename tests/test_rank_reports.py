@@ -183,6 +183,14 @@ def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
     # the sleep (synchronous ranks share one step time).
     for name, row in table.items():
         assert float(row["iterations_median_ns"]) >= slow_ms * 1e6, (name, row)
+    # DDP's gradient bucket is tagged with the layers it carries (annotate/ddp.py): the
+    # script's MLP, Linear(32, 64) and Linear(64, 4), float32 weights and biases.
+    for rank in (0, 1):
+        layers = {r["layer"]: r for r in rows(out / f"rank{rank}" / "layers.csv")}
+        assert layers["module.0"]["grad_bytes"] == str((32 * 64 + 64) * 4), rank
+        assert layers["module.2"]["grad_bytes"] == str((64 * 4 + 4) * 4), rank
+        assert layers["module.0"]["grad_buckets"] == layers["module.2"]["grad_buckets"] == "0"
+        assert layers["module.1"]["grad_bytes"] == "", "ReLU has no gradients"
     # The all-ranks report names the slow rank the straggler (report/ranks.py).
     assert rows(out / "summary.csv")[0]["straggler_rank"] == "1"
     # analyze of the nsys report does the same (exported once), naming the user's report.

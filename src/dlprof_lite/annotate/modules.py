@@ -43,7 +43,9 @@ other root are prefixed with the root's name (``student.fc1``, ``ema_model.layer
 so a script's usual single ``model`` reads as before and two models never share a layer. A
 module with no known name is named by its parent's name and its own class.
 
-Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces).
+Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces). DDP models: a
+root forward remembers them, the first backward pass hooks their gradient buckets
+(:mod:`.ddp`).
 
 Cost (the hot path runs twice per module call in forward, once per autograd node in
 backward): names are cached per module id (a weak reference tells a reused id apart), a
@@ -68,6 +70,7 @@ from dlprof_lite.annotate.backend import Backend
 from dlprof_lite.annotate.backward import Call, Forward, RootHook, bind
 from dlprof_lite.annotate.calibrate import calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
+from dlprof_lite.annotate.ddp import DdpBuckets
 from dlprof_lite.annotate.describe import MAX_MODULE_FACTS, describe
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
 from dlprof_lite.annotate.module_names import ModuleName, ModuleNames
@@ -156,6 +159,18 @@ class ModuleRanges:
         self._pending: list[Forward] = []  # root forwards recorded, not yet bound
         self._watch = BackwardWatch(self._backward_entered) if tracker is not None else None
         self.compiled = CompiledRoots(self)
+        self.ddp = DdpBuckets(backend, self.layer_of) if ranges else None
+
+    def layer_of(self, module: torch.nn.Module) -> str | None:
+        """The layer name ``module``'s ranges carry (its nearest ancestor's within ``--depth``);
+        ``None`` for a module not named yet."""
+        name = self.names.known(module)
+        if name is None:
+            return None
+        if self._depth is None or name.depth <= self._depth:
+            return name.qualname
+        parts = name.qualname.split(".")
+        return ".".join(parts[: max(1, len(parts) - (name.depth - self._depth))])
 
     def name_model(self, model: torch.nn.Module, prefix: str = "") -> None:
         """Learn the qualified names of ``model`` and its submodules (known names are kept)."""
@@ -185,6 +200,8 @@ class ModuleRanges:
                 # may never come (evaluation with grad on); bind them now rather than hold
                 # their graphs. A loss module's forward (the usual next root) waits.
                 self.bind_pending()
+            if self.ddp is not None:
+                self.ddp.seen(module)
             if self._tracker is not None:
                 self._watch.disarm()  # type: ignore[union-attr]
                 self._tracker.on_root_forward(module, grad, module.training)
@@ -313,6 +330,8 @@ class ModuleRanges:
         """``torch.autograd.backward`` was entered after a root forward (before the engine)."""
         if self._pending:
             self.bind_pending()
+        if self.ddp is not None and self.ddp.pending:
+            self.ddp.arm()
         self._tracker.on_backward()  # type: ignore[union-attr]
 
     def bind_pending(self) -> None:
@@ -324,6 +343,8 @@ class ModuleRanges:
         """Pre-hook of a root's output node: bind, report a top-level pass, open the chain."""
         if self._pending:
             self.bind_pending()  # the engine runs without torch.autograd.backward seen
+        if self.ddp is not None and self.ddp.pending:
+            self.ddp.arm()
         frame = self._frame
         if hook.top_level:
             task = _graph_task_id()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dlprof_lite.rules.names import (
     BACKWARD,
     COMPILE,
+    DDP_BUCKET,
     DOMAIN,
     FACT_KEYS,
     FACT_PREFIX,
@@ -20,12 +21,14 @@ from dlprof_lite.rules.names import (
     PHASES,
     RECOMPUTE,
     ROOT_MODULE,
+    ddp_bucket_range,
     module_range,
 )
 
 __all__ = [
     "BACKWARD",
     "COMPILE",
+    "DDP_BUCKET",
     "DOMAIN",
     "FACT_KEYS",
     "FACT_PREFIX",
@@ -36,5 +39,6 @@ __all__ = [
     "PHASES",
     "RECOMPUTE",
     "ROOT_MODULE",
+    "ddp_bucket_range",
     "module_range",
 ]

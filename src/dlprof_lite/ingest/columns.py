@@ -66,6 +66,13 @@ _GPU_OP_DERIVED = (
     _d("layer_type", "category", "", "the layer's module type (Conv2d) or op name"),
     _d("direction", "category", "", "forward, backward or recompute for layer ops, else <NA>"),
     _d("phase", "category", "", "data, forward, backward, optimizer, compile or other"),
+    _d(
+        "ddp_bucket",
+        "Int64",
+        "",
+        "DDP gradient bucket (the id of its ddp:bucket range) whose "
+        "all-reduce launched the op, <NA> otherwise; such an op belongs to no layer",
+    ),
     _d("iteration", "Int64", "", "iteration index (0-based), <NA> outside iterations"),
     _d("api_ns", "Int64", "ns", "launch API duration, api_end - api_start"),
     _d("queue_ns", "Int64", "ns", "start - api_end when >= 0 (time queued on the GPU)"),

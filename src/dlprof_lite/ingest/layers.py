@@ -49,7 +49,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.columns import categorical_from_codes, used_categorical
 from dlprof_lite.ingest.nvtx import range_positions
-from dlprof_lite.rules.names import DIRECTIONS, DOMAIN, PHASES, parse_module_range
+from dlprof_lite.rules.names import DDP_BUCKET_RE, DIRECTIONS, DOMAIN, PHASES, parse_module_range
 
 PHASE_VALUES = (*PHASES, "other")
 
@@ -206,6 +206,7 @@ class _RangeLabels:
     direction: np.ndarray
     thread_phase: np.ndarray
     implied_phase: np.ndarray
+    bucket: np.ndarray  # id of the enclosing DDP bucket range nearer than any module range
 
 
 def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
@@ -234,6 +235,9 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
         "op": per_range["kind"] == 0,
         "phase": own_phase >= 0,
     }
+    bucket_ids = _take(_bucket_ids(names.cat.categories), codes)
+    if (bucket_ids >= 0).any():  # a DDP run's gradient all-reduce (annotate/ddp.py)
+        owns["bucket"] = bucket_ids >= 0
     near = dict(zip(owns, _nearest_many(list(owns.values()), parent, levels)))
     per_range["module_direction"] = _recompute(own_direction, near["in_bwd"])
     root = _op_roots(owns["op"], near["op"], per_range["seq"], parent)
@@ -254,15 +258,32 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
     # a module's forward, as a bare op name (aten::add_) may as well be an optimizer's op.
     implied = (direction == 1) | (near["mod"] >= 0) | (near["pyprof"] >= 0)
     implied_phase = np.where(implied & (direction >= 0), _DIRECTION_PHASE[direction], -1)
+    layer = np.where(backward, _take(fwd_layer, source), fwd_layer)
+    layer_type = np.where(backward, _take(fwd_type, source), fwd_type)
+    bucket = np.full(len(parent), -1, dtype=np.int64)
+    if "bucket" in near:
+        # A bucket's all-reduce runs inside the backward range of whichever layer made its
+        # last gradient ready: it is the bucket's work, not that layer's.
+        mine = near["bucket"] > near["mod"]  # positions are in start order: nearer is later
+        bucket[mine] = bucket_ids[near["bucket"][mine]]
+        layer[mine] = layer_type[mine] = direction[mine] = -1
+        implied_phase[mine] = PHASE_VALUES.index("backward")
     return _RangeLabels(
         layers=layers,
         types=types,
-        layer=np.where(backward, _take(fwd_layer, source), fwd_layer),
-        layer_type=np.where(backward, _take(fwd_type, source), fwd_type),
+        layer=layer,
+        layer_type=layer_type,
         direction=direction,
         thread_phase=_take(own_phase, near["phase"]),
         implied_phase=implied_phase,
+        bucket=bucket,
     )
+
+
+def _bucket_ids(names: pd.Index) -> np.ndarray:
+    """Per distinct range name: the id of a ``ddp:bucket:<id>`` range, else -1."""
+    found = (DDP_BUCKET_RE.match(str(name)) for name in names)
+    return np.array([int(m["id"]) if m else -1 for m in found], dtype=np.int64)
 
 
 # Forward-side layer sources in priority order: (layer column, type column, nearest key).
@@ -382,6 +403,8 @@ def _label(
     out["layer_type"] = used_categorical(_take(labels.layer_type, at), labels.types)
     out["direction"] = categorical_from_codes(_take(labels.direction, at), list(DIRECTIONS))
     out["phase"] = categorical_from_codes(phase, list(PHASE_VALUES))
+    bucket = _take(labels.bucket, at)
+    out["ddp_bucket"] = pd.arrays.IntegerArray(bucket, bucket < 0)
     return out
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.errors import SchemaError
+from dlprof_lite.report.buckets import layer_grad_sync
 from dlprof_lite.report.frames import empty_report, ordered, share
 from dlprof_lite.report.window import NO_ITERATIONS, StepWindow, op_steps, step_of
 from dlprof_lite.rules.gemm import is_tc_eligible
@@ -71,6 +72,7 @@ def layers_table(
     out["order"] = _network_order(calls.sums, own, window, out["layer"])
     out = out.sort_values(["order", "layer"], kind="stable")
     out = out.merge(_implementations(kernels, marks, gpus, out["layer"]), on="layer", how="left")
+    out = out.join(layer_grad_sync(kernels, marks, len(window.steps)), on="layer")
     return ordered(out, "layers")
 
 

@@ -147,8 +147,21 @@ LAYER_IMPLEMENTATION_REPORT = _cols(
      "stay in top_kernels"),
 )  # fmt: skip
 
-# The layers table (report/layers.py): its own columns, then what each layer ran.
-LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT)
+# DDP's gradient all-reduce per layer (report/buckets.py), merged into the layers table.
+LAYER_GRAD_SYNC_REPORT = _cols(
+    ("grad_bytes", "B", "bytes of its own parameters' gradients that DDP all-reduces each step "
+     "(one rank); empty when no DDP bucket was seen carrying them"),
+    ("grad_buckets", "", "indices of the DDP buckets carrying its gradients (DDP's buckets "
+     "after its last rebuild)"),
+    ("grad_sync_ns", "ns", "GPU time of DDP's gradient all-reduce (the collective and its "
+     "averaging) for the buckets carrying its gradients, each bucket's time shared among its "
+     "layers by gradient bytes; in none of its GPU columns"),
+    ("step_grad_sync_ns", "ns", "grad_sync_ns per step, mean " + _STEP),
+)  # fmt: skip
+
+# The layers table (report/layers.py): its own columns, what each layer ran, its gradients'
+# all-reduce.
+LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_REPORT)
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")

@@ -42,7 +42,7 @@ class RunFacts:
     processes: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
-def _fact_marks(marks: pd.DataFrame) -> pd.DataFrame:
+def fact_marks(marks: pd.DataFrame) -> pd.DataFrame:
     """The marks of our domain whose text is a fact, in time order."""
     ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
         marks["domain"].astype(object) == DOMAIN
@@ -54,7 +54,7 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
     """The fact marks of ``marks`` (others and malformed ones are ignored)."""
     if marks.empty:
         return RunFacts()
-    found = _fact_marks(marks)
+    found = fact_marks(marks)
     loaders: dict[str, dict[str, Any]] = {}
     annotation: dict[int, dict[str, Any]] = {}
     ranks: dict[int, int] = {}
@@ -93,7 +93,7 @@ def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
     """
     rows: dict[str, tuple[object, ...]] = {}
     if not marks.empty:
-        for text in _fact_marks(marks)["name"].astype(str):
+        for text in fact_marks(marks)["name"].astype(str):
             fact = parse_fact(text)
             if fact is None or fact[0] != "module" or not isinstance(fact[1].get("layer"), str):
                 continue

@@ -38,6 +38,9 @@ How they are written (:mod:`dlprof_lite.annotate`):
 - ``compile`` is a phase: a start/end range around Dynamo/Inductor compilation. Inside an
   iteration it tiles like the other phases (the phase it interrupted resumes after it, so
   a phase may appear twice in one iteration); outside an iteration it stands alone;
+- ``ddp:bucket:<id>``: a push/pop range around the all-reduce of one DDP gradient bucket,
+  inside the backward pass; the ``ddp_bucket`` fact with that id says whose gradients it
+  carries (:mod:`dlprof_lite.annotate.ddp`);
 - run facts are NVTX *marks* in the domain whose text is ``fact:`` and a JSON object, e.g.
   ``fact:{"dataloader": {"num_workers": 4, ...}}``; the keys are listed in :data:`FACT_KEYS`.
 """
@@ -69,8 +72,22 @@ FACT_PREFIX = "fact:"
 #   dtype (the first tensor input's), param_dtype (its own first parameter's, null without),
 #   autocast (the autocast dtype in force, null when off), tf32 (float32 matmuls may use
 #   TF32: ``torch.backends.cuda.matmul.allow_tf32``), tf32_conv (the same for cuDNN
-#   convolutions: ``torch.backends.cudnn.allow_tf32``), device (``cuda``, ``cpu``, ...).
-FACT_KEYS = ("dataloader", "annotation", "process", "module")
+#   convolutions: ``torch.backends.cudnn.allow_tf32``), device (``cuda``, ``cpu``, ...);
+# - ddp_bucket: one per DDP gradient bucket, at the end of a step whose buckets differ from
+#   the step before: id (the N of its ``ddp:bucket:N`` range), model (the DDP root's name),
+#   index (DDP's bucket index), generation (1, 2, ...: one more per new set of buckets),
+#   bytes, layers (gradient bytes per layer in the bucket).
+DDP_BUCKET = "ddp_bucket"
+FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET)
+# A DDP gradient bucket's all-reduce: a push/pop range around DDP's collective for it.
+DDP_BUCKET_PREFIX = "ddp:bucket:"
+DDP_BUCKET_RE = re.compile(r"^ddp:bucket:(?P<id>\d+)$")
+
+
+def ddp_bucket_range(bucket_id: int) -> str:
+    """The range name of the all-reduce of DDP bucket ``bucket_id`` (see the fact)."""
+    return f"{DDP_BUCKET_PREFIX}{bucket_id}"
+
 
 MODULE_RANGE_RE = re.compile(r"^(?P<dir>fwd|bwd|rec):(?P<layer>[^:]+):(?P<type>[^:]+)$")
 
