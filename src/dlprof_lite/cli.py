@@ -45,6 +45,7 @@ from dlprof_lite.safe_text import printable
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dlprof_lite.cross_ranks import CrossRanks
     from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.build import Report
 
@@ -401,8 +402,26 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
         from dlprof_lite.report.console import render_many
 
         render_many(result.rows, console)
+    if result.ranks is not None:
+        _show_cross_ranks(result.ranks, result.folder, quiet=console is None)
     print(f"reports: {printable(result.folder)}", flush=True)
     return 2 if result.failures else 0  # some inputs failed: the others' reports are written
+
+
+def _show_cross_ranks(cross: CrossRanks, folder: Path, *, quiet: bool) -> None:
+    """The nodes of one job: their ranks side by side (the multi-node recipe)."""
+    from dlprof_lite.cross_ranks import lines
+    from dlprof_lite.ranks_run import RANKS_STEM
+
+    for warning in cross.warnings:
+        _warn(warning)
+    if quiet:
+        return
+    table = printable(folder / f"{RANKS_STEM}.csv")
+    print(f"ranks: {len(cross.rows)} ranks over {cross.nodes} inputs (cross-rank table: "
+          f"{table})", flush=True)  # fmt: skip
+    for line in lines(cross):
+        print(printable(line), flush=True)
 
 
 # --- run ----------------------------------------------------------------------------------

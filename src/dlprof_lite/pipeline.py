@@ -21,6 +21,7 @@ from dlprof_lite.progress import Stage, StageProgress, no_progress
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dlprof_lite.cross_ranks import CrossRanks, NodeRanks
     from dlprof_lite.ingest.profile import Profile
     from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.build import Report
@@ -178,22 +179,34 @@ def analyze_one(
     return PipelineResult(str(path), final, done.report, done.ranks, done.rank_warnings)
 
 
-def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> dict[str, Scalar]:
-    """:func:`analyze_one` for a worker process: returns only the summary row (picklable).
+@dataclass(frozen=True)
+class BatchRow:
+    """What a worker hands back for one input: its summary row and, for a profile of
+    several ranks, what the cross-node view needs (:mod:`dlprof_lite.cross_ranks`)."""
+
+    row: dict[str, Scalar]
+    ranks: NodeRanks
+
+
+def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> BatchRow:
+    """:func:`analyze_one` for a worker process: returns only plain values (picklable).
 
     A bug on one input is that input's one-line error (exit 1), as a bad input's is: the
     other inputs of the batch go on.
     """
+    from dlprof_lite.cross_ranks import NodeRanks
     from dlprof_lite.errors import DlprofError
 
     try:
-        return analyze_one(path, out_dir, options).row()
+        done = analyze_one(path, out_dir, options)
     except DlprofError:
         raise
     except Exception as err:  # not KeyboardInterrupt: an interrupt still stops the batch
         bug = DlprofError(f"{path}: unexpected {type(err).__name__}: {err}")
         bug.exit_code = 1
         raise bug from err
+    ranks = NodeRanks(tuple(r.row(Path()) for r in done.ranks), done.report.ranks)
+    return BatchRow(done.row(), ranks if done.ranks else NodeRanks())
 
 
 def has_annotation(report: Report) -> bool:
@@ -219,6 +232,7 @@ class BatchResult:
     folder: Path
     rows: tuple[dict[str, Scalar], ...]
     failures: tuple[Failure, ...]
+    ranks: CrossRanks | None = None  # several inputs holding ranks: the nodes of one job
 
 
 MULTI_DIR = "dlprof-lite-reports"
@@ -238,6 +252,7 @@ def analyze_many(
     input's failure is its row's ``error`` and the others go on. When every input fails,
     nothing is kept and the first failure is raised.
     """
+    from dlprof_lite import cross_ranks
     from dlprof_lite.batch import run_all
     from dlprof_lite.report import output as files
     from dlprof_lite.report.summary import combined_table
@@ -247,6 +262,7 @@ def analyze_many(
     files.check_target(parent, force=options.force)
     rows: list[dict[str, Scalar]] = []
     failures: list[Failure] = []
+    nodes: list[tuple[Path, NodeRanks]] = []
     with files.staged_folder(parent, force=options.force) as stage:
         items = []
         for path in paths:
@@ -260,12 +276,16 @@ def analyze_many(
                 rows.append({"source": str(path), "error": outcome.error})
                 shutil.rmtree(out, ignore_errors=True)
                 continue
-            rows.append({**outcome.result, "report_dir": str(parent / out.name)})
+            rows.append({**outcome.result.row, "report_dir": str(parent / out.name)})
+            nodes.append((parent / out.name, outcome.result.ranks))
         if len(failures) == len(paths):  # nothing to keep: the staging folder goes
             raise _none_analysed(failures)
         tables = [f for f in options.formats if f in files.TABLE_FORMATS]
         files.write_tables([combined_table(rows)], stage, tables or ["csv"])
-    return BatchResult(parent, tuple(rows), tuple(failures))
+        cross = cross_ranks.merge(nodes)
+        if cross is not None:
+            cross_ranks.write(cross, stage, options.formats)
+    return BatchResult(parent, tuple(rows), tuple(failures), cross)
 
 
 def _none_analysed(failures: Sequence[Failure]) -> Exception:

@@ -115,11 +115,12 @@ def rank_lines(reports: Sequence[RankReport], parent: Path) -> list[str]:
         who = (f"rank {item.process.rank}" if item.process.rank is not None
                else f"pid {item.process.pid}")  # fmt: skip
         lines.append(f"  {who} (pid {item.process.pid}): {steps or 0} steps, median step "
-                     f"{_ms(row.get('iterations_median_ns'))}, data "
-                     f"{_ms(row.get('step_data_wall_ns'))}/step: "
+                     f"{as_ms(row.get('iterations_median_ns'))}, data "
+                     f"{as_ms(row.get('step_data_wall_ns'))}/step: "
                      f"{parent / item.process.folder}")  # fmt: skip
     return lines
 
 
-def _ms(ns: object) -> str:
+def as_ms(ns: object) -> str:
+    """Nanoseconds as milliseconds for the console, ``n/a`` when not a number."""
     return f"{float(ns) / 1e6:.2f} ms" if isinstance(ns, int | float) else "n/a"

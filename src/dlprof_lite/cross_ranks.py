@@ -1,0 +1,127 @@
+"""One cross-rank view over several inputs: the multi-node recipe's merge.
+
+A job on several nodes is profiled into one nsys report per node; ``dlprof-lite analyze
+node*.nsys-rep`` analyses each (its all-ranks report and one report per rank, as
+:mod:`dlprof_lite.ranks_run` does for one input) and, when two or more inputs hold ranks,
+merges them here: the batch folder gets ``ranks_summary`` (every rank's summary row, naming
+its folder inside its node's) and ``ranks`` (every node's ranks table, one row per (process,
+device) timeline, the straggler found again across all ranks: ranks wait for the slowest
+rank of the job, not of their node). Ranks are the global ``RANK`` each process recorded;
+inputs whose ranks repeat are not one job: their rows are kept, with a warning and no
+straggler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dlprof_lite.report.summary_types import Scalar
+
+RANKS_TABLE = "ranks"  # ranks.csv / .json: every node's ranks table
+
+
+@dataclass(frozen=True)
+class NodeRanks:
+    """What one input's analysis hands back for the merge (picklable: a worker returns it).
+
+    ``rank_rows``: its per-rank summary rows, ``report_dir`` relative to its report folder;
+    ``table``: its ranks table."""
+
+    rank_rows: tuple[dict[str, Scalar], ...] = ()
+    table: pd.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class CrossRanks:
+    """The merged view: rank summary rows, the ranks table, and what was not certain."""
+
+    rows: tuple[dict[str, Scalar], ...]
+    table: pd.DataFrame
+    nodes: int
+    warnings: tuple[str, ...] = field(default=())
+
+
+def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
+    """The cross-rank view of ``(report folder, its ranks)`` per input; ``None`` unless two
+    or more inputs hold ranks (one input's view is already in its own folder)."""
+    import pandas as pd
+
+    from dlprof_lite.report.ranks import straggler
+
+    held = [(folder, node) for folder, node in nodes if node.rank_rows]
+    if len(held) < 2:
+        return None
+    rows = tuple(
+        {**row, "report_dir": str(folder / str(row["report_dir"]))}
+        for folder, node in held
+        for row in node.rank_rows
+    )
+    tables = [node.table for _, node in held if node.table is not None and len(node.table)]
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    warnings: list[str] = []
+    if not table.empty:
+        seen: dict[int, int] = {}  # rank -> inputs holding it
+        for _, node in held:
+            if node.table is not None:
+                for rank in {int(r) for r in node.table["rank"].dropna()}:
+                    seen[rank] = seen.get(rank, 0) + 1
+        repeated = sorted(r for r, count in seen.items() if count > 1)
+        if repeated:
+            warnings.append(
+                f"rank(s) {', '.join(map(str, repeated))} appear in several inputs: they are "
+                "not the nodes of one job, so no straggler is named across them"
+            )
+            found = None
+        else:
+            found = straggler(table)
+        table = table.assign(straggler=table["rank"] == (found if found is not None else -1))
+        table = table.sort_values(["rank", "device_id"], kind="stable").reset_index(drop=True)
+    return CrossRanks(rows, table, len(held), tuple(warnings))
+
+
+def write(cross: CrossRanks, folder: Path, formats: Sequence[str]) -> None:
+    """``ranks_summary`` and ``ranks`` tables in ``folder`` (the batch's staging folder)."""
+    from dlprof_lite.ranks_run import RANKS_STEM
+    from dlprof_lite.report import output as files
+    from dlprof_lite.report.summary import combined_table
+    from dlprof_lite.report.writers import Table
+
+    summary = replace(combined_table(cross.rows), file=RANKS_STEM)
+    tables = [f for f in formats if f in files.TABLE_FORMATS] or ["csv"]
+    out = [summary]
+    if not cross.table.empty:
+        out.append(Table(RANKS_TABLE, cross.table))
+    files.write_tables(out, folder, tables)
+
+
+def lines(cross: CrossRanks) -> list[str]:
+    """The console's cross-node view: per rank its node folder, steps, median step, data
+    time per step, and the straggler across all ranks."""
+    from dlprof_lite.ranks_run import as_ms
+
+    out = []
+    for row in sorted(cross.rows, key=lambda r: _rank_key(r.get("report_dir"))):
+        steps = row.get("iterations_count") or 0
+        out.append(
+            f"  {Path(str(row['report_dir'])).name} of {Path(str(row['report_dir'])).parent.name}:"
+            f" {steps} steps, median step {as_ms(row.get('iterations_median_ns'))}, data "
+            f"{as_ms(row.get('step_data_wall_ns'))}/step"
+        )
+    if len(cross.table):
+        hit = cross.table.loc[cross.table["straggler"].astype(bool), "rank"]
+        if len(hit):
+            out.append(f"  straggler across the {cross.nodes} inputs: rank {int(hit.iloc[0])}")
+    return out
+
+
+def _rank_key(folder: object) -> tuple[int, str]:
+    """Rank folders in rank order (``rank10`` after ``rank9``), ``pid<P>`` ones last."""
+    name = Path(str(folder)).name
+    rank = name.removeprefix("rank")
+    return (int(rank), name) if name.startswith("rank") and rank.isdigit() else (1 << 30, name)
