@@ -137,3 +137,28 @@ def test_without_ddp_the_columns_are_empty() -> None:
     layers = build_report(profile).layers
     assert layers["grad_sync_ns"].isna().all() and layers["grad_bytes"].isna().all()
     assert pd.api.types.is_integer_dtype(layers["grad_sync_ns"])
+
+
+def test_the_console_lists_layers_by_gradient_all_reduce() -> None:
+    import io
+
+    from rich.console import Console
+
+    from dlprof_lite.report.console import render
+
+    profile = make_profile(
+        ranges=[*step(0), *step(2000)],
+        kernels=[*kernels_of(0), *kernels_of(2000)],
+        marks=[bucket(0, 0, {"fc2": 100, "fc1": 300}), bucket(1, 1, {"fc0": 2048})],
+        iterations=[(0, 1000, False, True), (2000, 3000, False, True)],
+        session=(0, 4000),
+    )
+    buffer = io.StringIO()
+    render(build_report(profile), None, Console(file=buffer, width=120, highlight=False))
+    text = buffer.getvalue()
+    assert "Gradient all-reduce by layer" in text
+    table = text.split("Gradient all-reduce by layer")[1].splitlines()
+    assert "per step" in " ".join(table[:3])
+    cells = [[c.strip() for c in line.split("│")] for line in table if line.startswith("fc")]
+    assert cells == [["fc1", "0", "300 B", "300 ns"], ["fc0", "1", "2.0 KiB", "200 ns"],
+                     ["fc2", "0", "100 B", "100 ns"]]  # fmt: skip

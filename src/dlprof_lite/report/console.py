@@ -261,6 +261,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
         ),
         _ranges_table(report.ranges, console.width),
         _ranks_table(report.ranks, console.width),
+        _grad_sync_table(report.layers, console.width),
     )  # fmt: skip
     for table in tables:
         if table is not None:
@@ -292,6 +293,35 @@ def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
         overlap=[_pct(v, 1) for v in ranks["overlap_pct"]],
     )
     return _table("Ranks", shown, _RANK_COLUMNS, width, top=len(shown))
+
+
+def _grad_sync_table(layers: pd.DataFrame, width: int) -> RichTable | None:
+    """DDP runs: the layers whose gradients' all-reduce takes the most GPU time (each DDP
+    bucket's time shared among its layers by bytes, report/buckets.py)."""
+    sync = pd.to_numeric(layers["grad_sync_ns"]).fillna(0) if len(layers) else pd.Series()
+    if not (sync > 0).any():
+        return None
+    per_step = layers["step_grad_sync_ns"].notna().any()
+    col = "step_grad_sync_ns" if per_step else "grad_sync_ns"
+    shown = layers[(sync > 0).to_numpy()].assign(
+        _sync=lambda f: pd.to_numeric(f[col]),
+        grad=lambda f: [_bytes(v) for v in f["grad_bytes"]],
+    ).sort_values("_sync", ascending=False, kind="stable")
+    title = f"Gradient all-reduce by layer (DDP buckets), {'per step' if per_step else 'whole run'}"
+    return _table(title, shown.rename(columns={"_sync": "_sync_ns"}),
+                  {"layer": "layer", "grad_buckets": "buckets", "grad": "gradients",
+                   "_sync_ns": "all-reduce"}, width)  # fmt: skip
+
+
+def _bytes(value: object) -> str:
+    if value is None or value is pd.NA or value != value:
+        return "-"
+    size = float(value)  # type: ignore[arg-type]
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def _count(value: object) -> str:
