@@ -132,12 +132,14 @@ def comm_time(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """
     columns = ["kernels", "kernel_ns", "compute_ns", "comm_ns", "exposed_comm_ns",
                "comm_kernels"]  # fmt: skip
+    # Only the columns used: a row selection then copies 6 columns, not the profile's 37.
+    kernels = kernels[list(dict.fromkeys([*by, "start_ns", "end_ns", "name"]))]
     grouped = kernels.groupby(by, sort=True)
     group = grouped.ngroup().to_numpy()
     has = group >= 0  # a kernel without a device has no timeline
     if not has.any():
         return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=by))
-    group, k = group[has], kernels.loc[has]
+    group, k = group[has], (kernels if has.all() else kernels.loc[has])
     s, e = k["start_ns"].to_numpy(dtype=np.int64), k["end_ns"].to_numpy(dtype=np.int64)
     n = int(group.max()) + 1
     lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
