@@ -75,14 +75,14 @@ def busy_per_device(ops: pd.DataFrame) -> dict[Timeline, Segments]:
     One merge per timeline (a loop over timelines, not events).
     """
     codes, keys = timelines(ops)
-    starts, ends = _bounds(ops)
+    starts, ends = bounds(ops)
     return {key: merge(*_of(codes, g, len(keys), starts, ends)) for g, key in enumerate(keys)}
 
 
 def busy_in_windows(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     """Busy device time inside each window, summed over ``(pid, device)`` timelines."""
     codes, keys = timelines(ops)
-    return busy_by_timeline(codes, len(keys), *_bounds(ops), t0, t1)
+    return busy_by_timeline(codes, len(keys), *bounds(ops), t0, t1)
 
 
 def timelines(ops: pd.DataFrame) -> tuple[np.ndarray, list[Timeline]]:
@@ -109,7 +109,8 @@ def busy_by_timeline(
     return acc
 
 
-def _bounds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def bounds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The ops' starts and ends as int64 arrays."""
     return ops["start_ns"].to_numpy(dtype=np.int64), ops["end_ns"].to_numpy(dtype=np.int64)
 
 

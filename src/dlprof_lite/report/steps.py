@@ -31,8 +31,9 @@ import pandas as pd
 from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
 from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import (
+    Timeline,
+    bounds,
     busy_by_timeline,
-    busy_in_windows,
     covered_between,
     merge,
     timelines,
@@ -67,8 +68,9 @@ def iterations_table(
     t0 = out["start_ns"].to_numpy(dtype="int64")
     t1 = out["end_ns"].to_numpy(dtype="int64")
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
-    out["gpu_busy_ns"] = busy_in_windows(ops, t0, t1)
-    for p, ns in _gpu_phases(ops, t0, t1).items():
+    lines = timelines(ops)  # numbered once for the busy time and each phase's
+    out["gpu_busy_ns"] = busy_by_timeline(lines[0], len(lines[1]), *bounds(ops), t0, t1)
+    for p, ns in _gpu_phases(ops, lines, t0, t1).items():
         out[f"phase_{p}_ns"] = ns
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
     phases = _key_process_phases(ranges, t1)
@@ -100,25 +102,24 @@ _COMM = ("compute_ns", "comm_ns", "exposed_comm_ns")
 def _comm_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per iteration: compute, communication and exposed communication time, each summed
     over the ``(pid, device)`` timelines of the iteration's kernels (report/ranks.py)."""
-    by = ["pid", "device_id", "iteration"]
-    k = kernels[[*by, "start_ns", "end_ns", "name"]]  # the rows of 6 columns, not 37, copied
-    k = k.loc[k["iteration"].notna().to_numpy(dtype=bool)]
-    per = comm_time(k, by)
+    per = comm_time(kernels, ["pid", "device_id", "iteration"])  # no step: in no group
     return per.groupby(level="iteration")[list(_COMM)].sum()
 
 
-def _gpu_phases(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray]:
+def _gpu_phases(
+    ops: pd.DataFrame, lines: tuple[np.ndarray, list[Timeline]], t0: np.ndarray, t1: np.ndarray
+) -> dict[str, np.ndarray]:
     """Busy device time per window and phase, each instant once (:data:`GPU_PRIORITY`):
     a phase gets what the union of its ops adds to the union of the phases before it.
 
     On arrays (phase numbers, timelines, bounds): a frame of the ops per phase copied every
     column each time (67 MB at 1M kernels), and comparing object strings took 0.3 s."""
-    codes, names = pd.factorize(ops["phase"].astype(object), use_na_sentinel=True)
-    number = {str(name): i for i, name in enumerate(names)}
+    phase = ops["phase"].astype("category")  # kernels' and memops' share their categories
+    codes = phase.cat.codes.to_numpy()
+    number = {str(name): i for i, name in enumerate(phase.cat.categories)}
     known = np.isin(codes, [number[p] for p in PHASES if p in number])
-    timeline, keys = timelines(ops)
-    starts = ops["start_ns"].to_numpy(dtype=np.int64)
-    ends = ops["end_ns"].to_numpy(dtype=np.int64)
+    timeline, keys = lines
+    starts, ends = bounds(ops)
     taken = np.zeros(len(ops), dtype=bool)
     before = np.zeros(len(t0), dtype=np.int64)
     out: dict[str, np.ndarray] = {}
