@@ -1,10 +1,12 @@
 """Benchmark: ``dlprof-lite analyze`` against ``nsys stats`` on synthetic exports of growing size.
 
 Not a test: it prints figures and ratios measured in one run. For each case it makes (or
-reuses) a synthetic export with ``make_profile.py``, runs the whole ``dlprof-lite analyze``
-(ingest, correlation, Tensor Cores, launch overhead, iterations, every report) in a child
-process, and ``nsys stats -r nvtxkernsum,kernexecsum,gpukernsum`` on the same file, and
-prints wall time (the fastest of ``--repeats`` runs), peak RSS and the ratio of the two.
+reuses) a synthetic export with ``make_profile.py``, runs the whole ``dlprof-lite analyze
+--no-db`` (ingest, correlation, Tensor Cores, launch overhead, iterations, every report file;
+nothing recorded into the user's run store) in a child process, and ``nsys stats -r
+nvtxkernsum`` on the same file, and prints wall time (the fastest of ``--repeats`` runs), its
+peak RSS, peak RSS per million kernels and the ratio of the two tools' times; then the 5M/1M
+time and memory ratios and each target of issue 17 met or missed.
 
     python scripts/bench.py                       # 100k, 1M, 5M kernels, with/without ranges
     python scripts/bench.py --sizes 1000000 --no-nsys
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_deep_profile import make_deep_profile
 from make_profile import GroundTruth, make_profile
 
-NSYS_REPORTS = "nvtxkernsum,kernexecsum,gpukernsum"
+NSYS_REPORTS = "nvtxkernsum"  # the report issue 17 compares with
 # (ranges, depth, never popped): issue 11's targets are <= 3 s and <= 500 MB for the first
 DEEP_CASES = ((2_000, 1_400, False), (20_000, 10_000, True))
 
@@ -121,7 +123,7 @@ def run_deep(work: Path, timeout: float, repeats: int) -> None:
 
 def analyze_cmd(path: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "dlprof_lite", "analyze", str(path), "-o", str(out),
-            "--force", "--quiet"]  # fmt: skip
+            "--force", "--quiet", "--no-db"]  # fmt: skip
 
 
 def nsys_cmd(nsys: str, path: Path, out: Path) -> list[str]:
@@ -155,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = [Case(n, r) for r in (False, True) for n in sizes]
 
     header = (f"{'case':>16} {'kernels':>9} {'ranges':>9} {'analyze s':>10} {'peak MB':>8} "
-              f"{'nsys stats s':>13} {'nsys/ours':>10}")  # fmt: skip
+              f"{'MB/M kern':>10} {'nsys stats s':>13} {'nsys/ours':>10}")  # fmt: skip
     print(header)
     results: dict[Case, Run] = {}
+    speedups: dict[Case, float] = {}
     for case in cases:
         path, truth = export_for(case, args.work)
         out = args.work / f"out_{path.stem}"
@@ -170,15 +173,51 @@ def main(argv: list[str] | None = None) -> int:
             (args.work / "stats_out").mkdir()
             theirs = measure(nsys_cmd(nsys, path, args.work / "stats_out"), args.timeout)
         t = truth.totals
+        if theirs and theirs.returncode == 0:
+            speedups[case] = theirs.wall_s / ours.wall_s
         nsys_s = f"{theirs.wall_s:13.2f}" if theirs else f"{'-':>13}"
-        ratio = f"{theirs.wall_s / ours.wall_s:9.1f}x" if theirs else f"{'-':>10}"
+        ratio = f"{speedups[case]:9.1f}x" if case in speedups else f"{'-':>10}"
         flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
+        per_million = ours.peak_rss_mb / (t["kernels"] / 1e6)
         print(f"{case.label:>16} {t['kernels']:>9} {t['ranges']:>9} {ours.wall_s:10.2f} "
-              f"{ours.peak_rss_mb:8.0f} {nsys_s} {ratio}{flag}", flush=True)  # fmt: skip
+              f"{ours.peak_rss_mb:8.0f} {per_million:10.0f} {nsys_s} {ratio}{flag}",
+              flush=True)  # fmt: skip
     _print_scaling(results, sizes)
+    _print_targets(results, speedups)
     if args.deep:
         run_deep(args.work, args.timeout, args.repeats)
     return 0
+
+
+# Issue 17's targets for the large cases (1 and 5).
+TARGET_1M_S, TARGET_1M_MB, TARGET_SPEEDUP = 3.0, 700.0, 6.0
+TARGET_MB_PER_MILLION, TARGET_SCALING = 500.0, 5.5
+
+
+def _print_targets(results: dict[Case, Run], speedups: dict[Case, float]) -> None:
+    """Each target of issue 17 for the big profile, met or missed, from this run's figures."""
+    checks: list[tuple[str, float, float, bool]] = []  # what, figure, target, lower is better
+    for case, run in results.items():
+        if case.kernels == 1_000_000 and not case.per_kernel_ranges:
+            checks += [(f"{case.label} wall s", run.wall_s, TARGET_1M_S, True),
+                       (f"{case.label} peak MB", run.peak_rss_mb, TARGET_1M_MB, True)]  # fmt: skip
+            if case in speedups:
+                checks.append((f"{case.label} nsys/ours", speedups[case], TARGET_SPEEDUP, False))
+        if case.kernels in (1_000_000, 5_000_000):
+            per_million = run.peak_rss_mb / (case.kernels / 1e6)
+            checks.append((f"{case.label} MB per M kernels", per_million,
+                           TARGET_MB_PER_MILLION, True))  # fmt: skip
+    for ranges in (False, True):
+        pair = [results.get(Case(n, ranges)) for n in (1_000_000, 5_000_000)]
+        if pair[0] and pair[1]:
+            label = "5M/1M" + (" +op ranges" if ranges else "")
+            checks += [(f"{label} time", pair[1].wall_s / pair[0].wall_s, TARGET_SCALING, True),
+                       (f"{label} memory", pair[1].peak_rss_mb / pair[0].peak_rss_mb,
+                        TARGET_SCALING, True)]  # fmt: skip
+    for what, figure, target, lower in checks:
+        met = figure <= target if lower else figure >= target
+        sign = "<=" if lower else ">="
+        print(f"target {what}: {figure:.2f} ({sign} {target:g}) {'met' if met else 'MISSED'}")
 
 
 def _print_scaling(results: dict[Case, Run], sizes: list[int]) -> None:

@@ -41,3 +41,22 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+
+
+def release_freed_memory() -> None:
+    """Hand what is free back to the system between stages (read, analyse, tabulate).
+
+    :func:`keep_freed_memory` keeps a stage's freed columns for its own next ones, but
+    the next stage then starts on top of all of them, and Arrow's reader keeps its own
+    pool: 1M kernels peaked at 790 MB, 740 MB with this between stages, for a few ms.
+    """
+    if "pyarrow" in sys.modules:  # never imported for this: only a reader that used it
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim.argtypes = (ctypes.c_size_t,)
+    trim(0)

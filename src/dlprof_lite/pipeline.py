@@ -101,10 +101,12 @@ def _analyze_export(
     read once, each rank's rows analysed apart (before any nesting or correlation, which
     must not mix processes)."""
     from dlprof_lite.ingest.load import enrich, load_raw
+    from dlprof_lite.memory import release_freed_memory
     from dlprof_lite.ranks_run import RankReport, rank_processes
 
     extra: dict[str, Any] = {"progress": progress} if progress is not None else {}
     raw = load_raw(path, **extra)
+    release_freed_memory()  # each stage starts on what the earlier ones still hold
     profile = enrich(
         raw,
         key_range=options.key_range,
@@ -115,9 +117,11 @@ def _analyze_export(
     processes = rank_processes(profile.marks, profile.ranges) if ranks else []
     if not processes:
         del raw  # one process: its frames go before the report is built (peak memory)
+    release_freed_memory()
     (progress or no_progress)(Stage.WRITING)
     report, trace = _report_of(profile, options)
     if not processes:
+        release_freed_memory()  # the caller drops the profile and writes the files
         return Analysed(report, trace)
     from dlprof_lite.errors import DlprofError
 

@@ -172,22 +172,22 @@ def range_gpu_totals(
         if "uses_tensor_cores" in kernels.columns
         else np.zeros(len(kernels), dtype=bool)
     )
-    k_0, m_0 = np.zeros_like(k_dur), np.zeros_like(m_dur)
-    # columns of _INCLUSIVE: gpu_ns, kernels, memops, memop_ns, tc_gpu_ns
-    k_val = np.column_stack([k_dur, k_0 + 1, k_0, k_0, np.where(tc, k_dur, 0)])
-    m_val = np.column_stack([m_0, m_0, m_0 + 1, m_dur, m_0])
+    # Per column of _INCLUSIVE (gpu_ns, kernels, memops, memop_ns, tc_gpu_ns): a value per
+    # op, _COUNT (one each) or None (nothing); no ops x columns matrix (80 MB at 1M kernels).
+    k_val = (k_dur, _COUNT, None, None, np.where(tc, k_dur, 0))
+    m_val = (None, None, _COUNT, m_dur, None)
     sums = np.zeros((len(_INCLUSIVE), n), dtype=np.int64)  # one contiguous row per column
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     ops = ((kernels, k_val, k_pp, kq), (memops, m_val, m_pp, mq))
     for frame, val, pp, _ in ops:
         op = np.flatnonzero(pp >= 0)
-        _add_ops(sums, first, last, pp[op], val[op], frame, op)
+        _add_ops(sums, first, last, pp[op], val, frame, op)
     depth = consistent_depth(table.parent, ranges["depth"].to_numpy(dtype=np.int64))
     accumulate_up(table.parent, by_level(depth), sums, first, last)
     for frame, val, _, q in ops:  # start/end ranges parent nothing: added after the pass
         op, pos = _start_end_pairs(q, table)
-        _add_ops(sums, first, last, pos, val[op], frame, op)
+        _add_ops(sums, first, last, pos, val, frame, op)
     inner = _innermost(k_pp, k_se)
     own = inner >= 0
     busy = last >= first  # any GPU work at all
@@ -210,6 +210,8 @@ def range_gpu_totals(
 
 
 _INCLUSIVE = ("gpu_ns", "kernels", "memops", "memop_ns", "tc_gpu_ns")
+_COUNT = "count"  # a column that counts the ops
+_Values = tuple[np.ndarray | str | None, ...]
 
 
 def _add_ops(
@@ -217,14 +219,17 @@ def _add_ops(
     first: np.ndarray,
     last: np.ndarray,
     pos: np.ndarray,
-    values: np.ndarray,
+    values: _Values,
     ops: pd.DataFrame,
     op: np.ndarray,
 ) -> None:
-    """Add ops (rows ``op`` of ``ops``, ``values`` per op) to the ranges at ``pos``."""
-    for j, column in enumerate(sums):  # 1-D exact int64 sums: the fast path of ufunc.at
-        if values[:, j].any():  # a kernel adds no memop columns, a memop no kernel ones
-            column += _sum_by(pos, values[:, j], column.size)
+    """Add ops (rows ``op`` of ``ops``; ``values``: per column, its value per row of
+    ``ops``, _COUNT or None) to the ranges at ``pos``."""
+    for column, value in zip(sums, values, strict=True):
+        if isinstance(value, np.ndarray):  # 1-D exact int64 sums: the fast path of ufunc.at
+            column += _sum_by(pos, value[op], column.size)
+        elif value == _COUNT:
+            column += np.bincount(pos, minlength=column.size)
     np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype=np.int64)[op])
     np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype=np.int64)[op])
 

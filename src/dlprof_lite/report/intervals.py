@@ -8,8 +8,6 @@ cumulative sum and two binary searches each: vectorised, O((n + w) log n).
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 import pandas as pd
 
@@ -21,12 +19,15 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> Segments:
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():  # most ops have a length: no copy of a million starts and ends then
+        starts, ends = starts[keep], ends[keep]
     if len(starts) == 0:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    s, e = starts, ends
+    if (starts[1:] < starts[:-1]).any():  # ops come in start order: no sort, no gather
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
     run_end = np.maximum.accumulate(e)
     # A new segment begins where an interval starts after everything before it has ended.
     new = np.ones(len(s), dtype=bool)
@@ -73,23 +74,54 @@ def busy_per_device(ops: pd.DataFrame) -> dict[Timeline, Segments]:
 
     One merge per timeline (a loop over timelines, not events).
     """
-    out: dict[Timeline, Segments] = {}
-    if ops.empty:
-        return out
-    for key, group in ops.groupby(["pid", "device_id"], sort=True):
-        pid, device = cast(tuple[int, int], key)
-        out[(int(pid), int(device))] = merge(
-            group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
-        )
-    return out
+    codes, keys = timelines(ops)
+    starts, ends = bounds(ops)
+    return {key: merge(*_of(codes, g, len(keys), starts, ends)) for g, key in enumerate(keys)}
 
 
 def busy_in_windows(ops: pd.DataFrame, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     """Busy device time inside each window, summed over ``(pid, device)`` timelines."""
+    codes, keys = timelines(ops)
+    return busy_by_timeline(codes, len(keys), *bounds(ops), t0, t1)
+
+
+def timelines(ops: pd.DataFrame) -> tuple[np.ndarray, list[Timeline]]:
+    """Each op's timeline number (-1: no device), and the timelines in (pid, device) order.
+
+    Numbers, not per-group frames: iterating a groupby copied every column of every op."""
+    if ops.empty:
+        return np.empty(0, dtype=np.int64), []
+    grouped = ops.groupby(["pid", "device_id"], sort=True)
+    codes = grouped.ngroup().to_numpy(dtype=np.int64)
+    keys = [(int(p), int(d)) for p, d in grouped.size().index]
+    return codes, keys
+
+
+def busy_by_timeline(
+    codes: np.ndarray, n: int, starts: np.ndarray, ends: np.ndarray, t0: np.ndarray,
+    t1: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """:func:`busy_in_windows` of ops given as arrays: timeline numbers of
+    :func:`timelines` (``n`` of them), starts and ends."""
     acc = np.zeros(len(t0), dtype=np.int64)
-    for segments in busy_per_device(ops).values():
-        acc += covered_between(segments, t0, t1)
+    for g in range(n):
+        acc += covered_between(merge(*_of(codes, g, n, starts, ends)), t0, t1)
     return acc
+
+
+def bounds(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The ops' starts and ends as int64 arrays."""
+    return ops["start_ns"].to_numpy(dtype=np.int64), ops["end_ns"].to_numpy(dtype=np.int64)
+
+
+def _of(
+    codes: np.ndarray, g: int, n: int, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The starts and ends of timeline ``g`` (the arrays themselves for the only one)."""
+    if n == 1 and (codes == 0).all():
+        return starts, ends
+    mine = codes == g
+    return starts[mine], ends[mine]
 
 
 def in_windows(times: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:

@@ -132,27 +132,36 @@ def comm_time(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """
     columns = ["kernels", "kernel_ns", "compute_ns", "comm_ns", "exposed_comm_ns",
                "comm_kernels"]  # fmt: skip
-    grouped = kernels.groupby(by, sort=True)
-    group = grouped.ngroup().to_numpy()
-    has = group >= 0  # a kernel without a device has no timeline
+    grouped = kernels[by].groupby(by, sort=True)  # the keys only: nothing else is grouped
+    group = grouped.ngroup().to_numpy(dtype=np.float64, na_value=np.nan)
+    has = group >= 0  # a kernel without a device (or a key) has no group
     if not has.any():
         return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=by))
-    group, k = group[has], kernels.loc[has]
-    s, e = k["start_ns"].to_numpy(dtype=np.int64), k["end_ns"].to_numpy(dtype=np.int64)
+    # Arrays of the rows kept, never a frame of them (it copied every column of the rows).
+    group = group[has].astype(np.int64)
+    s = kernels["start_ns"].to_numpy(dtype=np.int64)[has]
+    e = kernels["end_ns"].to_numpy(dtype=np.int64)[has]
     n = int(group.max()) + 1
     lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(lo, group, s)
     np.maximum.at(hi, group, e)
     offset = np.concatenate(([0], np.cumsum(hi - lo + 1)[:-1]))
-    shift = offset[group] - lo[group]
-    talks = collectives(k["name"]) != ""
-    compute = merge(s[~talks] + shift[~talks], e[~talks] + shift[~talks])
-    talk = merge(s[talks] + shift[talks], e[talks] + shift[talks])
+    kernel_ns = np.bincount(group, weights=e - s, minlength=n).astype(np.int64)
+    shift = offset[group]
+    shift -= lo[group]
+    s += shift  # in place: s and e are this function's copies (no 8 MB array per step)
+    e += shift
+    del shift
+    talks = (collectives(kernels["name"]) != "")[has]
+    if talks.any():
+        compute, talk = merge(s[~talks], e[~talks]), merge(s[talks], e[talks])
+    else:  # no communication kernel: no copies of every kernel's bounds
+        compute, talk = merge(s, e), merge(s[:0], e[:0])
     hidden = covered_between(compute, talk[0], talk[1])
     out = pd.DataFrame({
         "kernels": np.bincount(group, minlength=n),
-        "kernel_ns": np.bincount(group, weights=e - s, minlength=n).astype(np.int64),
+        "kernel_ns": kernel_ns,
         "compute_ns": _per_group(compute, compute[1] - compute[0], offset),
         "comm_ns": _per_group(talk, talk[1] - talk[0], offset),
         "exposed_comm_ns": _per_group(talk, talk[1] - talk[0] - hidden, offset),
