@@ -3,8 +3,9 @@
 Place in the pipeline: report (rendering; report/html.py and compare/page.py build the pages).
 A page must open from disk with no network, so plotly.js (from the ``plotly`` package,
 ``plotly.offline.get_plotlyjs()``, 4.8 MB) is inlined gzip-compressed and base64-encoded
-(about 2 MB) and decompressed in the browser with ``DecompressionStream("gzip")``. Each chart
-is a ``<div class="chart" id="chart-NAME" data-points="N">`` with its figure, built in Python
+(about 2 MB; packed once per plotly release and cached on disk: report/plotly_cache.py) and
+decompressed in the browser with ``DecompressionStream("gzip")``. Each chart is a
+``<div class="chart" id="chart-NAME" data-points="N">`` with its figure, built in Python
 with ``plotly.graph_objects``, in a ``<script type="application/json">`` block beside it; the
 loader draws them with ``Plotly.newPlot`` and then sets ``document.body.dataset.rendered``
 (any failure: ``dataset.error`` and ``console.error``). No chart code is written by hand.
@@ -15,9 +16,7 @@ JSON has every ``<`` written as ``\\u003c``, so no name can close a ``<script>``
 
 from __future__ import annotations
 
-import base64
 import functools
-import gzip
 import html
 import json
 from collections.abc import Sequence
@@ -97,11 +96,11 @@ details summary { cursor: pointer; }
 
 @functools.cache
 def plotly_payload() -> str:
-    """plotly.js, gzip level 9 then base64 (computed once per process: ~0.2 s)."""
-    import plotly.offline
+    """plotly.js, gzip level 9 then base64: packed once per plotly.js release and kept in the
+    user's cache folder (report/plotly_cache.py), read once per process."""
+    from dlprof_lite.report.plotly_cache import cache_dir, cached_payload, plotly_js
 
-    packed = gzip.compress(plotly.offline.get_plotlyjs().encode("utf-8"), compresslevel=9, mtime=0)
-    return base64.b64encode(packed).decode("ascii")
+    return cached_payload(plotly_js(), cache_dir())
 
 
 def esc(value: object) -> str:
