@@ -44,4 +44,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/python -m pip install -q "$TORCH_SPEC"
 fi
 .venv/bin/python -m pip install -q -e ".[dev,fast,dask,postgres]" "$NVTX_SPEC"
+# An editable install leaves src/ uncompiled, and where PYTHONDONTWRITEBYTECODE is set (CI
+# images, sandboxes) Python never caches it: every run compiled ~80 modules (0.2 s).
+# Compiling here does what pip does for a regular install (py_compile writes regardless).
+.venv/bin/python -m compileall -q src/dlprof_lite >/dev/null
 echo "setup: ready ($(.venv/bin/dlprof-lite --version))"

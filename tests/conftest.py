@@ -41,6 +41,15 @@ def test_run_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
+@pytest.fixture(scope="session", autouse=True)
+def test_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The packed plotly.js of the pages is cached in a folder of the test session, never in
+    the user's ~/.cache (report/plotly_cache.py); subprocesses inherit the variable."""
+    folder = tmp_path_factory.mktemp("cache")
+    os.environ["XDG_CACHE_HOME"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not (SHARED / "tc_kernels.tsv").is_file():

@@ -16,7 +16,7 @@ from compare_builders import MS, normal_steps, run, side
 from dlprof_lite.compare.comparison import compare_sides, verdict_line
 from dlprof_lite.compare.page import BOX_POINTS, box_sample, compare_page
 from dlprof_lite.compare.side import Side
-from test_html_page import Page
+from test_html_page import Page, assert_plotly_figure
 
 N = 60
 HOSTILE = "</script><img src=x onerror=alert(1)><!--"
@@ -50,6 +50,7 @@ def read(text: str) -> Page:
         assert sid in page.h2_in, sid
     for cid, attrs in page.charts.items():
         assert int(attrs["data-points"] or 0) > 0, cid
+        assert_plotly_figure(json.loads(page.scripts[f"{cid}-figure"]))
     return page
 
 

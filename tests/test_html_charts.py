@@ -16,7 +16,7 @@ import pytest
 from dlprof_lite.report.build import Report, build_report
 from dlprof_lite.report.charts import ITERATION_POINTS, decimated
 from example_profiles import training_profile
-from test_html_page import Page, read, trace
+from test_html_page import Page, assert_plotly_figure, read, trace
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,8 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
     ])  # fmt: skip
     fig, left = timeline_figure(frame)
     assert fig is not None and left == 0
-    data = json.loads(json.dumps(fig.to_plotly_json(), default=list))
+    assert_plotly_figure(fig)
+    data = json.loads(json.dumps(fig))
     lanes = data["layout"]["yaxis"]["categoryarray"]
     assert lanes == ["thread 11 · level 0", "thread 11 · level 1", "thread 11 · CUDA API",
                      "thread 12 · level 0", "GPU 0 · stream 7", "GPU 0 · stream 13"]  # fmt: skip
@@ -67,13 +68,13 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
     assert ranges["customdata"][0] == ["iteration", "-", "-", "900.000 µs"]
     fig, left = timeline_figure(frame, cap=3)  # the 3 longest: iteration, fc1, gemm
     assert left == 3 and fig is not None
-    names = sorted(c[0] for t in fig.data for c in t.customdata)
+    names = sorted(c[0] for t in fig["data"] for c in t["customdata"])
     assert names == ["fwd:fc1:Linear", "gemm", "iteration"]
     # Shown over the iteration [1.05, 1.2] ms widened to the gemm's end at 1.22 ms: the longer
     # ranges are clipped to it (fc1: 1.1 to 1.22 ms), their hover keeps the real duration.
     fig, _ = timeline_figure(frame, iteration=(1_050_000, 1_200_000))
     assert fig is not None
-    data = json.loads(json.dumps(fig.to_plotly_json(), default=list))
+    data = json.loads(json.dumps(fig))
     assert data["layout"]["meta"]["origin_ns"] == 1_050_000
     assert data["layout"]["xaxis"]["range"] == [0, 170.0]  # the gemm ends at 1.22 ms
     ranges = trace(data, "range")
@@ -127,8 +128,9 @@ def test_many_layers_are_capped_with_a_note(example: Report) -> None:
     layers["step_forward_wall_ns"] = np.arange(n, dtype=float)  # later rows larger
     fig, left = layers_figure(layers, gpu=True)
     assert fig is not None and left == n - LAYER_CHART_MAX
-    assert f"+{left} more" in fig.layout.title.text
-    shown = list(fig.data[0].x)
+    assert f"+{left} more" in fig["layout"]["title"]["text"]
+    assert_plotly_figure(fig)
+    shown = list(fig["data"][0]["x"])
     # The largest (the last rows) in network order: descending row number.
     assert shown == [f"model.block{i}" for i in range(n - 1, n - 1 - LAYER_CHART_MAX, -1)]
     html = layer_table(layers, gpu=True, per_step=True)

@@ -2,8 +2,10 @@
 
 Oracles: the example profile's hand-worked numbers (tests/example_profiles.py docstring),
 the Report's own tables for a real corpus export (the page must show what the tables say,
-in network order), and hostile names that must come back as data, never markup. No browser
-here: tests/browser.py (the browser tests) draws these pages in Chromium.
+in network order), and hostile names that must come back as data, never markup. Every
+figure a page holds is plotly's own figure JSON: ``plotly.graph_objects`` validates it and
+writes it back unchanged (:func:`assert_plotly_figure`; the pages build it without plotly).
+No browser here: tests/browser.py (the browser tests) draws these pages in Chromium.
 """
 
 from __future__ import annotations
@@ -98,6 +100,16 @@ class Page(HTMLParser):
         return json.loads(self.scripts[f"chart-{name}-figure"])
 
 
+def assert_plotly_figure(figure: dict) -> None:
+    """``plotly.graph_objects`` accepts the figure (a misspelt or misplaced property raises)
+    and writes the same JSON back (a shorthand it would expand differs)."""
+    import plotly.graph_objects as go
+    import plotly.io
+
+    data = json.loads(json.dumps(figure))
+    assert json.loads(plotly.io.to_json(go.Figure(data), validate=True)) == data
+
+
 def read(report: Report) -> Page:
     page = Page(report_page(report))
     assert not page.errors and not page.stack, (page.errors, page.stack)
@@ -108,6 +120,7 @@ def read(report: Report) -> Page:
     for cid, attrs in page.charts.items():
         figure = json.loads(page.scripts[f"{cid}-figure"])
         assert int(attrs["data-points"] or 0) == count_points(figure) > 0, cid
+        assert_plotly_figure(figure)
     return page
 
 

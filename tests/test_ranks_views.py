@@ -9,6 +9,7 @@ from rich.console import Console
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.console import render
 from dlprof_lite.report.rank_views import PARTS, ranks_figure
+from test_html_page import assert_plotly_figure
 from test_ranks import _two_ranks
 
 
@@ -26,7 +27,8 @@ def test_chart_stacks_compute_communication_and_data_per_rank() -> None:
     report = build_report(_two_ranks(exposed=True))
     fig = ranks_figure(report.ranks)
     assert fig is not None
-    doc = fig.to_plotly_json()
+    assert_plotly_figure(fig)
+    doc = fig
     size = doc["layout"]["meta"]["ns"]
     by = {t["name"]: dict(zip(t["y"], (x * size for x in t["x"]), strict=True))
           for t in doc["data"]}  # fmt: skip

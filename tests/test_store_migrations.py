@@ -5,6 +5,8 @@ history is one line; a downgrade to base leaves nothing of ours."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from dlprof_lite.store.database import RunStore
-from dlprof_lite.store.migrate import alembic_config, head
+from dlprof_lite.store.migrate import HEAD, alembic_config, head
 from dlprof_lite.store.schema import VERSION_TABLE, metadata
 from postgres_server import pg_url, postgres  # noqa: F401
 
@@ -71,6 +73,24 @@ def test_one_linear_history() -> None:
     revisions = list(script.walk_revisions())
     assert revisions[-1].down_revision is None
     assert all(r.down_revision == n.revision for r, n in pairwise(revisions))
+    # The revision a store is checked against without Alembic is the scripts' head.
+    assert head() == HEAD
+
+
+def test_a_store_at_head_opens_without_alembic(tmp_path: Path) -> None:
+    """Opening a store already at head is one query: Alembic is imported only to create or
+    upgrade (a fresh process, since this one has imported it)."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    RunStore(url).close()  # created (and upgraded) here
+    code = (
+        "import sys\n"
+        "from dlprof_lite.store.database import RunStore\n"
+        f"store = RunStore({url!r})\n"
+        "store.close()\n"
+        "print(store.upgraded, 'alembic' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_upgrade_from_empty_sqlite(tmp_path: Path) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import plotly.graph_objects as go
 
 from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
 from dlprof_lite.compare.deltas import LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.side import Side
 from dlprof_lite.report.advice import ms
 from dlprof_lite.report.charts import axis_labels, scaled, unit_for
+from dlprof_lite.report.figures import Figure, figure, text
 from dlprof_lite.report.plotly_bundle import Chart, document, esc, section
 
 BOX_POINTS = 5000  # step times per side in the box plot (evenly spaced order statistics)
@@ -40,22 +40,20 @@ def box_sample(steps: np.ndarray, limit: int = BOX_POINTS) -> np.ndarray:
     return sample
 
 
-def steps_figure(sides: Sequence[Side]) -> go.Figure | None:
+def steps_figure(sides: Sequence[Side]) -> Figure | None:
     samples = [(s.label, box_sample(s.step_ns())) for s in sides]
     samples = [(label, v) for label, v in samples if len(v)]
     if not samples:
         return None
     unit, size = unit_for(np.concatenate([v for _, v in samples]))
-    fig = go.Figure()
-    for label, values in samples:
-        fig.add_trace(go.Box(name=label, y=scaled(values, size), boxmean=True,
-                             boxpoints="outliers"))  # fmt: skip
-    fig.update_layout(
-        title="Analysed step time per side (box: quartiles; dashed: mean)",
-        meta={"unit": unit, "ns": size}, template="plotly_white", showlegend=False,
-        yaxis_title=f"step time ({unit})", height=420,
-    )  # fmt: skip
-    return fig
+    traces = [{"type": "box", "name": label, "y": scaled(values, size), "boxmean": True,
+               "boxpoints": "outliers"} for label, values in samples]  # fmt: skip
+    layout = {
+        "title": text("Analysed step time per side (box: quartiles; dashed: mean)"),
+        "meta": {"unit": unit, "ns": size}, "showlegend": False,
+        "yaxis": {"title": text(f"step time ({unit})")}, "height": 420,
+    }  # fmt: skip
+    return figure(traces, layout)
 
 
 def entities(rows: Sequence[Delta], top: int) -> list[dict[str, Delta]]:
@@ -75,7 +73,7 @@ def _name(entity: dict[str, Delta]) -> str:
 
 def delta_figure(
     ents: Sequence[dict[str, Delta]], metrics: Sequence[tuple[str, str]], title: str
-) -> go.Figure | None:
+) -> Figure | None:
     """Horizontal bars of each entity's change (side - baseline), one trace per metric that
     any entity has a value for (GPU time of a CPU run is left out)."""
     kept = [(m, label) for m, label in metrics
@@ -86,23 +84,24 @@ def delta_figure(
     changes = {m: [e[m].delta or 0.0 if m in e else 0.0 for e in ents] for m, _ in kept}
     unit, size = unit_for(np.concatenate([np.asarray(v) for v in changes.values()]))
     y = axis_labels(names)
-    fig = go.Figure()
+    traces = []
     for metric, label in kept:
         pct = [e[metric].delta_pct if metric in e else None for e in ents]
-        fig.add_trace(go.Bar(
-            name=label, orientation="h", y=y, x=scaled(changes[metric], size),
-            customdata=[[n, "-" if p is None else f"{p:+.1f} %"] for n, p in zip(names, pct,
-                                                                                  strict=True)],
-            hovertemplate=f"%{{customdata[0]}}<br>{label}: %{{x:+.4g}} {unit} "
-                          "(%{customdata[1]})<extra></extra>",
-        ))  # fmt: skip
-    fig.update_layout(
-        title=title, meta={"unit": unit, "ns": size}, template="plotly_white", barmode="group",
-        xaxis_title=f"change per step ({unit})", yaxis={"autorange": "reversed"},
-        height=max(320, 22 * len(ents) * len(kept) + 160), margin={"l": 240},
-        legend={"orientation": "h", "y": -0.15},
-    )  # fmt: skip
-    return fig
+        traces.append({
+            "type": "bar", "name": label, "orientation": "h", "y": y,
+            "x": scaled(changes[metric], size),
+            "customdata": [[n, "-" if p is None else f"{p:+.1f} %"]
+                           for n, p in zip(names, pct, strict=True)],
+            "hovertemplate": f"%{{customdata[0]}}<br>{label}: %{{x:+.4g}} {unit} "
+                             "(%{customdata[1]})<extra></extra>",
+        })  # fmt: skip
+    layout = {
+        "title": text(title), "meta": {"unit": unit, "ns": size}, "barmode": "group",
+        "xaxis": {"title": text(f"change per step ({unit})")}, "yaxis": {"autorange": "reversed"},
+        "height": max(320, 22 * len(ents) * len(kept) + 160), "margin": {"l": 240},
+        "legend": {"orientation": "h", "y": -0.15},
+    }  # fmt: skip
+    return figure(traces, layout)
 
 
 _SUMMARY_SHOWN = {"tc_share": ("Tensor Core share", 100.0),

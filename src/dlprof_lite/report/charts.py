@@ -1,11 +1,12 @@
 """Plotly figures from a Report's tables and summary (never from raw events).
 
 Place in the pipeline: report (rendering, for report/html.py). Each function returns a
-``plotly.graph_objects.Figure`` or None when the report has nothing for it (the page then
-leaves the section out). Durations are shown in one unit per chart, picked from its largest
-value; ``layout.meta`` carries that unit and its size in ns (``{"unit": "ms", "ns": 1e6}``)
-so a reader of the figure JSON (the tests) converts back exactly. Everything is capped: a
-page stays small for any profile (``LAYER_CHART_MAX``, ``ITERATION_POINTS``, ``TOP_KERNELS``).
+plotly figure as JSON data (report/figures.py) or None when the report has nothing for it
+(the page then leaves the section out). Durations are shown in one unit per chart, picked
+from its largest value; ``layout.meta`` carries that unit and its size in ns (``{"unit":
+"ms", "ns": 1e6}``) so a reader of the figure JSON (the tests) converts back exactly.
+Everything is capped: a page stays small for any profile (``LAYER_CHART_MAX``,
+``ITERATION_POINTS``, ``TOP_KERNELS``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from dlprof_lite.annotate.names import PHASES
+from dlprof_lite.report.figures import Figure, figure, marker, text
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary
 
@@ -52,14 +53,13 @@ def short(name: object, limit: int = NAME_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _layout(fig: go.Figure, title: str, unit: str, size: float, **more: object) -> go.Figure:
-    fig.update_layout(
-        title=title, meta={"unit": unit, "ns": size}, template="plotly_white",
-        margin={"l": 60, "r": 30, "t": 90, "b": 60},
-        legend={"orientation": "h", "y": -0.2, "traceorder": "normal"},
+def _layout(title: str, unit: str, size: float, **more: object) -> dict[str, object]:
+    return {
+        "title": text(title), "meta": {"unit": unit, "ns": size},
+        "margin": {"l": 60, "r": 30, "t": 90, "b": 60},
+        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
         **more,
-    )  # fmt: skip
-    return fig
+    }  # fmt: skip
 
 
 def _value(summary: Summary, key: str) -> float:
@@ -84,7 +84,7 @@ def step_parts(summary: Summary, *, gpu: bool) -> dict[str, dict[str, float]]:
     return views
 
 
-def steps_figure(summary: Summary, *, gpu: bool) -> go.Figure | None:
+def steps_figure(summary: Summary, *, gpu: bool) -> Figure | None:
     """Stacked horizontal bars: one per view (GPU, host), one trace per part; None without
     analysed steps (the breakdown is their mean)."""
     if not summary.window.iterations_analysed:
@@ -95,19 +95,20 @@ def steps_figure(summary: Summary, *, gpu: bool) -> go.Figure | None:
     if not any(every):
         return None
     unit, size = unit_for(every)
-    fig = go.Figure()
+    traces = []
     for part in names:
         ys = [view for view, parts in views.items() if parts.get(part)]
         if not ys:
             continue  # a part no view has (compile time without torch.compile)
         xs = scaled([views[v][part] for v in ys], size)
-        fig.add_trace(go.Bar(
-            name=part, y=ys, x=xs, orientation="h", marker_color=PHASE_COLORS.get(part),
-            hovertemplate=f"{part}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>",
-        ))  # fmt: skip
-    return _layout(fig, "Mean analysed step, by phase", unit, size, barmode="stack",
-                   xaxis_title=f"time per step ({unit})", height=320,
-        yaxis={"autorange": "reversed"})  # fmt: skip
+        traces.append({
+            "type": "bar", "name": part, "y": ys, "x": xs, "orientation": "h",
+            **marker(PHASE_COLORS.get(part)),
+            "hovertemplate": f"{part}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>",
+        })  # fmt: skip
+    return figure(traces, _layout("Mean analysed step, by phase", unit, size, barmode="stack",
+                                  xaxis={"title": text(f"time per step ({unit})")}, height=320,
+                                  yaxis={"autorange": "reversed"}))  # fmt: skip
 
 
 def chart_layers(layers: pd.DataFrame, cap: int = LAYER_CHART_MAX) -> tuple[pd.DataFrame, int]:
@@ -153,7 +154,7 @@ def _numbers(column: pd.Series) -> np.ndarray:
     return pd.to_numeric(column, errors="coerce").fillna(0.0).to_numpy(float)
 
 
-def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[go.Figure | None, int]:
+def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[Figure | None, int]:
     """Per-layer forward and backward time (inclusive), stacked, in network order: per step,
     or window totals without steps; a wall/GPU toggle (plotly buttons) when both have data;
     Tensor Core share marked on a second axis. Returns the figure and how many layers it
@@ -179,41 +180,36 @@ def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[go.Figure | None,
         )
     )
     what = "per step" if per_step else "whole run"
-    fig = go.Figure()
+    traces: list[dict[str, object]] = []
     for i, (view, label) in enumerate(views):
         for direction in ("forward", "backward"):
-            fig.add_trace(go.Bar(
-                name=f"{direction} ({label})", x=x, visible=i == 0, customdata=full,
-                y=scaled(shown[pattern.format(d=direction, v=view)], size),
-                marker_color=PHASE_COLORS[direction],
-                hovertemplate=f"%{{customdata}}<br>{direction}: %{{y:.4g}} {unit}<extra></extra>",
-            ))  # fmt: skip
+            traces.append({
+                "type": "bar", "name": f"{direction} ({label})", "x": x, "visible": i == 0,
+                "customdata": full, "y": scaled(shown[pattern.format(d=direction, v=view)], size),
+                **marker(PHASE_COLORS[direction]),
+                "hovertemplate": f"%{{customdata}}<br>{direction}: %{{y:.4g}} {unit}"
+                                 "<extra></extra>",
+            })  # fmt: skip
+    more: dict[str, object] = {}
     if gpu and any(v == "gpu" for v, _ in views):
-        fig.add_trace(go.Scatter(
-            name="Tensor Core share", x=x, y=scaled(shown["tc_share"], 0.01), yaxis="y2",
-            mode="markers", marker={"symbol": "diamond", "color": "#6a1b9a", "size": 8},
-            customdata=full,
-            hovertemplate="%{customdata}<br>Tensor Cores: %{y:.0f}%<extra></extra>",
-        ))  # fmt: skip
-        fig.update_layout(
-            yaxis2={
-                "title": "Tensor Core share (%)",
-                "overlaying": "y",
-                "side": "right",
-                "range": [0, 105],
-                "showgrid": False,
-            }
-        )
+        traces.append({
+            "type": "scatter", "name": "Tensor Core share", "x": x,
+            "y": scaled(shown["tc_share"], 0.01), "yaxis": "y2", "mode": "markers",
+            "marker": {"symbol": "diamond", "color": "#6a1b9a", "size": 8}, "customdata": full,
+            "hovertemplate": "%{customdata}<br>Tensor Cores: %{y:.0f}%<extra></extra>",
+        })  # fmt: skip
+        more["yaxis2"] = {"title": text("Tensor Core share (%)"), "overlaying": "y",
+                          "side": "right", "range": [0, 105], "showgrid": False}  # fmt: skip
     title = f"Layers in network order: forward and backward time {what} (inclusive)"
     if left:
         title += f" — the {len(shown)} largest; +{left} more in the table"
-    fig = _layout(fig, title, unit, size, barmode="stack", height=460,
-                  yaxis_title=f"time {what} ({unit})", xaxis={"tickangle": -45})  # fmt: skip
     if len(views) > 1:
-        fig.update_layout(updatemenus=[{"type": "buttons", "direction": "right", "x": 0,
-                                        "y": 1.15, "xanchor": "left",
-                                        "buttons": _toggle(len(fig.data))}])  # fmt: skip
-    return fig, left
+        more["updatemenus"] = [{"type": "buttons", "direction": "right", "x": 0, "y": 1.15,
+                                "xanchor": "left", "buttons": _toggle(len(traces))}]  # fmt: skip
+    layout = _layout(title, unit, size, barmode="stack", height=460,
+                     yaxis={"title": text(f"time {what} ({unit})")},
+                     xaxis={"tickangle": -45}, **more)  # fmt: skip
+    return figure(traces, layout), left
 
 
 def _toggle(traces: int) -> list[dict[str, object]]:
@@ -262,7 +258,7 @@ def _band(x0: float, x1: float, color: str, label: str) -> dict[str, object]:
                                      "font": {"size": 11}}}  # fmt: skip
 
 
-def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) -> go.Figure | None:
+def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) -> Figure | None:
     """Each iteration's wall time (and GPU busy time) in order, at most ``ITERATION_POINTS``
     points per trace; the warm-up and the analysed window shaded (shapes)."""
     if iterations.empty:
@@ -271,18 +267,19 @@ def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) 
     wall = pd.to_numeric(iterations["wall_ns"], errors="coerce").to_numpy(float)
     keep = decimated(wall)
     unit, size = unit_for(wall)
-    fig = go.Figure(go.Scatter(
-        name="step wall time", x=x[keep].tolist(), y=scaled(wall[keep], size), mode="lines+markers",
-        marker={"size": 4}, line={"color": "#1e88e5"},
-        hovertemplate=f"iteration %{{x}}: %{{y:.4g}} {unit}<extra></extra>",
-    ))  # fmt: skip
+    traces = [{
+        "type": "scatter", "name": "step wall time", "x": x[keep].tolist(),
+        "y": scaled(wall[keep], size), "mode": "lines+markers", "marker": {"size": 4},
+        "line": {"color": "#1e88e5"},
+        "hovertemplate": f"iteration %{{x}}: %{{y:.4g}} {unit}<extra></extra>",
+    }]  # fmt: skip
     if gpu:
         busy = pd.to_numeric(iterations["gpu_busy_ns"], errors="coerce").to_numpy(float)
-        fig.add_trace(go.Scatter(
-            name="GPU busy", x=x[keep].tolist(), y=scaled(busy[keep], size), mode="lines",
-            line={"color": "#43a047"},
-            hovertemplate=f"iteration %{{x}}: GPU busy %{{y:.4g}} {unit}<extra></extra>",
-        ))  # fmt: skip
+        traces.append({
+            "type": "scatter", "name": "GPU busy", "x": x[keep].tolist(),
+            "y": scaled(busy[keep], size), "mode": "lines", "line": {"color": "#43a047"},
+            "hovertemplate": f"iteration %{{x}}: GPU busy %{{y:.4g}} {unit}<extra></extra>",
+        })  # fmt: skip
     shapes = [_band(a, b, "#fb8c00", "warm-up")
               for a, b in _spans(iterations["warmup"].astype(bool).to_numpy(), x)]  # fmt: skip
     w = summary.window
@@ -292,11 +289,12 @@ def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) 
     title = "Iterations"
     if len(keep) < len(x):
         title += f" ({len(x)}; each bucket's min and max of {len(keep)} points shown)"
-    return _layout(fig, title, unit, size, shapes=shapes, height=360,
-                   xaxis_title="iteration", yaxis_title=f"time ({unit})")  # fmt: skip
+    return figure(traces, _layout(title, unit, size, shapes=shapes, height=360,
+                                  xaxis={"title": text("iteration")},
+                                  yaxis={"title": text(f"time ({unit})")}))  # fmt: skip
 
 
-def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> go.Figure | None:
+def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> Figure | None:
     """The ``top`` kernels by total GPU time (the kernels table's order), Tensor Core kernels
     in another colour."""
     if kernels.empty:
@@ -306,18 +304,19 @@ def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> go.Figure |
     unit, size = unit_for(total)
     tc = rows["tc_class"].astype(str).tolist()
     colors = {"tc": "#6a1b9a", "no_tc": "#78909c"}
-    fig = go.Figure(go.Bar(
-        name="GPU time", orientation="h", x=scaled(total, size),
-        y=axis_labels(rows["short_name"].fillna(rows["name"]).tolist()),
-        marker_color=[colors.get(c, "#bdbdbd") for c in tc],
-        customdata=[[str(n), c, plain_count(i)] for n, c, i in
-                    zip(rows["name"].tolist(), tc, rows["instances"].tolist(), strict=True)],
-        hovertemplate=f"%{{customdata[0]}}<br>%{{x:.4g}} {unit} in %{{customdata[2]}} calls"
-                      "<br>Tensor Cores: %{customdata[1]}<extra></extra>",
-    ))  # fmt: skip
-    return _layout(fig, f"Top {len(rows)} kernels by GPU time (purple: Tensor Cores)", unit, size,
-                   height=max(300, 24 * len(rows) + 120), xaxis_title=f"GPU time ({unit})",
-                   yaxis={"autorange": "reversed"})  # fmt: skip
+    bar = {
+        "type": "bar", "name": "GPU time", "orientation": "h", "x": scaled(total, size),
+        "y": axis_labels(rows["short_name"].fillna(rows["name"]).tolist()),
+        **marker([colors.get(c, "#bdbdbd") for c in tc]),
+        "customdata": [[str(n), c, plain_count(i)] for n, c, i in
+                       zip(rows["name"].tolist(), tc, rows["instances"].tolist(), strict=True)],
+        "hovertemplate": f"%{{customdata[0]}}<br>%{{x:.4g}} {unit} in %{{customdata[2]}} calls"
+                         "<br>Tensor Cores: %{customdata[1]}<extra></extra>",
+    }  # fmt: skip
+    return figure([bar], _layout(f"Top {len(rows)} kernels by GPU time (purple: Tensor Cores)",
+                                 unit, size, height=max(300, 24 * len(rows) + 120),
+                                 xaxis={"title": text(f"GPU time ({unit})")},
+                                 yaxis={"autorange": "reversed"}))  # fmt: skip
 
 
 def plain_count(value: object) -> str:

@@ -1,13 +1,15 @@
 """The frame of every HTML page: plotly.js inlined once, compressed, and each chart's figure.
 
-Place in the pipeline: report (rendering; report/html.py and compare/page.py build the pages).
-A page must open from disk with no network, so plotly.js (from the ``plotly`` package,
-``plotly.offline.get_plotlyjs()``, 4.8 MB) is inlined gzip-compressed and base64-encoded
-(about 2 MB) and decompressed in the browser with ``DecompressionStream("gzip")``. Each chart
-is a ``<div class="chart" id="chart-NAME" data-points="N">`` with its figure, built in Python
-with ``plotly.graph_objects``, in a ``<script type="application/json">`` block beside it; the
-loader draws them with ``Plotly.newPlot`` and then sets ``document.body.dataset.rendered``
-(any failure: ``dataset.error`` and ``console.error``). No chart code is written by hand.
+Place in the pipeline: report (rendering; report/html.py and compare/page.py build the
+pages). A page must open from disk with no network, so plotly.js (from the ``plotly``
+package, ``plotly.offline.get_plotlyjs()``, 4.8 MB) is inlined gzip-compressed and
+base64-encoded (about 2 MB; packed once per plotly release and cached on disk:
+report/plotly_cache.py) and decompressed in the browser with
+``DecompressionStream("gzip")``. Each chart is a ``<div class="chart" id="chart-NAME"
+data-points="N">`` with its figure, built in Python as plotly's figure JSON
+(report/figures.py), in a ``<script type="application/json">`` block beside it; the loader
+draws them with ``Plotly.newPlot`` and then sets ``document.body.dataset.rendered`` (any
+failure: ``dataset.error`` and ``console.error``). No chart code is written by hand.
 
 Names from a profile are hostile input: HTML text goes through ``html.escape`` and figure
 JSON has every ``<`` written as ``\\u003c``, so no name can close a ``<script>`` element.
@@ -15,15 +17,13 @@ JSON has every ``<`` written as ``\\u003c``, so no name can close a ``<script>``
 
 from __future__ import annotations
 
-import base64
 import functools
-import gzip
 import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import plotly.graph_objects as go
+from dlprof_lite.report.figures import Figure
 
 # The browser-side loader (not chart code): decompress plotly.js, run it, draw every figure.
 _LOADER = """
@@ -97,11 +97,11 @@ details summary { cursor: pointer; }
 
 @functools.cache
 def plotly_payload() -> str:
-    """plotly.js, gzip level 9 then base64 (computed once per process: ~0.2 s)."""
-    import plotly.offline
+    """plotly.js, gzip level 9 then base64: packed once per plotly.js release and kept in the
+    user's cache folder (report/plotly_cache.py), read once per process."""
+    from dlprof_lite.report.plotly_cache import cache_dir, cached_payload, plotly_js
 
-    packed = gzip.compress(plotly.offline.get_plotlyjs().encode("utf-8"), compresslevel=9, mtime=0)
-    return base64.b64encode(packed).decode("ascii")
+    return cached_payload(plotly_js(), cache_dir())
 
 
 def esc(value: object) -> str:
@@ -113,14 +113,6 @@ def script_json(data: object) -> str:
     """``data`` as JSON safe inside ``<script type="application/json">``: no ``<`` left, so
     neither ``</script>`` nor ``<!--`` can appear; JSON.parse reads ``\\u003c`` back as ``<``."""
     return json.dumps(data, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
-
-
-def figure_data(fig: go.Figure) -> dict[str, object]:
-    """The figure as plain JSON data (plotly's own serialisation; NaN becomes null)."""
-    import plotly.io
-
-    out: dict[str, object] = json.loads(plotly.io.to_json(fig, validate=False))
-    return out
 
 
 def count_points(figure: dict[str, object]) -> int:
@@ -140,10 +132,10 @@ class Chart:
     """One chart of a page: its id suffix and its figure."""
 
     name: str
-    figure: go.Figure
+    figure: Figure
 
     def html(self) -> str:
-        data = figure_data(self.figure)
+        data = self.figure
         points = count_points(data)
         cid = f"chart-{self.name}"
         return (

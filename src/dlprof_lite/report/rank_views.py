@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from dlprof_lite.report.advice import duration, percent
 from dlprof_lite.report.charts import scaled, unit_for
+from dlprof_lite.report.figures import Figure, figure, marker, text
 from dlprof_lite.report.html_tables import Column, table
 
 PARTS = (  # (name, colour): the bar's stack, left to right
@@ -48,7 +48,7 @@ def _column(ranks: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(ranks[name], errors="coerce").fillna(0.0).to_numpy(float)
 
 
-def ranks_figure(ranks: pd.DataFrame) -> go.Figure | None:
+def ranks_figure(ranks: pd.DataFrame) -> Figure | None:
     """One stacked bar per timeline; None for fewer than two ranks."""
     if len(ranks) < 2:
         return None
@@ -61,20 +61,20 @@ def ranks_figure(ranks: pd.DataFrame) -> go.Figure | None:
         "data": _column(shown, "step_data_ns"),
     }
     unit, size = unit_for(np.concatenate(list(values.values())))
-    fig = go.Figure()
-    for name, colour in PARTS:
-        fig.add_trace(go.Bar(name=name, orientation="h", x=scaled(values[name], size),
-                             y=shown["label"].tolist(), marker_color=colour,
-                             hovertemplate=f"%{{y}}<br>{name}: %{{x:.4g}} {unit}"
-                                           "<extra></extra>"))  # fmt: skip
-    fig.update_layout(
-        title="Ranks: per analysed step, compute, communication (hidden and exposed) and data",
-        meta={"unit": unit, "ns": size}, template="plotly_white", barmode="stack",
-        margin={"l": 60, "r": 30, "t": 90, "b": 60}, xaxis_title=f"time per step ({unit})",
-        legend={"orientation": "h", "y": -0.2, "traceorder": "normal"},
-        yaxis={"autorange": "reversed"}, height=max(300, 40 * len(shown) + 160),
-    )  # fmt: skip
-    return fig
+    traces = [{"type": "bar", "name": name, "orientation": "h", "x": scaled(values[name], size),
+               "y": shown["label"].tolist(), **marker(colour),
+               "hovertemplate": f"%{{y}}<br>{name}: %{{x:.4g}} {unit}<extra></extra>"}
+              for name, colour in PARTS]  # fmt: skip
+    layout = {
+        "title": text("Ranks: per analysed step, compute, communication (hidden and exposed) "
+                      "and data"),
+        "meta": {"unit": unit, "ns": size}, "barmode": "stack",
+        "margin": {"l": 60, "r": 30, "t": 90, "b": 60},
+        "xaxis": {"title": text(f"time per step ({unit})")},
+        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
+        "yaxis": {"autorange": "reversed"}, "height": max(300, 40 * len(shown) + 160),
+    }  # fmt: skip
+    return figure(traces, layout)
 
 
 def ranks_table_html(ranks: pd.DataFrame) -> str:

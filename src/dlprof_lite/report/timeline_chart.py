@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from dlprof_lite.report.charts import short
+from dlprof_lite.report.figures import Figure, figure, marker, text
 
 TIMELINE_PAGE_MAX = 5000
 GPU_KINDS = ("kernel", "memcpy", "memset")
@@ -106,7 +106,7 @@ def timeline_figure(
     frame: pd.DataFrame,
     cap: int = TIMELINE_PAGE_MAX,
     iteration: tuple[int, int] | None = None,
-) -> tuple[go.Figure | None, int]:
+) -> tuple[Figure | None, int]:
     """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
     many events it leaves out. ``iteration``: its (start, end) ns; bars are clipped to
     :func:`shown_window`, the hover keeps each event's real duration."""
@@ -121,24 +121,25 @@ def timeline_figure(
     begin = frame["start_ns"].astype("int64").clip(lower=origin, upper=end)
     width = frame["end_ns"].astype("int64").clip(lower=origin, upper=end) - begin
     lane, order = lanes(frame)
-    fig = go.Figure()
+    traces = []
     for kind in ("range", "api", *GPU_KINDS):
         rows = frame["kind"].astype(str) == kind
         if not rows.any():
             continue
-        fig.add_trace(go.Bar(
-            name=kind, orientation="h", y=lane[rows].tolist(),
-            base=((begin[rows] - origin) / 1e3).tolist(), x=(width[rows] / 1e3).tolist(),
-            marker_color=KIND_COLORS[kind], customdata=_customdata(frame[rows], dur[rows]),
-            hovertemplate="%{customdata[0]}<br>%{customdata[3]} (from %{base:.3f} µs)"
-                          "<br>layer: %{customdata[1]}<br>phase: %{customdata[2]}<extra></extra>",
-        ))  # fmt: skip
-    fig.update_layout(
-        title="One iteration: CPU ranges and API calls per thread, GPU work per stream",
-        meta={"unit": "µs", "ns": 1e3, "origin_ns": origin}, template="plotly_white",
-        barmode="overlay", height=max(320, 26 * len(order) + 140), xaxis_title="µs",
-        xaxis={"range": [0, (end - origin) / 1e3]},
-        yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
-        margin={"l": 200, "r": 30, "t": 60, "b": 50}, legend={"orientation": "h", "y": -0.15},
-    )  # fmt: skip
-    return fig, left
+        traces.append({
+            "type": "bar", "name": kind, "orientation": "h", "y": lane[rows].tolist(),
+            "base": ((begin[rows] - origin) / 1e3).tolist(), "x": (width[rows] / 1e3).tolist(),
+            **marker(KIND_COLORS[kind]), "customdata": _customdata(frame[rows], dur[rows]),
+            "hovertemplate": "%{customdata[0]}<br>%{customdata[3]} (from %{base:.3f} µs)"
+                             "<br>layer: %{customdata[1]}<br>phase: %{customdata[2]}"
+                             "<extra></extra>",
+        })  # fmt: skip
+    layout = {
+        "title": text("One iteration: CPU ranges and API calls per thread, GPU work per stream"),
+        "meta": {"unit": "µs", "ns": 1e3, "origin_ns": origin},
+        "barmode": "overlay", "height": max(320, 26 * len(order) + 140),
+        "xaxis": {"title": text("µs"), "range": [0, (end - origin) / 1e3]},
+        "yaxis": {"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
+        "margin": {"l": 200, "r": 30, "t": 60, "b": 50}, "legend": {"orientation": "h", "y": -0.15},
+    }  # fmt: skip
+    return figure(traces, layout), left
