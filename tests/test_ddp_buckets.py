@@ -13,6 +13,7 @@ import pytest
 from builders import R, fact_mark, make_profile, phase
 from builders import ranges as range_rows
 from dlprof_lite.ingest.layers import assign_layers
+from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.build import build_report
 from dlprof_lite.rules.names import DDP_BUCKET, ddp_bucket_range
 from test_layers import OURS, gpu_ops, labels, no_ops
@@ -79,14 +80,19 @@ def kernels_of(base: int) -> list[dict]:
     ]]  # fmt: skip
 
 
-def test_bucket_time_is_shared_by_gradient_bytes() -> None:
-    profile = make_profile(
+def two_steps(marks: list[dict]) -> Profile:
+    """Two analysed steps of :func:`step` with ``marks`` (the bucket facts)."""
+    return make_profile(
         ranges=[*step(0), *step(2000)],
         kernels=[*kernels_of(0), *kernels_of(2000)],
-        marks=[bucket(0, 0, {"fc2": 100, "fc1": 300}), bucket(1, 1, {"fc0": 500})],
+        marks=marks,
         iterations=[(0, 1000, False, True), (2000, 3000, False, True)],
         session=(0, 4000),
     )
+
+
+def test_bucket_time_is_shared_by_gradient_bytes() -> None:
+    profile = two_steps([bucket(0, 0, {"fc2": 100, "fc1": 300}), bucket(1, 1, {"fc0": 500})])
     layers = build_report(profile).layers.set_index("layer")
     # 400 ns a step for bucket 0: fc2 holds 1/4 of its bytes, fc1 3/4; bucket 1 is fc0's.
     assert layers.loc["fc2", "grad_sync_ns"] == 2 * 100
@@ -146,13 +152,7 @@ def test_the_console_lists_layers_by_gradient_all_reduce() -> None:
 
     from dlprof_lite.report.console import render
 
-    profile = make_profile(
-        ranges=[*step(0), *step(2000)],
-        kernels=[*kernels_of(0), *kernels_of(2000)],
-        marks=[bucket(0, 0, {"fc2": 100, "fc1": 300}), bucket(1, 1, {"fc0": 2048})],
-        iterations=[(0, 1000, False, True), (2000, 3000, False, True)],
-        session=(0, 4000),
-    )
+    profile = two_steps([bucket(0, 0, {"fc2": 100, "fc1": 300}), bucket(1, 1, {"fc0": 2048})])
     buffer = io.StringIO()
     render(build_report(profile), None, Console(file=buffer, width=120, highlight=False))
     text = buffer.getvalue()
