@@ -109,18 +109,12 @@ def test_bucket_time_is_shared_by_gradient_bytes() -> None:
 def test_only_the_newest_bucket_generation_gives_bytes() -> None:
     """DDP rebuilds its buckets after the first step: bytes and indices are the rebuilt ones,
     and time is booked by the composition each bucket had when it ran."""
-    profile = make_profile(
-        ranges=[*step(0), *step(2000)],
-        kernels=[*kernels_of(0), *kernels_of(2000)],
-        marks=[
-            bucket(0, 0, {"fc2": 100, "fc1": 300}),
-            bucket(1, 1, {"fc0": 500}),
-            bucket(1, 0, {"fc0": 500}, generation=2),
-            bucket(0, 1, {"fc2": 100, "fc1": 300}, generation=2),
-        ],
-        iterations=[(0, 1000, False, True), (2000, 3000, False, True)],
-        session=(0, 4000),
-    )
+    profile = two_steps([
+        bucket(0, 0, {"fc2": 100, "fc1": 300}),
+        bucket(1, 1, {"fc0": 500}),
+        bucket(1, 0, {"fc0": 500}, generation=2),
+        bucket(0, 1, {"fc2": 100, "fc1": 300}, generation=2),
+    ])  # fmt: skip
     layers = build_report(profile).layers.set_index("layer")
     assert layers["grad_buckets"].to_dict() == {"fc2": "1", "fc1": "1", "fc0": "0"}
     assert layers.loc["fc1", "grad_sync_ns"] == 2 * 300
