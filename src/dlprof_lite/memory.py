@@ -48,7 +48,7 @@ def release_freed_memory() -> None:
 
     :func:`keep_freed_memory` keeps a stage's freed columns for its own next ones, but
     the next stage then starts on top of all of them, and Arrow's reader keeps its own
-    pool: 1M kernels peaked at 790 MB, 740 MB with this between stages, for a few ms.
+    pool: 1M kernels peaked at 790 MB, 730 MB with this between stages, for a few ms.
     """
     if "pyarrow" in sys.modules:  # never imported for this: only a reader that used it
         sys.modules["pyarrow"].default_memory_pool().release_unused()

@@ -211,9 +211,11 @@ def ranks_table(profile: Profile, window: StepWindow) -> pd.DataFrame:
     steps = frame["steps"].where(frame["steps"] > 0).astype("float64")
     for col in ("compute_ns", "comm_ns", "exposed_comm_ns", "data_ns"):
         frame[f"step_{col}"] = frame[col] / steps
-    frame["overlap_pct"] = (frame["comm_ns"] - frame["exposed_comm_ns"]) / frame[
-        "comm_ns"
-    ].where(frame["comm_ns"] > 0) * 100.0
+    frame["overlap_pct"] = (
+        (frame["comm_ns"] - frame["exposed_comm_ns"])
+        / frame["comm_ns"].where(frame["comm_ns"] > 0)
+        * 100.0
+    )
     found = straggler(frame)
     frame["straggler"] = frame["rank"] == (found if found is not None else -1)
     frame = frame.sort_values(["rank", "device_id"], kind="stable").reset_index(drop=True)
@@ -310,4 +312,3 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
                   if c not in _INTS and c != "straggler"}, straggler="bool")  # fmt: skip
     typed: pd.DataFrame = out.astype(types)
     return typed
-

@@ -67,6 +67,7 @@ def iterations_table(
     out = iterations.sort_values("start_ns").reset_index(drop=True).copy()
     t0 = out["start_ns"].to_numpy(dtype="int64")
     t1 = out["end_ns"].to_numpy(dtype="int64")
+    comm = _comm_sums(kernels)  # first: its temporaries are freed before the ops are stacked
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
     lines = timelines(ops)  # numbered once for the busy time and each phase's
     out["gpu_busy_ns"] = busy_by_timeline(lines[0], len(lines[1]), *bounds(ops), t0, t1)
@@ -89,7 +90,7 @@ def iterations_table(
     out[counts] = out[counts].fillna(0).astype("int64")
     out["tc_share"] = share(out["tc_ns"], out["kernel_ns"])
     out["launch_overhead_pct"] = share(out["host_gap_ns"], out["wall_ns"] * devices) * 100.0
-    out = out.join(_comm_sums(kernels), on="iteration")
+    out = out.join(comm, on="iteration")
     out[list(_COMM)] = out[list(_COMM)].fillna(0).astype("int64")
     talk = out["comm_ns"].to_numpy(dtype=np.int64)
     out["overlap_pct"] = share(talk - out["exposed_comm_ns"].to_numpy(dtype=np.int64), talk) * 100.0
