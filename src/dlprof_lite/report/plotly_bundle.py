@@ -99,9 +99,9 @@ details summary { cursor: pointer; }
 def plotly_payload() -> str:
     """plotly.js, gzip level 9 then base64: packed once per plotly.js release and kept in the
     user's cache folder (report/plotly_cache.py), read once per process."""
-    from dlprof_lite.report.plotly_cache import cache_dir, cached_payload, plotly_js
+    from dlprof_lite.report.plotly_cache import payload
 
-    return cached_payload(plotly_js(), cache_dir())
+    return payload()
 
 
 def esc(value: object) -> str:
