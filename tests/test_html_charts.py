@@ -137,3 +137,16 @@ def test_many_layers_are_capped_with_a_note(example: Report) -> None:
     page = Page(html)
     assert len(page.tables["layer-table"]) == 1 + LAYER_ROWS
     assert f"+{n - LAYER_ROWS} more" in html
+
+
+def test_a_figure_with_nan_is_written_with_null() -> None:
+    """The page's figure JSON has no NaN (JSON.parse refuses it): null, as plotly writes."""
+    from dlprof_lite.report.plotly_bundle import Chart
+
+    figure = {"data": [{"type": "bar", "x": ["a", "b"], "y": [1.0, float("nan")]}],
+              "layout": {"meta": {"ns": float("inf")}}}  # fmt: skip
+    html = Chart("probe", figure).html()
+    text = html.split('id="chart-probe-figure">')[1].split("</script>")[0]
+    assert json.loads(text) == {"data": [{"type": "bar", "x": ["a", "b"], "y": [1.0, None]}],
+                                "layout": {"meta": {"ns": None}}}  # fmt: skip
+    assert 'data-points="2"' in html

@@ -110,3 +110,15 @@ def test_the_cache_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert cache_dir() == tmp_path / "dlprof-lite"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert cache_dir() == Path.home() / ".cache" / "dlprof-lite"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored
+    assert cache_dir() == Path.home() / ".cache" / "dlprof-lite"
+
+
+def test_no_home_folder_only_costs_the_packing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(plotly_cache.sys, "platform", "linux")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setattr(plotly_cache.Path, "home", no_home)
+    assert plotly_cache.payload() == pack(plotly_js().read_bytes())

@@ -18,7 +18,7 @@ def test_console_lists_each_rank_and_marks_the_straggler() -> None:
     console = Console(record=True, width=160, color_system=None)
     render(report, None, console)
     text = console.export_text()
-    table = text[text.index("Ranks"):]
+    table = text[text.index("Ranks") :]
     assert ("0 (straggler)" in table and "\n1 " in table.replace("│", " ")) or " 1 " in table
     assert "390 ns" in table and "500 ns" in table  # exposed/step of rank 1, data of rank 0
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlprof_lite.errors import DlprofError
 from dlprof_lite.memory import keep_freed_memory
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 WORKER_DIED = (
     "the process analysing it died (killed, e.g. for memory); analyse it alone with -j1 to see why"
@@ -76,6 +76,10 @@ def run_all(
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
+    # Imported here: the CLI imports this module for every command (10 ms it rarely needs).
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     # "spawn": the parent may hold open SQLite/Arrow handles and threads that fork would copy.
     return ProcessPoolExecutor(
         max_workers=workers, mp_context=get_context("spawn"), initializer=keep_freed_memory
@@ -88,6 +92,8 @@ def _run_pool(
     """A worker that dies (killed for memory, a crash in a native library) breaks the whole
     pool: the inputs it took down with it are analysed again one by one, each in a pool of
     its own, so only the input that kills its worker gets the error."""
+    from concurrent.futures.process import BrokenProcessPool
+
     outcomes: list[Outcome | None] = [None] * len(items)
     broken = []
     with _pool(min(jobs, len(items))) as pool:
@@ -103,6 +109,8 @@ def _run_pool(
 
 
 def _alone(func: Callable[..., Any], item: tuple[Any, ...]) -> Outcome:
+    from concurrent.futures.process import BrokenProcessPool
+
     with _pool(1) as pool:
         try:
             return pool.submit(_guarded, func, item).result()

@@ -17,7 +17,6 @@ own tuning, win; other C libraries than glibc are left alone.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -34,8 +33,9 @@ def keep_freed_memory() -> bool:
     if any(name.startswith("MALLOC_") for name in os.environ):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # The process's own symbols, libc's among them: ctypes.util.find_library("c") ran
+        # ldconfig in a subprocess at every start (5 ms, and 20 ms of imports).
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,9 +100,9 @@ details summary { cursor: pointer; }
 def plotly_payload() -> str:
     """plotly.js, gzip level 9 then base64: packed once per plotly.js release and kept in the
     user's cache folder (report/plotly_cache.py), read once per process."""
-    from dlprof_lite.report.plotly_cache import cache_dir, cached_payload, plotly_js
+    from dlprof_lite.report.plotly_cache import payload
 
-    return cached_payload(plotly_js(), cache_dir())
+    return payload()
 
 
 def esc(value: object) -> str:
@@ -135,13 +136,27 @@ class Chart:
     figure: Figure
 
     def html(self) -> str:
-        data = self.figure
-        points = count_points(data)
+        points = count_points(self.figure)
+        try:
+            text = script_json(self.figure)
+        except ValueError:  # NaN or infinity: null, as plotly's own serialiser writes them
+            text = script_json(finite(self.figure))
         cid = f"chart-{self.name}"
         return (
             f'<div class="chart" id="{esc(cid)}" data-points="{points}"></div>\n'
-            f'<script type="application/json" id="{esc(cid)}-figure">{script_json(data)}</script>'
+            f'<script type="application/json" id="{esc(cid)}-figure">{text}</script>'
         )
+
+
+def finite(data: object) -> object:
+    """``data`` with every float that is not finite replaced by None (JSON has no NaN)."""
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
 
 
 def section(sid: str, title: str, body: Sequence[str]) -> str:

@@ -47,14 +47,26 @@ def plotly_js() -> Path:
 
 
 def cache_dir() -> Path:
-    """The per-user cache folder of dlprof-lite (see the module docstring)."""
+    """The per-user cache folder of dlprof-lite (see the module docstring). A relative
+    ``XDG_CACHE_HOME`` is ignored, as the XDG specification says."""
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
     elif sys.platform == "darwin":
         base = Path.home() / "Library" / "Caches"
     else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "dlprof-lite"
+
+
+def payload() -> str:
+    """The installed plotly.js packed, through the cache; packed here when no home folder
+    can be found (a service account without one)."""
+    try:
+        folder = cache_dir()
+    except (RuntimeError, KeyError):  # Path.home() without HOME or a passwd entry
+        return pack(plotly_js().read_bytes())
+    return cached_payload(plotly_js(), folder)
 
 
 def pack(js: bytes) -> str:

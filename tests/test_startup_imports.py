@@ -1,0 +1,47 @@
+"""Each command imports only what it needs (issue 17: start-up must not dominate a small run).
+
+Oracle: ``sys.modules`` of a fresh interpreter after the command ran. ``--help`` imports no
+library of the analysis; a whole ``analyze`` (every default report, report.html included,
+recorded in a run store already at its schema's head) imports neither plotly's Python
+figure classes nor Alembic, nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+RUN = """
+import json, sys
+from dlprof_lite.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+tops = {m.split(".")[0] for m in sys.modules}
+print(json.dumps(sorted(tops & {"pandas", "sqlalchemy", "alembic", "plotly", "torch", "scipy"})))
+"""
+
+
+def imported(*argv: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", RUN, *argv], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_help_imports_no_analysis_library() -> None:
+    assert imported("--help") == []
+
+
+def test_analyze_imports_no_plotly_classes_nor_alembic(corpus_dir: Path, tmp_path: Path) -> None:
+    export = corpus_dir / "quasiben__nvtx-examples__cupy.sqlite"
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    first = imported("analyze", str(export), "-o", str(tmp_path / "a"), "--quiet", "--db", db)
+    assert "alembic" in first  # the store was created: a migration ran
+    found = imported("analyze", str(export), "-o", str(tmp_path / "b"), "--quiet", "--db", db)
+    assert (tmp_path / "b" / "report.html").is_file()
+    assert "pandas" in found and "sqlalchemy" in found  # the oracle sees imports
+    assert not {"plotly", "alembic", "torch", "scipy"} & set(found), found
