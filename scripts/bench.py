@@ -12,6 +12,9 @@ time and memory ratios and each target of issue 17 met or missed.
     python scripts/bench.py --sizes 1000000 --no-nsys
     python scripts/bench.py --sizes "" --deep     # only the deep-nesting cases
 
+Then, unless ``--no-startup``, ``scripts/bench_startup.py``: ``--help``, a small export, the
+18 corpus exports in one call and the run form (issue 17's targets 2-4).
+
 ``--deep`` adds NVTX nesting thousands of levels deep (``make_deep_profile.py``): 2,000 ranges
 1,400 deep (a recursive module), and 20,000 ranges 10,000 deep whose chain is never popped.
 """
@@ -144,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--deep", action="store_true", help="add the deep-nesting cases")
+    ap.add_argument("--no-startup", action="store_true",
+                    help="skip bench_startup.py (start-up, small and many exports, run form)")
     ap.add_argument(
         "--repeats",
         type=int,
@@ -186,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     _print_targets(results, speedups)
     if args.deep:
         run_deep(args.work, args.timeout, args.repeats)
+    if not args.no_startup:  # issue 17's targets 2-4, in the same run
+        import bench_startup
+
+        print(flush=True)
+        bench_startup.main(["--no-nsys"] if args.no_nsys else [])
     return 0
 
 
