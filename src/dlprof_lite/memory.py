@@ -55,7 +55,7 @@ def release_freed_memory() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols, as above
     except (OSError, AttributeError):  # not glibc
         return
     trim.argtypes = (ctypes.c_size_t,)
