@@ -89,8 +89,8 @@ def test_nodes_of_one_job_merge_into_one_cross_rank_view(
     table = rows(out / "ranks.csv")
     assert sorted(int(r["rank"]) for r in table) == [0, 1, 2, 3]
     assert sum(int(r["kernel_ns"]) for r in table) == 2 * truth.totals["kernel_ns"]
-    for node in range(4):
-        assert f"  rank{node} of node{node // 2}.dlprof: {ITERATIONS} steps" in shown
+    for rank in range(4):
+        assert f"  rank {rank} (node{rank // 2}.dlprof): {ITERATIONS} steps" in shown
 
 
 def test_ranks_repeated_across_inputs_are_kept_with_a_warning(
@@ -135,3 +135,24 @@ def test_the_straggler_is_found_across_nodes() -> None:
     cross = merge([(Path("a"), a), (Path("b"), even)])
     assert cross is not None and not cross.table["straggler"].any()
     assert merge([(Path("a"), a), (Path("b"), NodeRanks())]) is None
+
+
+def test_nodes_of_one_rank_each_merge_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One GPU per node: each input is one process, its report that rank's."""
+    truth = make_profile(tmp_path / "node0.sqlite", iterations=ITERATIONS, layers=2,
+                         kernels_per_layer=2, processes=1, seed=7)  # fmt: skip
+    (pid,) = {it["pid"] for it in truth.iterations}
+    second = tmp_path / "node1.sqlite"
+    second.write_bytes((tmp_path / "node0.sqlite").read_bytes())
+    give_ranks(tmp_path / "node0.sqlite", {pid: 0}, world=2)
+    give_ranks(second, {pid: 1}, world=2)
+    out = tmp_path / "job"
+    assert main(["analyze", str(tmp_path / "node0.sqlite"), str(second), "-o", str(out)]) == 0
+    shown = capsys.readouterr().out
+    merged = {Path(r["report_dir"]).name: r for r in rows(out / f"{RANKS_STEM}.csv")}
+    assert sorted(merged) == ["node0.dlprof", "node1.dlprof"]
+    assert sorted(int(r["rank"]) for r in rows(out / "ranks.csv")) == [0, 1]
+    assert f"  rank 1 (node1.dlprof): {ITERATIONS} steps" in shown
+    assert not (out / "node0.dlprof" / f"{RANKS_STEM}.csv").exists()  # one rank: no folders

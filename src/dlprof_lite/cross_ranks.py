@@ -30,8 +30,9 @@ RANKS_TABLE = "ranks"  # ranks.csv / .json: every node's ranks table
 class NodeRanks:
     """What one input's analysis hands back for the merge (picklable: a worker returns it).
 
-    ``rank_rows``: its per-rank summary rows, ``report_dir`` relative to its report folder;
-    ``table``: its ranks table."""
+    ``rank_rows``: its per-rank summary rows, ``report_dir`` relative to its report folder
+    (``.``: a one-rank input's own report), ``rank`` the recorded rank; ``table``: its ranks
+    table."""
 
     rank_rows: tuple[dict[str, Scalar], ...] = ()
     table: pd.DataFrame | None = None
@@ -106,11 +107,13 @@ def lines(cross: CrossRanks) -> list[str]:
     from dlprof_lite.ranks_run import as_ms
 
     out = []
-    for row in sorted(cross.rows, key=lambda r: _rank_key(r.get("report_dir"))):
-        steps = row.get("iterations_count") or 0
+    for row in sorted(cross.rows, key=lambda r: (r.get("rank") is None, r.get("rank") or 0)):
+        folder = Path(str(row["report_dir"]))
+        node = folder.parent.name if folder.name.startswith(("rank", "pid")) else folder.name
+        who = f"rank {row['rank']}" if row.get("rank") is not None else folder.name
         out.append(
-            f"  {Path(str(row['report_dir'])).name} of {Path(str(row['report_dir'])).parent.name}:"
-            f" {steps} steps, median step {as_ms(row.get('iterations_median_ns'))}, data "
+            f"  {who} ({node}): {row.get('iterations_count') or 0} steps, median step "
+            f"{as_ms(row.get('iterations_median_ns'))}, data "
             f"{as_ms(row.get('step_data_wall_ns'))}/step"
         )
     if len(cross.table):
@@ -118,10 +121,3 @@ def lines(cross: CrossRanks) -> list[str]:
         if len(hit):
             out.append(f"  straggler across the {cross.nodes} inputs: rank {int(hit.iloc[0])}")
     return out
-
-
-def _rank_key(folder: object) -> tuple[int, str]:
-    """Rank folders in rank order (``rank10`` after ``rank9``), ``pid<P>`` ones last."""
-    name = Path(str(folder)).name
-    rank = name.removeprefix("rank")
-    return (int(rank), name) if name.startswith("rank") and rank.isdigit() else (1 << 30, name)

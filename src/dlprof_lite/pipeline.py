@@ -65,6 +65,9 @@ class Analysed:
     trace: pd.DataFrame | None
     ranks: tuple[RankReport, ...] = ()
     rank_warnings: tuple[str, ...] = ()  # ranks that could not be analysed alone, and why
+    # The rank a one-process profile's process recorded (a node of one rank in a job of
+    # several nodes: the cross-node view needs it); None otherwise.
+    own_rank: int | None = None
 
 
 def _analyze(
@@ -122,7 +125,7 @@ def _analyze_export(
     report, trace = _report_of(profile, options)
     if not processes:
         release_freed_memory()  # the caller drops the profile and writes the files
-        return Analysed(report, trace)
+        return Analysed(report, trace, own_rank=_own_rank(profile))
     from dlprof_lite.errors import DlprofError
 
     per_rank, warnings = [], []
@@ -134,6 +137,14 @@ def _analyze_export(
         except DlprofError as err:  # e.g. a window past this rank's steps: the others go on
             warnings.append(f"no report for {process.folder} (pid {process.pid}): {err}")
     return Analysed(report, trace, tuple(per_rank), tuple(warnings))
+
+
+def _own_rank(profile: Profile) -> int | None:
+    """The rank recorded by the one process that recorded one (``process`` fact)."""
+    from dlprof_lite.report.run_facts import read_run_facts
+
+    ranks = read_run_facts(profile.marks).ranks
+    return int(ranks[0][1]) if len(ranks) == 1 else None
 
 
 def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.DataFrame | None]:
@@ -159,6 +170,7 @@ class PipelineResult:
     report: Report
     ranks: tuple[RankReport, ...] = ()  # one per rank of a multi-process run
     rank_warnings: tuple[str, ...] = ()
+    own_rank: int | None = None  # Analysed.own_rank
 
     def row(self) -> dict[str, Scalar]:
         """The flat summary row of the combined ``summary.csv``, with its report folder."""
@@ -180,7 +192,8 @@ def analyze_one(
     with staged_folder(final, force=options.force) as stage:
         write_contents(done.report, stage, options.formats, trace=done.trace)
         write_ranks(done.ranks, stage, options.formats, final)
-    return PipelineResult(str(path), final, done.report, done.ranks, done.rank_warnings)
+    return PipelineResult(str(path), final, done.report, done.ranks, done.rank_warnings,
+                          done.own_rank)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -209,8 +222,13 @@ def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> BatchRow:
         bug = DlprofError(f"{path}: unexpected {type(err).__name__}: {err}")
         bug.exit_code = 1
         raise bug from err
-    ranks = NodeRanks(tuple(r.row(Path()) for r in done.ranks), done.report.ranks)
-    return BatchRow(done.row(), ranks if done.ranks else NodeRanks())
+    if done.ranks:
+        rows = tuple({**r.row(Path()), "rank": r.process.rank} for r in done.ranks)
+        return BatchRow(done.row(), NodeRanks(rows, done.report.ranks))
+    if done.own_rank is not None:  # a node of one rank: its report is that rank's
+        row = {**done.row(), "report_dir": ".", "rank": done.own_rank}
+        return BatchRow(done.row(), NodeRanks((row,), done.report.ranks))
+    return BatchRow(done.row(), NodeRanks())
 
 
 def has_annotation(report: Report) -> bool:
