@@ -42,7 +42,7 @@ from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 from dlprof_lite.report.ranks import comm_time
 
-_OP_COLUMNS = ["start_ns", "end_ns", "pid", "device_id", "iteration", "host_gap_ns", "phase"]
+_OP_COLUMNS = ["start_ns", "end_ns", "iteration", "host_gap_ns", "phase"]
 
 
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
@@ -68,8 +68,10 @@ def iterations_table(
     t0 = out["start_ns"].to_numpy(dtype="int64")
     t1 = out["end_ns"].to_numpy(dtype="int64")
     comm = _comm_sums(kernels)  # first: its temporaries are freed before the ops are stacked
+    # Timelines numbered once for the busy time and each phase's, from their own stack of
+    # (pid, device): not kept in ``ops`` while the phases are merged (16 MB at 1M kernels).
+    lines = timelines(gpu_ops(kernels, memops, ["pid", "device_id"]))
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
-    lines = timelines(ops)  # numbered once for the busy time and each phase's
     out["gpu_busy_ns"] = busy_by_timeline(lines[0], len(lines[1]), *bounds(ops), t0, t1)
     for p, ns in _gpu_phases(ops, lines, t0, t1).items():
         out[f"phase_{p}_ns"] = ns
