@@ -139,7 +139,9 @@ def ops(table: str, rows: Sequence[Mapping[str, object]], **defaults: object) ->
     index and ``dur_ns = end_ns - start_ns``. Checked against the contract."""
     full = []
     for i, row in enumerate(rows):
-        rec: dict[str, object] = {c.name: 0 for c in base_columns(table) if c.dtype == "int64"}
+        rec: dict[str, object] = {
+            c.name: 0 for c in base_columns(table) if c.dtype in ("int64", "int32")
+        }
         rec.update(name="k", short_name="k", kind="memcpy", copy_kind="HtoD")
         rec.update(src_mem="pageable", dst_mem="device", graph_node_id=pd.NA, tid=pd.NA)
         rec.update(api_name=pd.NA, api_start_ns=pd.NA, api_end_ns=pd.NA)

@@ -74,9 +74,9 @@ def _iterating_pids(nvtx: pd.DataFrame) -> list[int]:
 
     from dlprof_lite.annotate.names import DOMAIN, ITERATION
 
-    ours = (nvtx["name"].astype(str) == ITERATION).to_numpy(dtype=bool) & (
-        nvtx["domain"].astype(str) == DOMAIN
-    ).to_numpy(dtype=bool)
+    # Compared as categories (codes), not as a string per range.
+    named = (nvtx["name"] == ITERATION).to_numpy(dtype=bool)
+    ours = named & (nvtx["domain"] == DOMAIN).to_numpy(dtype=bool)
     return sorted(int(p) for p in pd.unique(nvtx["pid"].to_numpy()[ours]))
 
 

@@ -5,8 +5,9 @@ produce every *base* column; the analysis steps add the *derived* ones. ``check_
 called when a ``Profile`` is built, so a missing or mistyped column fails early with an
 error that names it. Tests and the README's column reference read these declarations too.
 
-Dtypes: ``int64`` (never null), ``Int64`` (nullable integer, ``<NA>`` where unknown),
-``float64``, ``bool``, ``category`` (repeated strings), ``string`` (free text).
+Dtypes: ``int64`` (never null), ``int32`` (never null, for values that fit by construction),
+``Int64`` (nullable integer, ``<NA>`` where unknown), ``float64``, ``bool``, ``category``
+(repeated strings), ``string`` (free text).
 Times are nanoseconds on the nsys session clock.
 """
 
@@ -83,15 +84,17 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     *_GPU_OP_BASE,
     _c("name", "category", "", "demangled kernel name (short name when absent)"),
     _c("short_name", "category", "", "bare kernel name"),
-    _c("grid_x", "int64", "", "grid size x"),
-    _c("grid_y", "int64", "", "grid size y"),
-    _c("grid_z", "int64", "", "grid size z"),
-    _c("block_x", "int64", "", "block size x"),
-    _c("block_y", "int64", "", "block size y"),
-    _c("block_z", "int64", "", "block size z"),
-    _c("registers_per_thread", "int64", "", "registers per thread"),
-    _c("static_smem_bytes", "int64", "B", "static shared memory"),
-    _c("dynamic_smem_bytes", "int64", "B", "dynamic shared memory"),
+    # The launch configuration is int32: the reader unpacks each value from at most 31 bits
+    # (reader.LAUNCH_CONFIG_FIELDS), so every value is exact; 36 MB less at 1M kernels.
+    _c("grid_x", "int32", "", "grid size x"),
+    _c("grid_y", "int32", "", "grid size y"),
+    _c("grid_z", "int32", "", "grid size z"),
+    _c("block_x", "int32", "", "block size x"),
+    _c("block_y", "int32", "", "block size y"),
+    _c("block_z", "int32", "", "block size z"),
+    _c("registers_per_thread", "int32", "", "registers per thread"),
+    _c("static_smem_bytes", "int32", "B", "static shared memory"),
+    _c("dynamic_smem_bytes", "int32", "B", "dynamic shared memory"),
     *_GPU_OP_DERIVED,
     _d("tc_class", "category", "", "tc, no_tc or unknown (Tensor Core rule table)"),
     _d("uses_tensor_cores", "bool", "", "tc_class == 'tc'"),
@@ -210,8 +213,8 @@ def base_columns(table: str) -> tuple[Column, ...]:
 
 def _dtype_ok(series: pd.Series, dtype: str) -> bool:
     actual = series.dtype
-    if dtype == "int64":
-        return actual == "int64"
+    if dtype in ("int64", "int32"):
+        return actual == dtype
     if dtype == "Int64":
         return str(actual) == "Int64"
     if dtype == "float64":
@@ -233,10 +236,10 @@ def empty_frame(table: str, *, derived: bool = False) -> pd.DataFrame:
 
 # The contract's dtypes as pandas names them (free text is stored as ``object``), typed as
 # the literals pandas-stubs accept in ``astype``.
-PandasDtype = Literal["int64", "Int64", "float64", "bool", "category", "object"]
+PandasDtype = Literal["int64", "int32", "Int64", "float64", "bool", "category", "object"]
 _PANDAS_DTYPES: dict[str, PandasDtype] = {
-    "int64": "int64", "Int64": "Int64", "float64": "float64", "bool": "bool",
-    "category": "category", "string": "object",
+    "int64": "int64", "int32": "int32", "Int64": "Int64", "float64": "float64",
+    "bool": "bool", "category": "category", "string": "object",
 }  # fmt: skip
 
 

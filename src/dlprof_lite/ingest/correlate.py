@@ -137,8 +137,7 @@ def range_membership(ops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     Sorted by ``op_index``, then ``range_id``.
     """
     table = _RangeTable.of(ranges)
-    q = _Launches.of(ops)
-    op_index, pos = _membership(q, _innermost_positions(ops, q, table)[0], table)
+    op_index, pos = _membership(ops, _innermost_positions(ops, table)[0], table)
     rank = np.empty(table.size, dtype=np.int64)
     rank[table.order] = np.arange(table.size)
     # Pairs arrive as a few runs already ascending by op: a stable sort merges them fast.
@@ -163,9 +162,8 @@ def range_gpu_totals(
     """
     table = _RangeTable.of(ranges)
     n = table.size
-    kq, mq = _Launches.of(kernels), _Launches.of(memops)
-    k_pp, k_se = _innermost_positions(kernels, kq, table)
-    m_pp = _innermost_positions(memops, mq, table)[0]
+    k_pp, k_se = _innermost_positions(kernels, table)
+    m_pp = _innermost_positions(memops, table)[0]
     k_dur, m_dur = (f["dur_ns"].to_numpy(dtype=np.int64) for f in (kernels, memops))
     tc = (
         kernels["uses_tensor_cores"].to_numpy(dtype=bool, na_value=False)
@@ -179,24 +177,27 @@ def range_gpu_totals(
     sums = np.zeros((len(_INCLUSIVE), n), dtype=np.int64)  # one contiguous row per column
     first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    ops = ((kernels, k_val, k_pp, kq), (memops, m_val, m_pp, mq))
-    for frame, val, pp, _ in ops:
+    ops = ((kernels, k_val, k_pp), (memops, m_val, m_pp))
+    for frame, val, pp in ops:
         op = np.flatnonzero(pp >= 0)
         _add_ops(sums, first, last, pp[op], val, frame, op)
+        del op
+    # Before the sums go up: kernel time whose innermost range is this push/pop range.
+    own = sums[_INCLUSIVE.index("gpu_ns")].copy()
+    se_own = np.flatnonzero((k_se >= 0) & (k_pp < 0))  # innermost: a start/end range
+    own += _sum_by(k_se[se_own], k_dur[se_own], n)
     depth = consistent_depth(table.parent, ranges["depth"].to_numpy(dtype=np.int64))
     accumulate_up(table.parent, by_level(depth), sums, first, last)
-    for frame, val, _, q in ops:  # start/end ranges parent nothing: added after the pass
-        op, pos = _start_end_pairs(q, table)
+    for frame, val, _ in ops:  # start/end ranges parent nothing: added after the pass
+        op, pos = _start_end_pairs(frame, table)
         _add_ops(sums, first, last, pos, val, frame, op)
-    inner = _innermost(k_pp, k_se)
-    own = inner >= 0
     busy = last >= first  # any GPU work at all
     total = dict(zip(_INCLUSIVE, sums, strict=True))
     return pd.DataFrame(
         {
             "range_id": table.ids,
             "gpu_ns": total["gpu_ns"],
-            "self_gpu_ns": _sum_by(inner[own], k_dur[own], n),
+            "self_gpu_ns": own,
             "kernels": total["kernels"],
             "memops": total["memops"],
             "memop_ns": total["memop_ns"],
@@ -270,18 +271,20 @@ class _RangeTable:
         )
 
 
-def _innermost_positions(
-    ops: pd.DataFrame, q: _Launches, table: _RangeTable
-) -> tuple[np.ndarray, np.ndarray]:
+def _innermost_positions(ops: pd.DataFrame, table: _RangeTable) -> tuple[np.ndarray, np.ndarray]:
     """Innermost push/pop and start/end range positions per op, from the ``range_id`` that
     :func:`attribute_ranges` already set when there is one (no second search)."""
     if "range_id" not in ops.columns:
-        return _innermost_by_style(q, table, len(ops))
+        return _innermost_by_style(_Launches.of(ops), table, len(ops))
     inner = range_positions(table.ids, ops["range_id"].to_numpy(dtype=np.int64, na_value=-1))
     is_pp = np.zeros(inner.size, dtype=bool)
-    is_pp[inner >= 0] = table.push_pop[inner[inner >= 0]]
+    has = np.flatnonzero(inner >= 0)
+    is_pp[has] = table.push_pop[inner[has]]
+    del has
     # A start/end innermost means no push/pop range held the launch.
-    return np.where(is_pp, inner, -1), np.where(~is_pp, inner, -1)
+    start_end = np.where(is_pp, -1, inner)
+    inner[~is_pp] = -1  # our own array (range_positions' result): no second copy
+    return inner, start_end
 
 
 @dataclass(frozen=True)
@@ -346,7 +349,7 @@ def _latest_containing(
 
 
 def _membership(
-    q: _Launches, push_pop: np.ndarray, table: _RangeTable
+    ops: pd.DataFrame, push_pop: np.ndarray, table: _RangeTable
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(op_index, range position)`` pairs: the ancestor chain of each op's innermost
     push/pop range (``push_pop``, from :func:`_innermost_by_style`) + start/end ranges."""
@@ -360,31 +363,48 @@ def _membership(
         pos_parts.append(cur)
         up = table.parent[cur]
         op, cur = op[up >= 0], up[up >= 0]
-    se_op, se_pos = _start_end_pairs(q, table)
+    se_op, se_pos = _start_end_pairs(ops, table)
     return np.concatenate([*op_parts, se_op]), np.concatenate([*pos_parts, se_pos])
 
 
-def _start_end_pairs(q: _Launches, table: _RangeTable) -> tuple[np.ndarray, np.ndarray]:
-    """Every (op, start/end range of its process containing its launch start).
+def _start_end_pairs(ops: pd.DataFrame, table: _RangeTable) -> tuple[np.ndarray, np.ndarray]:
+    """Every (op, start/end range of its process containing its launch start), by op.
 
     Start/end ranges overlap arbitrarily, so each range collects the ops in its interval
-    from ops sorted by (pid, launch start): two searches per range, then np.repeat.
+    from its process's ops sorted by launch start: two searches per range. One process at
+    a time, and launch starts are usually in order already (no sort): an epoch range over
+    1M kernels cost +138 MB of temporaries as one joint sort of (pid, start) codes.
     """
     se = np.flatnonzero(~table.push_pop)
-    if se.size == 0 or q.t.size == 0:
+    if se.size == 0 or len(ops) == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    (op_c, lo_c, hi_c), _ = _encode(
-        (q.pid, q.t), (table.pid[se], table.start[se]), (table.pid[se], table.end[se])
-    )
-    by_time = np.argsort(op_c, kind="stable")
-    op_c = op_c[by_time]
-    lo = np.searchsorted(op_c, lo_c, side="left")
-    count = np.searchsorted(op_c, hi_c, side="right") - lo
+    launched = (ops["tid"].notna() & ops["api_start_ns"].notna()).to_numpy(dtype=bool)
+    pid = ops["pid"].to_numpy(dtype=np.int64)
+    start = ops["api_start_ns"].to_numpy(dtype=np.int64, na_value=0)
+    op_parts, pos_parts = [], []
+    for process in np.unique(table.pid[se]):
+        mine = se[table.pid[se] == process]
+        rows = np.flatnonzero(launched & (pid == process))
+        t = start[rows]
+        if not bool((t[1:] >= t[:-1]).all()):
+            by_time = np.argsort(t, kind="stable")
+            rows, t = rows[by_time], t[by_time]
+        lo = np.searchsorted(t, table.start[mine], side="left")
+        count = np.maximum(np.searchsorted(t, table.end[mine], side="right") - lo, 0)
+        op_parts.append(rows[_spans(lo, count)])
+        pos_parts.append(np.repeat(mine, count))
+    op, pos = np.concatenate(op_parts), np.concatenate(pos_parts)
+    if not bool((op[1:] >= op[:-1]).all()):
+        by_op = np.argsort(op, kind="stable")  # one more ascending run for range_membership
+        op, pos = op[by_op], pos[by_op]
+    return op, pos
+
+
+def _spans(lo: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The positions ``lo[i] .. lo[i] + count[i] - 1`` of every span, concatenated."""
     first = np.repeat(lo - (np.cumsum(count) - count), count)
-    sorted_at = np.arange(int(count.sum()), dtype=np.int64) + first
-    op, pos = q.rows[by_time[sorted_at]], np.repeat(se, count)
-    by_op = np.argsort(op, kind="stable")  # one more ascending run for range_membership
-    return op[by_op], pos[by_op]
+    first += np.arange(first.size, dtype=np.int64)
+    return first
 
 
 # --- sorted-search helpers --------------------------------------------------------------

@@ -199,7 +199,8 @@ def _kernels(
         for name, shift, bits in fields:
             value = c[packed] >> shift
             value &= (1 << bits) - 1
-            columns[name] = value
+            columns[name] = value.astype(np.int32)  # at most 31 bits: exact (columns.py)
+            del value
     # copy=False: the arrays are this function's own; no consolidated copy of 5M-row blocks.
     return coerce(pd.DataFrame(columns, copy=False), "kernels")
 

@@ -29,23 +29,24 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> Segments:
         order = np.argsort(starts, kind="stable")
         s, e = starts[order], ends[order]
     run_end = np.maximum.accumulate(e)
-    # A new segment begins where an interval starts after everything before it has ended.
+    # A new segment begins where an interval starts after everything before it has ended;
+    # masks, not index arrays: ops on one stream are each their own segment (2 x 8 MB at 1M).
     new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], run_end[last]
+    np.greater(s[1:], run_end[:-1], out=new[1:])
+    last = np.ones(len(s), dtype=bool)
+    last[:-1] = new[1:]
+    return s[new], run_end[last]
 
 
-def covered_before(segments: Segments, t: np.ndarray) -> np.ndarray:
-    """Length of the segments' union that lies before each time in ``t``."""
+def covered_before(segments: Segments, t: np.ndarray, cum: np.ndarray | None = None) -> np.ndarray:
+    """Length of the segments' union that lies before each time in ``t`` (``cum``: their
+    :func:`cumulative` lengths, when already computed)."""
     seg_s, seg_e = segments
     t = np.asarray(t, dtype=np.int64)
     out = np.zeros(len(t), dtype=np.int64)
     if len(seg_s) == 0:
         return out
-    # cum[i] = total length of segments 0 .. i-1 (all of which end before segment i starts).
-    cum = np.concatenate(([0], np.cumsum(seg_e - seg_s)))
+    cum = cumulative(segments) if cum is None else cum
     k = np.searchsorted(seg_s, t, side="right")
     has = k > 0
     j = k[has] - 1
@@ -53,9 +54,19 @@ def covered_before(segments: Segments, t: np.ndarray) -> np.ndarray:
     return out
 
 
+def cumulative(segments: Segments) -> np.ndarray:
+    """``cum[i]``: total length of segments ``0 .. i-1`` (all end before segment i starts)."""
+    seg_s, seg_e = segments
+    cum = np.zeros(len(seg_s) + 1, dtype=np.int64)
+    np.subtract(seg_e, seg_s, out=cum[1:])
+    np.cumsum(cum[1:], out=cum[1:])
+    return cum
+
+
 def covered_between(segments: Segments, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     """Length of the segments' union inside each window ``[t0[i], t1[i])``."""
-    inside: np.ndarray = covered_before(segments, t1) - covered_before(segments, t0)
+    cum = cumulative(segments) if len(segments[0]) else None  # once for both ends
+    inside: np.ndarray = covered_before(segments, t1, cum) - covered_before(segments, t0, cum)
     return inside
 
 

@@ -42,7 +42,7 @@ from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 from dlprof_lite.report.ranks import comm_time
 
-_OP_COLUMNS = ["start_ns", "end_ns", "pid", "device_id", "iteration", "host_gap_ns", "phase"]
+_OP_COLUMNS = ["start_ns", "end_ns", "iteration", "host_gap_ns", "phase"]
 
 
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
@@ -68,10 +68,12 @@ def iterations_table(
     t0 = out["start_ns"].to_numpy(dtype="int64")
     t1 = out["end_ns"].to_numpy(dtype="int64")
     comm = _comm_sums(kernels)  # first: its temporaries are freed before the ops are stacked
+    # Timelines numbered once for the busy time and each phase's, from their own stack of
+    # (pid, device): not kept in ``ops`` while the phases are merged (16 MB at 1M kernels).
+    lines = timelines(gpu_ops(kernels, memops, ["pid", "device_id"]))
     ops = gpu_ops(kernels, memops, _OP_COLUMNS)
-    lines = timelines(ops)  # numbered once for the busy time and each phase's
     out["gpu_busy_ns"] = busy_by_timeline(lines[0], len(lines[1]), *bounds(ops), t0, t1)
-    for p, ns in _gpu_phases(ops, lines, t0, t1).items():
+    for p, ns in _gpu_phases(ops, lines, t0, t1, out["gpu_busy_ns"].to_numpy()).items():
         out[f"phase_{p}_ns"] = ns
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
     phases = _key_process_phases(ranges, t1)
@@ -108,10 +110,15 @@ def _comm_sums(kernels: pd.DataFrame) -> pd.DataFrame:
 
 
 def _gpu_phases(
-    ops: pd.DataFrame, lines: tuple[np.ndarray, list[Timeline]], t0: np.ndarray, t1: np.ndarray
+    ops: pd.DataFrame,
+    lines: tuple[np.ndarray, list[Timeline]],
+    t0: np.ndarray,
+    t1: np.ndarray,
+    busy: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Busy device time per window and phase, each instant once (:data:`GPU_PRIORITY`):
     a phase gets what the union of its ops adds to the union of the phases before it.
+    ``busy``: the union of all ops, which the last phase completes (not merged again).
 
     On arrays (phase numbers, timelines, bounds): a frame of the ops per phase copied every
     column each time (67 MB at 1M kernels), and comparing object strings took 0.3 s."""
@@ -124,26 +131,41 @@ def _gpu_phases(
     taken = np.zeros(len(ops), dtype=bool)
     before = np.zeros(len(t0), dtype=np.int64)
     out: dict[str, np.ndarray] = {}
+    single = len(keys) == 1 and bool((timeline == 0).all())  # no timeline numbers to pick
     for p in GPU_PRIORITY:
         # ``other`` also takes ops without a known phase.
         taken |= (codes == number.get(p, -2)) if p in PHASES else ~known
-        now = busy_by_timeline(timeline[taken], len(keys), starts[taken], ends[taken], t0, t1)
+        if taken.all():  # every op: the busy time already known, no copy of every bound
+            now = busy
+        else:
+            mine = np.zeros(0, dtype=np.int64) if single else timeline[taken]
+            now = busy_by_timeline(mine, len(keys), starts[taken], ends[taken], t0, t1)
+            del mine
         out[p] = now - before
         before = now
     return out
 
 
 def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
-    dur = kernels["dur_ns"].to_numpy(dtype="int64")
-    work = pd.DataFrame(
-        {
-            "iteration": kernels["iteration"].to_numpy(),
-            "kernels": np.ones(len(kernels), dtype="int64"),
-            "kernel_ns": dur,
-            "tc_ns": np.where(kernels["uses_tensor_cores"].to_numpy(dtype=bool), dur, 0),
-        }
-    )
-    return work.groupby("iteration", dropna=True).sum()
+    """Kernels, kernel time and Tensor Core kernel time per iteration that has kernels.
+
+    Exact int64 sums by iteration number (0-based), no groupby: ``to_numpy()`` of the
+    nullable iteration column made a million Python ints (+118 MB at 1M kernels)."""
+    it = kernels["iteration"].to_numpy(dtype=np.int64, na_value=-1)
+    dur = kernels["dur_ns"].to_numpy(dtype=np.int64)
+    tc = kernels["uses_tensor_cores"].to_numpy(dtype=bool)
+    has = it >= 0
+    if not has.all():  # ops outside every iteration: the rest only (copies)
+        it, dur, tc = it[has], dur[has], tc[has]
+    n = int(it.max()) + 1 if it.size else 0
+    count = np.bincount(it, minlength=n).astype(np.int64)
+    kernel_ns, tc_ns = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    np.add.at(kernel_ns, it, dur)
+    np.add.at(tc_ns, it[tc], dur[tc])
+    present = np.flatnonzero(count > 0)
+    index = pd.Index(present, name="iteration")
+    sums = {"kernels": count, "kernel_ns": kernel_ns, "tc_ns": tc_ns}
+    return pd.DataFrame({k: v[present] for k, v in sums.items()}, index=index)
 
 
 def _window_gaps(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
