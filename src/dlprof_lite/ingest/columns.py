@@ -69,10 +69,11 @@ _GPU_OP_DERIVED = (
     _d("phase", "category", "", "data, forward, backward, optimizer, compile or other"),
     _d(
         "ddp_bucket",
-        "Int64",
+        "category",
         "",
         "DDP gradient bucket (the id of its ddp:bucket range) whose "
-        "all-reduce launched the op, <NA> otherwise; such an op belongs to no layer",
+        "all-reduce launched the op, <NA> otherwise; such an op belongs to no layer (a "
+        "category of ids: a byte per op, as most ops have none)",
     ),
     _d("iteration", "Int64", "", "iteration index (0-based), <NA> outside iterations"),
     _d("api_ns", "Int64", "ns", "launch API duration, api_end - api_start"),

@@ -88,7 +88,10 @@ def attach_launches(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     if "graph_node_id" in base:
         gap = cast(int, base.columns.get_loc("graph_node_id")) + 1
     cols = [*base.columns[:gap], *LAUNCH_COLUMNS, *base.columns[gap:]]
-    return base.assign(**{k: pd.Series(v, index=base.index) for k, v in launch.items()})[cols]
+    # Column by column into a new frame without copying the kept ones (assign and [cols]
+    # each copied every column of the ops: +77 MB at 1M kernels).
+    return pd.DataFrame({c: launch[c] if c in launch else base[c] for c in cols},
+                        index=base.index, copy=False)
 
 
 def _one_api_row_per_launch(api: pd.DataFrame, key: np.ndarray) -> np.ndarray:

@@ -404,7 +404,9 @@ def _label(
     out["direction"] = categorical_from_codes(_take(labels.direction, at), list(DIRECTIONS))
     out["phase"] = categorical_from_codes(phase, list(PHASE_VALUES))
     bucket = _take(labels.bucket, at)
-    out["ddp_bucket"] = pd.arrays.IntegerArray(bucket, bucket < 0)
+    ids = np.unique(bucket[bucket >= 0])
+    codes = np.where(bucket >= 0, np.searchsorted(ids, bucket), -1)
+    out["ddp_bucket"] = categorical_from_codes(codes, pd.Index(ids, dtype=np.int64))
     return out
 
 

@@ -56,10 +56,13 @@ def layer_grad_sync(kernels: pd.DataFrame, marks: pd.DataFrame | None, steps: in
     parts = bucket_layers(marks) if marks is not None else pd.DataFrame()
     if parts.empty:
         return _typed(pd.DataFrame(columns=list(GRAD_COLUMNS), index=pd.Index([], name="layer")))
-    has = kernels["ddp_bucket"].notna().to_numpy(dtype=bool)
+    column = kernels["ddp_bucket"].astype("category")  # ids as categories (ingest)
+    codes = column.cat.codes.to_numpy()
+    has = codes >= 0
+    ids = column.cat.categories.to_numpy(dtype=np.int64)
     ops = pd.DataFrame({
         "pid": kernels["pid"].to_numpy(dtype=np.int64)[has],
-        "bucket": kernels["ddp_bucket"].to_numpy(dtype=np.int64, na_value=-1)[has],
+        "bucket": ids[codes[has]] if len(ids) else np.zeros(0, dtype=np.int64),
         "dur_ns": kernels["dur_ns"].to_numpy(dtype=np.int64)[has],
     }).groupby(["pid", "bucket"], as_index=False)["dur_ns"].sum()  # fmt: skip
     shares = parts.drop_duplicates(["pid", "bucket", "layer"])
