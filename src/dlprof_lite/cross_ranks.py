@@ -14,7 +14,7 @@ straggler.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,17 +88,14 @@ def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
 
 def write(cross: CrossRanks, folder: Path, formats: Sequence[str]) -> None:
     """``ranks_summary`` and ``ranks`` tables in ``folder`` (the batch's staging folder)."""
-    from dlprof_lite.ranks_run import RANKS_STEM
+    from dlprof_lite.ranks_run import ranks_summary_table
     from dlprof_lite.report import output as files
-    from dlprof_lite.report.summary import combined_table
     from dlprof_lite.report.writers import Table
 
-    summary = replace(combined_table(cross.rows), file=RANKS_STEM)
-    tables = [f for f in formats if f in files.TABLE_FORMATS] or ["csv"]
-    out = [summary]
+    out = [ranks_summary_table(cross.rows)]
     if not cross.table.empty:
         out.append(Table(RANKS_TABLE, cross.table))
-    files.write_tables(out, folder, tables)
+    files.write_tables(out, folder, files.summary_formats(formats))
 
 
 def lines(cross: CrossRanks) -> list[str]:

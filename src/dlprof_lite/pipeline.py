@@ -302,8 +302,7 @@ def analyze_many(
             nodes.append((parent / out.name, outcome.result.ranks))
         if len(failures) == len(paths):  # nothing to keep: the staging folder goes
             raise _none_analysed(failures)
-        tables = [f for f in options.formats if f in files.TABLE_FORMATS]
-        files.write_tables([combined_table(rows)], stage, tables or ["csv"])
+        files.write_tables([combined_table(rows)], stage, files.summary_formats(options.formats))
         cross = cross_ranks.merge(nodes)
         if cross is not None:
             cross_ranks.write(cross, stage, options.formats)

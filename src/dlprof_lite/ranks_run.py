@@ -10,7 +10,7 @@ the batch ``summary`` table's columns; ``ranks.*`` is the report's own per-rank 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from dlprof_lite.report.build import Report
     from dlprof_lite.report.summary_types import Scalar
+    from dlprof_lite.report.writers import Table
 
 RANKS_STEM = "ranks_summary"  # ranks_summary.csv / .json: the cross-rank summary rows
 
@@ -90,7 +91,6 @@ def write_ranks(
     """Each rank's report folder inside ``folder`` and the cross-rank summary table;
     ``final``: where ``folder`` will be once renamed (the table names the final folders)."""
     from dlprof_lite.report import output as files
-    from dlprof_lite.report.summary import combined_table
 
     if not reports:
         return
@@ -98,10 +98,16 @@ def write_ranks(
         (folder / item.process.folder).mkdir()
         files.write_contents(item.report, folder / item.process.folder, formats,
                              trace=item.trace)  # fmt: skip
-    # The batch summary's table (same columns as summary.*), written as ranks_summary.*.
-    table = replace(combined_table(ranks_table_rows(reports, final)), file=RANKS_STEM)
-    tables = [f for f in formats if f in files.TABLE_FORMATS] or ["csv"]
-    files.write_tables([table], folder, tables)
+    table = ranks_summary_table(ranks_table_rows(reports, final))
+    files.write_tables([table], folder, files.summary_formats(formats))
+
+
+def ranks_summary_table(rows: Sequence[Mapping[str, object]]) -> Table:
+    """One summary row per rank: the batch summary's table (the columns of summary.*),
+    written as ranks_summary.*."""
+    from dlprof_lite.report.summary import combined_table
+
+    return replace(combined_table(rows), file=RANKS_STEM)
 
 
 def rank_lines(reports: Sequence[RankReport], parent: Path) -> list[str]:

@@ -403,9 +403,12 @@ def _label(
     out["layer_type"] = used_categorical(_take(labels.layer_type, at), labels.types)
     out["direction"] = categorical_from_codes(_take(labels.direction, at), list(DIRECTIONS))
     out["phase"] = categorical_from_codes(phase, list(PHASE_VALUES))
-    bucket = _take(labels.bucket, at)
-    ids = np.unique(bucket[bucket >= 0])
-    codes = np.where(bucket >= 0, np.searchsorted(ids, bucket), -1)
+    ids = np.unique(labels.bucket[labels.bucket >= 0])  # per range: no pass over the ops
+    if ids.size:
+        bucket = _take(labels.bucket, at)
+        codes = np.where(bucket >= 0, np.searchsorted(ids, bucket), -1)
+    else:  # no DDP bucket ranges (nearly every profile)
+        codes = np.full(len(at), -1, dtype=np.int8)
     out["ddp_bucket"] = categorical_from_codes(codes, pd.Index(ids, dtype=np.int64))
     return out
 

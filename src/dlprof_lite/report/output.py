@@ -265,6 +265,12 @@ def write_trace(report: Report, folder: Path, events: pd.DataFrame | None = None
     return path
 
 
+def summary_formats(formats: Iterable[str]) -> list[str]:
+    """The table formats among ``formats`` for a combined summary (of several inputs or
+    ranks), CSV when none is chosen: such a table is always written."""
+    return [f for f in formats if f in TABLE_FORMATS] or ["csv"]
+
+
 def write_contents(
     report: Report, folder: Path, formats: Iterable[str], *, trace: pd.DataFrame | None = None
 ) -> None:

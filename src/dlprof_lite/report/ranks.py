@@ -264,7 +264,7 @@ def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
 
 def communication_summary(frame: pd.DataFrame, wall_ns: int) -> dict[str, object]:
     """The summary's ``Communication`` fields from the ranks table (metrics.py)."""
-    out: dict[str, object] = dict.fromkeys(COMMUNICATION_FIELDS)
+    out: dict[str, object] = {}  # Communication.from_values: the fields not set are None
     gpu = frame[frame["device_id"].notna()]
     if frame.empty:
         return out
@@ -295,10 +295,6 @@ def communication_summary(frame: pd.DataFrame, wall_ns: int) -> dict[str, object
         out["straggler_excess_ns"] = _excess(work, at)
     return out
 
-
-COMMUNICATION_FIELDS = ("comm_ns", "comm_share", "exposed_comm_ns", "exposed_comm_pct", "ranks",
-                        "rank_imbalance", "straggler_rank", "straggler_excess_ns",
-                        "straggler_data_ns")  # fmt: skip
 
 
 def empty_ranks() -> pd.DataFrame:
