@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dlprof_lite import user_dirs
 from dlprof_lite.report import plotly_cache
 from dlprof_lite.report.plotly_cache import cache_dir, cached_payload, pack, plotly_js
 
@@ -105,7 +106,7 @@ def test_an_unwritable_cache_only_costs_the_packing(tmp_path: Path) -> None:
 
 
 def test_the_cache_folder_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(plotly_cache.sys, "platform", "linux")
+    monkeypatch.setattr(user_dirs.sys, "platform", "linux")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "dlprof-lite"
     monkeypatch.delenv("XDG_CACHE_HOME")
@@ -118,7 +119,7 @@ def test_no_home_folder_only_costs_the_packing(monkeypatch: pytest.MonkeyPatch) 
     def no_home() -> Path:
         raise RuntimeError("Could not determine home directory.")
 
-    monkeypatch.setattr(plotly_cache.sys, "platform", "linux")
+    monkeypatch.setattr(user_dirs.sys, "platform", "linux")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setattr(plotly_cache.Path, "home", no_home)
     assert plotly_cache.payload() == pack(plotly_js().read_bytes())

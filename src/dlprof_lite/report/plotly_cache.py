@@ -23,9 +23,10 @@ import gzip
 import hashlib
 import importlib.util
 import os
-import sys
 import uuid
 from pathlib import Path
+
+from dlprof_lite.user_dirs import user_dir
 
 _MAGIC = "dlprof-lite-plotly-v1"
 _MAX_ENTRY = 64 << 20  # bytes: far above any plotly.js (~2 MB packed); a bigger file is not ours
@@ -49,14 +50,7 @@ def plotly_js() -> Path:
 def cache_dir() -> Path:
     """The per-user cache folder of dlprof-lite (see the module docstring). A relative
     ``XDG_CACHE_HOME`` is ignored, as the XDG specification says."""
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME", "")
-        base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "dlprof-lite"
+    return user_dir("cache")
 
 
 def payload() -> str:

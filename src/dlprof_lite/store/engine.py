@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,13 +50,9 @@ class StoreError(DlprofError):
 
 def default_path() -> Path:
     """The per-user SQLite file (see the module docstring)."""
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Application Support"
-    else:
-        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "dlprof-lite" / "runs.db"
+    from dlprof_lite.user_dirs import user_dir
+
+    return user_dir("data") / "runs.db"
 
 
 def default_url() -> str:
