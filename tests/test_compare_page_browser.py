@@ -3,8 +3,8 @@
 Two LeNet runs profiled for real under nsys, the second with a 5 ms sleep in conv2's forward
 (``examples/lenet.py --slow-layer conv2``), compared by ``dlprof-lite compare``; the page it
 writes must show the verdict, one box plot per side, the layer changes as its compare.json
-has them, conv2's forward grown by at least the sleep (the oracle: ``time.sleep`` never
-returns early), and the phases; no console error, no request, a screenshot not blank.
+has them, conv2's forward holding the sleep on the slowed side (the oracle: ``time.sleep``
+never returns early), and the phases; no console error, no request, a screenshot not blank.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def test_compare_page_in_chromium(chromium: Chromium, compared: Path) -> None:
     assert all(t["type"] == "box" and t["drawn"] >= 1 for t in boxes), boxes
 
     # The layer deltas: every trace drawn; the bars are compare.json's changes of self wall
-    # time per step, in its rank order; conv2's forward grew by at least the sleep (on a
-    # loaded machine a sleep overruns, so no upper bound here: test_compare_nsys has one).
+    # time per step, in its rank order; conv2's forward grew by the sleep (on a loaded machine a
+    # sleep overruns, so no upper bound here: test_compare_nsys has one).
     layer = figures["chart-layer-delta"]
     assert all(t["drawn"] >= 1 for t in layer["traces"]), layer["traces"]
     wall = next(t for t in layer["traces"] if t["name"] == "self wall")
@@ -106,7 +106,12 @@ def test_compare_page_in_chromium(chromium: Chromium, compared: Path) -> None:
         assert deltas[name]["delta"] == pytest.approx(ns, rel=1e-3, abs=1.0), name
     ranks = [deltas[name]["rank"] for name in drawn]
     assert ranks == sorted(ranks) and len(ranks) >= 10, ranks
-    assert drawn["conv2 (forward)"] >= SLEEP_MS * 1e6, drawn
+    # The oracle: time.sleep never returns early, so the slowed side's conv2 forward holds the
+    # sleep, and its change is at least the sleep less what conv2 took on the baseline (whose
+    # own median wanders on a loaded machine; the delta alone can fall a little short).
+    conv2 = deltas["conv2 (forward)"]
+    assert conv2["value"] >= SLEEP_MS * 1e6, conv2
+    assert drawn["conv2 (forward)"] >= SLEEP_MS * 1e6 - conv2["baseline_value"], drawn
     if os.environ.get("DLPROF_UPDATE_DOCS"):
         from test_html_browser import save_figure
 
