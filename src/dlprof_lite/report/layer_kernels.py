@@ -22,8 +22,10 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
+from dlprof_lite.report.frames import cat_mask, groups
 from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
 from dlprof_lite.rules.gemm import (
@@ -108,11 +110,12 @@ def _by_kernel(kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
         empty = pd.DataFrame({c: pd.Series(dtype=object) for c in ["layer", "display", "tc_class"]})
         return empty.assign(dur_ns=pd.Series(dtype="int64")), pd.Series(dtype="int64")
     # Group by name first (categorical codes, no per-row strings), then name each group;
-    # a kernel without a short name or a verdict still counts (dropna=False).
-    per_name = kernels.loc[has, [*cols, "dur_ns"]].groupby(
-        cols, observed=True, sort=False, dropna=False
-    )
-    found = per_name["dur_ns"].sum().reset_index()
+    # a kernel without a short name or a verdict still counts.
+    group, first = groups(kernels, cols, has)
+    found = kernels[cols].take(first).reset_index(drop=True)
+    dur = np.zeros(len(first), dtype=np.int64)
+    np.add.at(dur, group, kernels["dur_ns"].to_numpy(dtype=np.int64)[has])  # exact int64 sums
+    found["dur_ns"] = dur
     names, shorts = found["name"].astype(str), found["short_name"].astype(object)
     found["display"] = [display_name(n, s if isinstance(s, str) else None)
                         for n, s in zip(names, shorts, strict=True)]  # fmt: skip
@@ -154,8 +157,8 @@ def _percent(part: float, whole: float) -> str:
 
 def _first_types(kernels: pd.DataFrame) -> dict[str, str]:
     """Each layer's type as ingest named it (the first kernel's ``layer_type``)."""
-    pairs = kernels.loc[kernels["layer"].notna(), ["layer", "layer_type"]]
-    pairs = pairs.drop_duplicates("layer").dropna()
+    _, first = groups(kernels, ["layer"], kernels["layer"].notna().to_numpy(dtype=bool))
+    pairs = kernels[["layer", "layer_type"]].take(first).dropna()
     return dict(zip(pairs["layer"].astype(str), pairs["layer_type"].astype(str), strict=True))
 
 
@@ -229,16 +232,16 @@ class _Unknown(NamedTuple):
 def _unknown_kernels(kernels: pd.DataFrame, gpus: pd.DataFrame) -> dict[str, _Unknown]:
     """Per layer whose own kernels include names the rules cannot tell (``unknown``); a
     layer is left out where a device they ran on has no recorded compute capability."""
-    unknown = kernels["layer"].notna().to_numpy(bool) & (
-        kernels["tc_class"].astype(object) == "unknown"
-    ).to_numpy(bool)
+    unknown = kernels["layer"].notna().to_numpy(bool) & cat_mask(
+        kernels["tc_class"], lambda verdict: verdict == "unknown"
+    )
     if not unknown.any():
         return {}
     known = gpus[gpus["cc_major"].fillna(0) > 0]
     rows = zip(known["device_id"], known["cc_major"], known["cc_minor"].fillna(0), strict=True)
     cc = {int(d): (int(a), int(b)) for d, a, b in rows}
     cols = ["layer", "device_id", "name", "tc_rule"]
-    found = kernels.loc[unknown, cols].drop_duplicates().astype(object)
+    found = kernels[cols].take(groups(kernels, cols, unknown)[1]).astype(object)
     out: dict[str, _Unknown] = {}
     missing: set[str] = set()
     for layer, device, name, rule in found.itertuples(index=False):  # distinct kernels only

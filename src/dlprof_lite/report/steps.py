@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
-from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
+from dlprof_lite.report.frames import empty_report, gpu_ops, groups, ordered, share
 from dlprof_lite.report.intervals import (
     Timeline,
     bounds,
@@ -42,17 +42,24 @@ from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 from dlprof_lite.report.ranks import comm_time
 
-_OP_COLUMNS = ["start_ns", "end_ns", "iteration", "host_gap_ns", "phase"]
+_OP_COLUMNS = ["start_ns", "end_ns", "phase"]  # stacked for the busy time and phases
 
 
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
     """GPU timelines, ``(pid, device)``, that ran work; else the devices the export lists;
     at least 1."""
-    # The pairs of each frame, then their union: stacking a million rows first cost 73 MB.
-    pairs = [f.groupby(["pid", "device_id"], sort=False, dropna=False).size().index
-             for f in (kernels, memops)]  # fmt: skip
-    used = len(set(pairs[0]) | set(pairs[1]))
+    # The pairs of each frame, then their union: stacking a million rows first cost 73 MB,
+    # a groupby of each frame's pairs 40 MB.
+    used = len(_pairs(kernels) | _pairs(memops))
     return max(used or len(gpus), 1)
+
+
+def _pairs(ops: pd.DataFrame) -> set[tuple[int | None, int | None]]:
+    """The distinct ``(pid, device_id)`` of ``ops`` (None: missing)."""
+    _, first = groups(ops, ["pid", "device_id"], np.ones(len(ops), dtype=bool))
+    pids, devices = ops["pid"].take(first), ops["device_id"].take(first)
+    return {(None if pd.isna(p) else int(p), None if pd.isna(d) else int(d))
+            for p, d in zip(pids, devices, strict=True)}  # fmt: skip
 
 
 def iterations_table(
@@ -75,6 +82,7 @@ def iterations_table(
     out["gpu_busy_ns"] = busy_by_timeline(lines[0], len(lines[1]), *bounds(ops), t0, t1)
     for p, ns in _gpu_phases(ops, lines, t0, t1, out["gpu_busy_ns"].to_numpy()).items():
         out[f"phase_{p}_ns"] = ns
+    del ops, lines
     out["phase_idle_ns"] = np.maximum(out["wall_ns"] * devices - out["gpu_busy_ns"], 0)
     phases = _key_process_phases(ranges, t1)
     covered = np.zeros(len(out), dtype=np.int64)
@@ -84,10 +92,11 @@ def iterations_table(
         covered = now
     out["other_wall_ns"] = out["wall_ns"] - covered
     out = out.join(_kernel_sums(kernels), on="iteration")
-    gaps = _window_gaps(ops, out)
-    out["host_gap_ns"] = out["iteration"].map(gaps.groupby("iteration")["gap"].sum())
-    out = out.join(_phase_gaps(gaps), on="iteration")
+    # Each frame's gaps apart: no stack of their iterations and gaps (17 MB at 1M kernels).
+    gaps = _window_gaps(kernels, out) + _window_gaps(memops, out)
+    out["host_gap_ns"] = gaps.sum(axis=1)
     gap_cols = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
+    out[gap_cols] = gaps
     counts = ["kernels", "kernel_ns", "tc_ns", "host_gap_ns", *gap_cols]
     out[counts] = out[counts].fillna(0).astype("int64")
     out["tc_share"] = share(out["tc_ns"], out["kernel_ns"])
@@ -168,13 +177,17 @@ def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({k: v[present] for k, v in sums.items()}, index=index)
 
 
-def _window_gaps(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
-    """Each op's host gap clipped to its iteration's window: ``iteration``, ``phase``, ``gap``.
+def _window_gaps(ops: pd.DataFrame, iterations: pd.DataFrame) -> np.ndarray:
+    """Host gap time per iteration (a row of ``iterations``) and phase (a column of
+    :data:`PHASE_COLUMNS`; ops without a known phase count as other), each op's gap clipped
+    to its iteration's window.
 
     The gap is the GPU idle interval ``[start - host_gap, start]``; it can begin long before
     the step that launched the op (an idle GPU between steps, a first step after a long
     set-up), and unclipped it made a step's gaps exceed its wall time (1435 % on a real
     export). On one timeline the gaps are disjoint, so clipped ones sum to at most the wall.
+    Summed on phase codes: a frame of every gap with its phase as text, grouped, held a
+    million strings at 1M kernels.
     """
     gap = ops["host_gap_ns"].to_numpy(dtype=np.int64)
     has = ops["iteration"].notna().to_numpy(dtype=bool) & (gap > 0)
@@ -186,23 +199,15 @@ def _window_gaps(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     t0 = iterations["start_ns"].to_numpy(dtype=np.int64)[pos]
     t1 = iterations["end_ns"].to_numpy(dtype=np.int64)[pos]
     lo = np.maximum(start - gap[has][known], t0)
-    phase = ops["phase"].astype(object).to_numpy()[has][known]
-    return pd.DataFrame(
-        {
-            "iteration": number[known],
-            "phase": np.where(pd.Series(phase).isin(PHASES).to_numpy(), phase, "other"),
-            "gap": np.maximum(np.minimum(start, t1) - lo, 0),
-        }
-    )
-
-
-def _phase_gaps(gaps: pd.DataFrame) -> pd.DataFrame:
-    """Host-bound gap time per iteration and phase (from :func:`_window_gaps`: ops without
-    a phase count as other)."""
-    table = gaps.groupby(["iteration", "phase"])["gap"].sum().unstack("phase")
-    table = table.reindex(columns=list(PHASE_COLUMNS))
-    table.columns = [f"phase_{p}_host_gap_ns" for p in PHASE_COLUMNS]
-    return table
+    phase = ops["phase"].astype("category")
+    other = PHASE_COLUMNS.index("other")
+    column = np.array([PHASE_COLUMNS.index(str(c)) if c in PHASES else other
+                       for c in phase.cat.categories] + [other], dtype=np.intp)  # fmt: skip
+    codes = phase.cat.codes.to_numpy()[has][known]  # -1 (missing) picks the last: other
+    out = np.zeros(len(iterations) * len(PHASE_COLUMNS), dtype=np.int64)
+    np.add.at(out, pos * len(PHASE_COLUMNS) + column[codes],
+              np.maximum(np.minimum(start, t1) - lo, 0))  # fmt: skip
+    return out.reshape(len(iterations), len(PHASE_COLUMNS))
 
 
 def _key_process_phases(ranges: pd.DataFrame, ends: np.ndarray) -> pd.DataFrame:

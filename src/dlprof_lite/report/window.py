@@ -101,7 +101,7 @@ def step_of(times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:
 
 def op_steps(ops: pd.DataFrame) -> np.ndarray:
     """Ingest's ``iteration`` of each GPU op as int64, -1 outside every iteration."""
-    return ops["iteration"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64)
+    return ops["iteration"].astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
 
 
 def cut_ops(ops: pd.DataFrame, window: StepWindow) -> pd.DataFrame:
