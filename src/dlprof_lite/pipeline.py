@@ -148,12 +148,16 @@ def _own_rank(profile: Profile) -> int | None:
 
 
 def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.DataFrame | None]:
+    from dlprof_lite.memory import release_freed_memory
     from dlprof_lite.report.build import build_report
     from dlprof_lite.report.projection import ProjectionInput
 
     # The user's steps per epoch and epochs, where given, win over the DataLoader's length.
     given = ProjectionInput(options.steps_per_epoch, options.epochs)
-    report = build_report(profile, all_iterations=options.all_iterations, projection=given)
+    # Each large table starts on what the report holds, not on the freed temporaries of the
+    # one before it: 1M kernels peaked at 508 MB, 4xx MB with this and the tables' own cuts.
+    report = build_report(profile, all_iterations=options.all_iterations, projection=given,
+                          between_tables=release_freed_memory)  # fmt: skip
     if options.trace_iterations is None:
         return report, None
     from dlprof_lite.report.timeline import timeline_for

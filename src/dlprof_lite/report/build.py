@@ -7,7 +7,7 @@ pickles (a process pool may build it) and re-renders without the Profile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -88,12 +88,14 @@ def build_report(
     all_iterations: bool = False,
     projection: ProjectionInput | None = None,
     timeline_cap: int = TIMELINE_MAX_EVENTS,
+    between_tables: Callable[[], object] = lambda: None,
 ) -> Report:
     """Every table of ``profile``: kernels, ranges and layers over the analysed window (the
     whole run with ``all_iterations`` or without iterations; report/window.py); the summary's
     projection from ``projection`` (the user's steps per epoch and epochs), else from the
     DataLoader's length and one epoch (report/projection.py); the timeline: one steady
-    iteration's events, at most ``timeline_cap`` (report/timeline.py)."""
+    iteration's events, at most ``timeline_cap`` (report/timeline.py). ``between_tables``
+    is called after each large table: the command line hands freed memory back there."""
     devices = device_count(profile.kernels, profile.memops, profile.gpus)
     meta = profile.meta
     window = choose_window(profile.iterations, (meta.session_start_ns, meta.session_end_ns),
@@ -102,16 +104,21 @@ def build_report(
     ranges = cut_ranges(
         profile.ranges, step_of(profile.ranges["start_ns"].to_numpy(), profile.iterations), window
     )
+    between_tables()
     layers = layers_table(kernels, ranges, profile.iterations, window,
                           marks=profile.marks, gpus=profile.gpus)  # fmt: skip
+    between_tables()
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices
     )
+    between_tables()
     timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
     fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum()),
               "timeline_iteration": shown}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
+    between_tables()
     ranks = ranks_table(profile, window)
+    between_tables()
     communication = Communication.from_values(communication_summary(ranks, meta.duration_ns))
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),
                     communication=communication)  # fmt: skip
