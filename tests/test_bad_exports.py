@@ -157,6 +157,10 @@ CASES: dict[str, Case] = {
         r"^2 value\(s\) of NVTX_EVENTS\.text are BLOBs where nsys writes text",
         error=False,
     ),
+    "stream id beyond 32 bits": Case(
+        sql(f"UPDATE {K} SET streamId = 8589934592 WHERE rowid = 1"),
+        r"streamId: an id outside 32 bits",
+    ),
     "BLOB kernel name": Case(
         sql(
             f"UPDATE StringIds SET value = x'4142' WHERE id IN (SELECT shortName FROM {K} LIMIT 1)"

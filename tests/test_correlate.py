@@ -153,7 +153,7 @@ def test_attach_launches_joins_on_pid_and_correlation_id(k: pd.DataFrame) -> Non
     assert k.loc[9, "api_end_ns"] == 310
     assert k.loc[3, "api_name"] == "cuLaunchKernel"
     assert k["api_name"].isna().tolist() == [False] * 10 + [True, False]
-    assert str(k["api_start_ns"].dtype) == "Int64" and str(k["tid"].dtype) == "Int64"
+    assert str(k["api_start_ns"].dtype) == "Int64" and str(k["tid"].dtype) == "Int32"
 
 
 def test_graph_kernels_attach_to_their_graph_launch(k: pd.DataFrame) -> None:

@@ -47,13 +47,14 @@ _GPU_OP_BASE = (
     _c("start_ns", "int64", "ns", "GPU start time"),
     _c("end_ns", "int64", "ns", "GPU end time"),
     _c("dur_ns", "int64", "ns", "GPU duration, end - start"),
-    _c("device_id", "int64", "", "CUDA device id"),
-    _c("context_id", "int64", "", "CUDA context id"),
-    _c("stream_id", "int64", "", "CUDA stream id"),
-    _c("pid", "int64", "", "process id (decoded from globalPid)"),
+    # CUPTI's ids are small counters: 32 bits (the reader refuses wider), 11 MB less at 1M.
+    _c("device_id", "int32", "", "CUDA device id"),
+    _c("context_id", "int32", "", "CUDA context id"),
+    _c("stream_id", "int32", "", "CUDA stream id"),
+    _c("pid", "int32", "", "process id (decoded from globalPid: 24 bits)"),
     _c("correlation_id", "int64", "", "CUPTI correlation id, unique within a process"),
     _c("graph_node_id", "Int64", "", "CUDA graph node id when launched from a graph"),
-    _c("tid", "Int64", "", "launching thread id (from the launch API call)"),
+    _c("tid", "Int32", "", "launching thread id (from the launch API call)"),
     _c("api_name", "category", "", "launch API call name, e.g. cudaLaunchKernel_v7000"),
     _c("api_start_ns", "Int64", "ns", "launch API call start"),
     _c("api_end_ns", "Int64", "ns", "launch API call end"),
@@ -116,8 +117,8 @@ API_COLUMNS: tuple[Column, ...] = (
     _c("start_ns", "int64", "ns", "call start"),
     _c("end_ns", "int64", "ns", "call end"),
     _c("dur_ns", "int64", "ns", "call duration"),
-    _c("pid", "int64", "", "process id"),
-    _c("tid", "int64", "", "thread id"),
+    _c("pid", "int32", "", "process id (24 bits, as every decoded id)"),
+    _c("tid", "int32", "", "thread id (24 bits)"),
     _c("correlation_id", "int64", "", "CUPTI correlation id"),
     _c("name", "category", "", "API function name as nsys stores it"),
     _c("source", "category", "", "runtime or driver"),
@@ -216,8 +217,8 @@ def _dtype_ok(series: pd.Series, dtype: str) -> bool:
     actual = series.dtype
     if dtype in ("int64", "int32"):
         return actual == dtype
-    if dtype == "Int64":
-        return str(actual) == "Int64"
+    if dtype in ("Int64", "Int32"):
+        return str(actual) == dtype
     if dtype == "float64":
         return actual == "float64"
     if dtype == "bool":
@@ -237,9 +238,9 @@ def empty_frame(table: str, *, derived: bool = False) -> pd.DataFrame:
 
 # The contract's dtypes as pandas names them (free text is stored as ``object``), typed as
 # the literals pandas-stubs accept in ``astype``.
-PandasDtype = Literal["int64", "int32", "Int64", "float64", "bool", "category", "object"]
+PandasDtype = Literal["int64", "int32", "Int64", "Int32", "float64", "bool", "category", "object"]
 _PANDAS_DTYPES: dict[str, PandasDtype] = {
-    "int64": "int64", "int32": "int32", "Int64": "Int64", "float64": "float64",
+    "int64": "int64", "int32": "int32", "Int64": "Int64", "Int32": "Int32", "float64": "float64",
     "bool": "bool", "category": "category", "string": "object",
 }  # fmt: skip
 

@@ -77,7 +77,7 @@ def attach_launches(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
 
     names = api["name"].array
     launch = {
-        "tid": pd.arrays.IntegerArray(gather("tid").astype(np.int64), miss),
+        "tid": pd.arrays.IntegerArray(gather("tid").astype(np.int32), miss),
         "api_name": used_categorical(np.where(miss, -1, gather("name")), names.categories),
         "api_start_ns": pd.arrays.IntegerArray(gather("start_ns").astype(np.int64), miss),
         "api_end_ns": pd.arrays.IntegerArray(gather("end_ns").astype(np.int64), miss),

@@ -70,8 +70,10 @@ def read_export(path: Path) -> RawExport:
     try:
         with open_fetcher(path, log=log) as fetch:
             return _read(path, schema, Checked(path, fetch, log), log)
-    except InputError:
-        raise
+    except InputError as err:
+        if str(path) in str(err):
+            raise
+        raise InputError(f"{path}: {err}") from err  # a value check that knew no file
     except Exception as err:  # what the drivers raise outside one query (open, close)
         raise translate(path, err, None) from err
 
@@ -172,11 +174,21 @@ def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(values, values == S.NULL_INT)
 
 
+def _id32(values: np.ndarray, name: str) -> np.ndarray:
+    """A CUPTI id column as int32 (columns.py), refused where a value would not fit."""
+    info = np.iinfo(np.int32)
+    if values.size and (values.min() < info.min or values.max() > info.max):
+        raise InputError(f"{name}: an id outside 32 bits ({values.min()}..{values.max()})")
+    return values.astype(np.int32)
+
+
 def _gpu_op_base(c: dict[str, np.ndarray]) -> dict[str, object]:
     return {
         "start_ns": c["start"], "end_ns": c["end"], "dur_ns": c["end"] - c["start"],
-        "device_id": c["deviceId"], "context_id": c["contextId"], "stream_id": c["streamId"],
-        "pid": S.decode_pid(c["globalPid"]), "correlation_id": c["correlationId"],
+        "device_id": _id32(c["deviceId"], "deviceId"),
+        "context_id": _id32(c["contextId"], "contextId"),
+        "stream_id": _id32(c["streamId"], "streamId"),
+        "pid": S.decode_pid(c["globalPid"]).astype(np.int32), "correlation_id": c["correlationId"],
         "graph_node_id": _nullable(c["graphNodeId"]),
     }  # fmt: skip
 
@@ -267,7 +279,8 @@ def _api(schema: S.ExportSchema, fetch: Checked, strings: pd.Series) -> pd.DataF
         c = fetch.columns(schema.api_query(table))
         parts.append(pd.DataFrame({
             "start_ns": c["start"], "end_ns": c["end"], "dur_ns": c["end"] - c["start"],
-            "pid": S.decode_pid(c["globalTid"]), "tid": S.decode_tid(c["globalTid"]),
+            "pid": S.decode_pid(c["globalTid"]).astype(np.int32),
+            "tid": S.decode_tid(c["globalTid"]).astype(np.int32),
             "correlation_id": c["correlationId"], "name": _categorical(c["nameId"], strings),
             "source": source,
         }, copy=False))  # fmt: skip
