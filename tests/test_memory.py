@@ -1,4 +1,5 @@
-"""keep_freed_memory: a freed large block backs the next one without new page faults."""
+"""keep_freed_memory: a freed large block backs the next one without new page faults;
+collect_less_often: only the command line changes the cyclic collector's thresholds."""
 
 from __future__ import annotations
 
@@ -51,3 +52,35 @@ def test_freed_large_blocks_are_reused_without_page_faults() -> None:
 
 def test_a_users_own_malloc_tuning_wins() -> None:
     assert _probe("keep", MALLOC_ARENA_MAX="2")["applied"] is False
+
+
+# The command line, then a library user: the collector's thresholds each process ends with.
+THRESHOLDS = """
+import contextlib, gc, io, json, sys
+import dlprof_lite.cli as cli
+from dlprof_lite.ingest.load import load
+imported = gc.get_threshold()
+if sys.argv[1] == "cli":
+    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+        cli.main(["--help"])
+print(json.dumps({"imported": imported, "after": gc.get_threshold()}))
+"""
+
+
+def _thresholds(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", THRESHOLDS, mode], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def test_only_the_command_line_collects_less_often() -> None:
+    from dlprof_lite.memory import COLLECT_THRESHOLDS
+
+    default = json.loads(subprocess.run(
+        [sys.executable, "-c", "import gc, json; print(json.dumps(gc.get_threshold()))"],
+        capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    library, command = _thresholds("library"), _thresholds("cli")
+    # Importing the package (a notebook) leaves the interpreter's collector as it was.
+    assert library["imported"] == library["after"] == default
+    assert command["imported"] == default
+    assert command["after"] == list(COLLECT_THRESHOLDS) != default

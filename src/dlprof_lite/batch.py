@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlprof_lite.errors import DlprofError
-from dlprof_lite.memory import keep_freed_memory
+from dlprof_lite.memory import tune_process
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -82,7 +82,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
     # "spawn": the parent may hold open SQLite/Arrow handles and threads that fork would copy.
     return ProcessPoolExecutor(
-        max_workers=workers, mp_context=get_context("spawn"), initializer=keep_freed_memory
+        max_workers=workers, mp_context=get_context("spawn"), initializer=tune_process
     )
 
 

@@ -30,7 +30,7 @@ from dlprof_lite import __version__
 from dlprof_lite.batch import default_jobs
 from dlprof_lite.cli_store import record_folders, record_report
 from dlprof_lite.errors import DlprofError, InputError
-from dlprof_lite.memory import keep_freed_memory
+from dlprof_lite.memory import tune_process
 from dlprof_lite.pipeline import (
     FORMATS,
     AnalyzeOptions,
@@ -239,7 +239,7 @@ def build_analyze_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_in
-    keep_freed_memory()
+    tune_process()
     try:
         if args_in[:1] == ["analyze"]:
             args = build_analyze_parser().parse_args(args_in[1:])

@@ -1,4 +1,5 @@
-"""Keep freed memory in the process for reuse, for the length of a large analysis.
+"""The command line's memory settings: keep freed memory for reuse during a large analysis,
+hand it back between stages, and run the cyclic collector less often (:func:`tune_process`).
 
 glibc's malloc hands out every block above its mmap threshold (at most 32 MiB) as a fresh
 ``mmap`` and unmaps it again on ``free``. An analysis of 5M kernels makes many temporary
@@ -22,6 +23,7 @@ arena, and the reader's two threads (ingest/reader.py) left ~45 MB each in their
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import sys
 
@@ -30,6 +32,30 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 _TRIM_THRESHOLD = 2**31 - 1  # mallopt takes an int: keep up to 2 GiB free at the heap top
+
+
+def tune_process() -> None:
+    """The command line's and its workers' settings: :func:`keep_freed_memory` and
+    :func:`collect_less_often`."""
+    keep_freed_memory()
+    collect_less_often()
+
+
+# The cyclic collector's thresholds for a command-line process: a young collection every
+# 20000 net allocations (Python's default: 700), the older two every 20 of the one before.
+COLLECT_THRESHOLDS = (20_000, 20, 20)
+
+
+def collect_less_often() -> None:
+    """Run Python's cyclic garbage collector less often.
+
+    A run's objects are mostly long-lived (imported modules, the report's tables and
+    dicts), and with the default thresholds the collector walked them again and again:
+    0.10 s of a 0.8 s analyze of a small export (2 full collections, 64 ms; measured with
+    ``gc.callbacks``), 0.05 s at 1M kernels. Cycles are still collected; reference counting
+    frees everything else at once, as before. Peak memory at 1M kernels was unchanged.
+    """
+    gc.set_threshold(*COLLECT_THRESHOLDS)
 
 
 def keep_freed_memory() -> bool:
