@@ -211,7 +211,7 @@ def test_attribute_ranges_innermost(k: pd.DataFrame, ranges: pd.DataFrame) -> No
         "step/backward", "step/backward", "step/backward", "step", None, "tail",
     ]  # fmt: skip
     typed = attribute_ranges(k, ranges)
-    assert str(typed["range_id"].dtype) == "Int64"
+    assert str(typed["range_id"].dtype) == "Int32"
     assert isinstance(typed["range_path"].dtype, pd.CategoricalDtype)
 
 

@@ -237,7 +237,7 @@ def test_assign_iterations_by_launch_time() -> None:
     )
     k, m = assign_iterations(kernels, ops([], []), table)
     assert k["iteration"].tolist() == [NA, 0, 0, 0, 1, 1, 3, NA]
-    assert str(k["iteration"].dtype) == "Int64" and m.empty
+    assert str(k["iteration"].dtype) == "Int32" and m.empty
     assert "iteration" not in kernels.columns
     # GPU work launched in iteration 0 but running after its end still counts for iteration 0.
     late = ops([180], [195])

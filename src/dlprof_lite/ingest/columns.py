@@ -62,7 +62,7 @@ _GPU_OP_BASE = (
 
 # Columns every analysis step adds to kernels and memops.
 _GPU_OP_DERIVED = (
-    _d("range_id", "Int64", "", "innermost enclosing NVTX range (ranges.range_id)"),
+    _d("range_id", "Int32", "", "innermost enclosing NVTX range (ranges.range_id)"),
     _d("range_path", "category", "", "path of the innermost enclosing NVTX range"),
     _d("layer", "category", "", "module (layer) the op belongs to, if any"),
     _d("layer_type", "category", "", "the layer's module type (Conv2d) or op name"),
@@ -76,7 +76,7 @@ _GPU_OP_DERIVED = (
         "all-reduce launched the op, <NA> otherwise; such an op belongs to no layer (a "
         "category of ids: a byte per op, as most ops have none)",
     ),
-    _d("iteration", "Int64", "", "iteration index (0-based), <NA> outside iterations"),
+    _d("iteration", "Int32", "", "iteration index (0-based), <NA> outside iterations"),
     _d("api_ns", "Int64", "ns", "launch API duration, api_end - api_start"),
     _d("queue_ns", "Int64", "ns", "start - api_end when >= 0 (time queued on the GPU)"),
     _d("host_gap_ns", "int64", "ns", "idle GPU time before this op that the CPU caused"),

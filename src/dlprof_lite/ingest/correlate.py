@@ -127,7 +127,7 @@ def attribute_ranges(ops: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     paths = ranges["path"].array
     path_codes = _take(np.asarray(paths.codes, dtype=np.int64), inner, -1)
     found = {
-        "range_id": pd.arrays.IntegerArray(_take(table.ids, inner, 0), inner < 0),
+        "range_id": pd.arrays.IntegerArray(_take(table.ids, inner, 0).astype(np.int32), inner < 0),
         "range_path": pd.Categorical.from_codes(path_codes, dtype=paths.dtype),
     }
     out = ops.drop(columns=[c for c in found if c in ops.columns])

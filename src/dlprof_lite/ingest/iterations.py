@@ -290,7 +290,7 @@ def _assign(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     inside = pos < len(ends)
     at = pos[inside]
     inside[inside] = (t[inside] > starts[at]) | ((at == 0) & (t[inside] == starts[at]))
-    data = np.zeros(len(ops), dtype=np.int64)
+    data = np.zeros(len(ops), dtype=np.int32)  # columns.py: Int32
     data[inside] = iterations["iteration"].to_numpy(dtype=np.int64)[pos[inside]]
     out["iteration"] = pd.Series(pd.arrays.IntegerArray(data, ~inside), index=ops.index)
     return out
