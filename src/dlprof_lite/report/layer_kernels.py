@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.frames import cat_mask, groups
+from dlprof_lite.report.frames import cat_mask, groups, sum_by
 from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
 from dlprof_lite.rules.gemm import (
@@ -113,9 +113,7 @@ def _by_kernel(kernels: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     # a kernel without a short name or a verdict still counts.
     group, first = groups(kernels, cols, has)
     found = kernels[cols].take(first).reset_index(drop=True)
-    dur = np.zeros(len(first), dtype=np.int64)
-    np.add.at(dur, group, kernels["dur_ns"].to_numpy(dtype=np.int64)[has])  # exact int64 sums
-    found["dur_ns"] = dur
+    found["dur_ns"] = sum_by(group, kernels["dur_ns"].to_numpy(dtype=np.int64)[has], len(first))
     names, shorts = found["name"].astype(str), found["short_name"].astype(object)
     found["display"] = [display_name(n, s if isinstance(s, str) else None)
                         for n, s in zip(names, shorts, strict=True)]  # fmt: skip

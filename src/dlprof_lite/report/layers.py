@@ -29,7 +29,7 @@ import pandas as pd
 
 from dlprof_lite.errors import SchemaError
 from dlprof_lite.report.buckets import layer_grad_sync
-from dlprof_lite.report.frames import empty_report, groups, ordered, share
+from dlprof_lite.report.frames import empty_report, groups, ordered, share, sum_by
 from dlprof_lite.report.window import NO_ITERATIONS, StepWindow, op_steps, step_of
 from dlprof_lite.rules.gemm import is_tc_eligible
 from dlprof_lite.rules.names import DIRECTIONS, parse_module_range
@@ -194,18 +194,11 @@ def _kernel_rows(kernels: pd.DataFrame) -> pd.DataFrame:
            "step": op_steps(kernels.iloc[first])}  # fmt: skip
     for column, code in (("self_forward_gpu_ns", _FWD), ("self_backward_gpu_ns", _BWD),
                          ("self_recompute_gpu_ns", _REC)):  # fmt: skip
-        out[column] = _sum_by(pair[direction == code], dur[direction == code], n)
+        out[column] = sum_by(pair[direction == code], dur[direction == code], n)
     out["start_ns"] = _min_by(pair, launch_ns, n)
     forward = direction == _FWD
     out["forward_start_ns"] = _min_by(pair[forward], launch_ns[forward], n)
     return pd.DataFrame(out)
-
-
-def _sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums per group (bincount's float weights would round past 2**53)."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, group, values)
-    return out
 
 
 def _min_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -287,10 +280,10 @@ def _own_kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "layer": np.asarray(layer.cat.categories[present], dtype=object),
-            "gpu_ns": _sum_by(group, dur, n)[present],
+            "gpu_ns": sum_by(group, dur, n)[present],
             "kernels": count[present],
-            "tc_gpu_ns": _sum_by(group[tc], dur[tc], n)[present],
-            "host_gap_ns": _sum_by(
+            "tc_gpu_ns": sum_by(group[tc], dur[tc], n)[present],
+            "host_gap_ns": sum_by(
                 group, kernels["host_gap_ns"].to_numpy(dtype=np.int64)[has], n
             )[present],
             "kernel_type": types,

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
-from dlprof_lite.report.frames import empty_report, gpu_ops, groups, ordered, share
+from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share, sum_by
 from dlprof_lite.report.intervals import (
     Timeline,
     bounds,
@@ -48,18 +48,9 @@ _OP_COLUMNS = ["start_ns", "end_ns", "phase"]  # stacked for the busy time and p
 def device_count(kernels: pd.DataFrame, memops: pd.DataFrame, gpus: pd.DataFrame) -> int:
     """GPU timelines, ``(pid, device)``, that ran work; else the devices the export lists;
     at least 1."""
-    # The pairs of each frame, then their union: stacking a million rows first cost 73 MB,
-    # a groupby of each frame's pairs 40 MB.
-    used = len(_pairs(kernels) | _pairs(memops))
+    # Each frame's timelines, then their union: stacking a million rows first cost 73 MB.
+    used = len(set(timelines(kernels)[1]) | set(timelines(memops)[1]))
     return max(used or len(gpus), 1)
-
-
-def _pairs(ops: pd.DataFrame) -> set[tuple[int | None, int | None]]:
-    """The distinct ``(pid, device_id)`` of ``ops`` (None: missing)."""
-    _, first = groups(ops, ["pid", "device_id"], np.ones(len(ops), dtype=bool))
-    pids, devices = ops["pid"].take(first), ops["device_id"].take(first)
-    return {(None if pd.isna(p) else int(p), None if pd.isna(d) else int(d))
-            for p, d in zip(pids, devices, strict=True)}  # fmt: skip
 
 
 def iterations_table(
@@ -168,9 +159,7 @@ def _kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
         it, dur, tc = it[has], dur[has], tc[has]
     n = int(it.max()) + 1 if it.size else 0
     count = np.bincount(it, minlength=n).astype(np.int64)
-    kernel_ns, tc_ns = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    np.add.at(kernel_ns, it, dur)
-    np.add.at(tc_ns, it[tc], dur[tc])
+    kernel_ns, tc_ns = sum_by(it, dur, n), sum_by(it[tc], dur[tc], n)
     present = np.flatnonzero(count > 0)
     index = pd.Index(present, name="iteration")
     sums = {"kernels": count, "kernel_ns": kernel_ns, "tc_ns": tc_ns}
@@ -204,9 +193,9 @@ def _window_gaps(ops: pd.DataFrame, iterations: pd.DataFrame) -> np.ndarray:
     column = np.array([PHASE_COLUMNS.index(str(c)) if c in PHASES else other
                        for c in phase.cat.categories] + [other], dtype=np.intp)  # fmt: skip
     codes = phase.cat.codes.to_numpy()[has][known]  # -1 (missing) picks the last: other
-    out = np.zeros(len(iterations) * len(PHASE_COLUMNS), dtype=np.int64)
-    np.add.at(out, pos * len(PHASE_COLUMNS) + column[codes],
-              np.maximum(np.minimum(start, t1) - lo, 0))  # fmt: skip
+    cells = len(iterations) * len(PHASE_COLUMNS)
+    gaps = np.maximum(np.minimum(start, t1) - lo, 0)
+    out = sum_by(pos * len(PHASE_COLUMNS) + column[codes], gaps, cells)
     return out.reshape(len(iterations), len(PHASE_COLUMNS))
 
 
