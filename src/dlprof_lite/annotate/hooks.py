@@ -225,11 +225,13 @@ def _wrap_dataloader_next(torch: Any, tracker: PhaseTracker) -> Callable[[], Non
 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
-        if _will_yield(self) and not compiling():
-            tracker.on_data(
-                id(getattr(self, "_dataset", self)), functools.partial(_loader_fact, self)
-            )
-        return original(self)
+        if not _will_yield(self) or compiling():
+            return original(self)
+        tracker.on_data(id(getattr(self, "_dataset", self)), functools.partial(_loader_fact, self))
+        try:
+            return original(self)
+        finally:
+            tracker.on_data_end()
 
     cls.__next__ = __next__
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dlprof_lite.rules.names import (
     BACKWARD,
+    BACKWARD_END_MARK,
     COMPILE,
     DDP_BUCKET,
     DOMAIN,
@@ -16,17 +17,20 @@ from dlprof_lite.rules.names import (
     FACT_PREFIX,
     FORWARD,
     ITERATION,
+    MANUAL_MARK,
     MODULE_RANGE_RE,
     OPTIMIZER,
     PHASES,
     RECOMPUTE,
     ROOT_MODULE,
+    UPDATE_MARK,
     ddp_bucket_range,
     module_range,
 )
 
 __all__ = [
     "BACKWARD",
+    "BACKWARD_END_MARK",
     "COMPILE",
     "DDP_BUCKET",
     "DOMAIN",
@@ -34,11 +38,13 @@ __all__ = [
     "FACT_PREFIX",
     "FORWARD",
     "ITERATION",
+    "MANUAL_MARK",
     "MODULE_RANGE_RE",
     "OPTIMIZER",
     "PHASES",
     "RECOMPUTE",
     "ROOT_MODULE",
+    "UPDATE_MARK",
     "ddp_bucket_range",
     "module_range",
 ]

@@ -32,7 +32,8 @@ Training steps (an iteration may hold several optimizer steps, never part of one
   alive set was too large: that set becomes the optimizers that did step;
 - ``data`` starts at ``next()`` of a DataLoader whose batches fed an earlier step (an
   evaluation loader never opens an iteration), or of any loader inside an open iteration
-  that has not stepped (gradient accumulation); it lasts until the forward starts;
+  that has not stepped (gradient accumulation); it lasts until that ``next()`` returns
+  (what the loop does with the batch before its forward is no data loading);
 - ``forward`` starts at a root module's forward with grad on (outside backward), or with
   grad off inside an open iteration that has not stepped (a frozen teacher);
 - ``backward`` starts on entry to ``torch.autograd.backward`` after a root forward
@@ -71,8 +72,11 @@ from typing import Any
 
 from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.backend import Backend, get_backend
-from dlprof_lite.annotate.names import COMPILE, ITERATION, PHASES
+from dlprof_lite.annotate.names import COMPILE, ITERATION, MANUAL_MARK, PHASES
 from dlprof_lite.annotate.steps import INFER, TRAIN, StepBook
+
+# The open phase while a step has not reached its backward (None: its batch was fetched).
+_BEFORE_BACKWARD = ("data", "forward", None)
 
 
 class PhaseTracker(StepBook):
@@ -81,6 +85,7 @@ class PhaseTracker(StepBook):
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._lock = threading.Lock()
+        self._numbers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._iteration: Any = None
         self._kind: str | None = None
         self._phase: str | None = None
@@ -197,6 +202,15 @@ class PhaseTracker(StepBook):
                 self._described.add(source)
                 facts.record("dataloader", describe())
 
+    def on_data_end(self) -> None:
+        """The fetch returned: the data phase is the wait in ``next()`` only (what the loop
+        does with the batch before its forward is the step's, not data loading)."""
+        if self._phase != "data":
+            return
+        with self._lock:
+            if self._phase == "data":
+                self._end_phase()
+
     # --- root forwards and backward ----------------------------------------------------
 
     def on_root_forward(self, module: Any, grad: bool, training: bool = True) -> None:
@@ -212,7 +226,7 @@ class PhaseTracker(StepBook):
             elif self._manual:
                 if self._iteration is not None:
                     self._enter("forward")
-            elif self._kind == TRAIN and not self._stepped and self._phase in ("data", "forward"):
+            elif self._kind == TRAIN and not self._stepped and self._phase in _BEFORE_BACKWARD:
                 self._enter("forward")  # a frozen model inside the step (a teacher)
             else:
                 # Evaluation: it closes a finished step, and its batches feed no training.
@@ -270,7 +284,7 @@ class PhaseTracker(StepBook):
             if self._iteration is not None:
                 self._enter("forward")
             return
-        if self._kind == INFER and (self._infer_root is not None or self._phase != "data"):
+        if self._kind == INFER and (self._infer_root is not None or self._phase == "forward"):
             self._end_iteration()  # a new call while the last one is still open
         self._enter("forward", INFER)
         self._infer_root = id(module)
@@ -312,6 +326,7 @@ class PhaseTracker(StepBook):
         with self._lock:
             if self._manual == 0:
                 self._end_iteration()
+                self.backend.mark(MANUAL_MARK)
                 self._iteration = self.backend.start(
                     ITERATION, self.iterations if index is None else index
                 )

@@ -25,13 +25,18 @@ import threading
 import weakref
 from typing import Any
 
+from dlprof_lite.annotate.backend import Backend
+from dlprof_lite.annotate.names import BACKWARD_END_MARK, UPDATE_MARK
+
 TRAIN, INFER = "train", "infer"
 
 
 class StepBook:
     """Optimizer-step bookkeeping of the tracker (state set up by ``PhaseTracker``)."""
 
+    backend: Backend
     _lock: threading.Lock
+    _numbers: weakref.WeakKeyDictionary[Any, int]  # each optimizer's number, 1, 2, ...
     _phase: str | None
     _kind: str | None
     _manual: int
@@ -72,6 +77,7 @@ class StepBook:
         instead of at ``optimizer.step()``. Before that (the first step) the backward phase
         lasts until the step.
         """
+        self.backend.mark(BACKWARD_END_MARK)  # where a loop without an optimizer's step ends
         with self._lock:
             if self._phase != "backward" or self._depth or self._manual:
                 return  # a closure's backward: the step is already the optimizer's
@@ -130,6 +136,7 @@ class StepBook:
             if self._depth:
                 return
             self.steps += 1
+            self._mark_update(optimizer)
             self._since_fetch += 1
             if self._backward_ends:
                 self._backwards_per_step = self._backward_ends  # learnt from this step
@@ -149,6 +156,18 @@ class StepBook:
                 self._end_phase()  # the iteration waits for the other optimizers
             else:
                 self._end_iteration()
+
+    def _mark_update(self, optimizer: Any) -> None:
+        """The ``update:<n>`` mark: ingest ends each step at its last update's mark."""
+        if self._manual:
+            return  # the script's own iteration() ranges are the steps
+        number = 0
+        if optimizer is not None:
+            try:
+                number = self._numbers.setdefault(optimizer, len(self._numbers) + 1)
+            except TypeError:  # an optimizer that cannot be weakly referenced
+                number = 0
+        self.backend.mark(f"{UPDATE_MARK}{number}")
 
     def _expects_more(self) -> bool:
         """Whether the open iteration's training step has optimizer steps still to come."""

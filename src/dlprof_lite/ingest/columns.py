@@ -190,9 +190,13 @@ GPU_COLUMNS: tuple[Column, ...] = (
 
 ITERATION_COLUMNS: tuple[Column, ...] = (
     _c("iteration", "int64", "", "0-based iteration index in the whole profile"),
-    _c("start_ns", "int64", "ns", "iteration start (end of the previous key range)"),
-    _c("end_ns", "int64", "ns", "iteration end (end of this key range)"),
+    _c("start_ns", "int64", "ns", "step start: its data wait or first forward (annotation); "
+       "else the end of the previous key range"),
+    _c("end_ns", "int64", "ns", "step end: its last optimizer update's end (annotation); else "
+       "the end of this key range"),
     _c("wall_ns", "int64", "ns", "end - start"),
+    _c("between_before_ns", "int64", "ns", "previous step's end to this step's start: time "
+       "between steps (evaluation, logging, checkpoints); 0 for the first"),
     _c("warmup", "bool", "", "before --iter-start (or the default warm-up)"),
     _c("in_window", "bool", "", "inside the --iter-start/--iter-stop window"),
 )

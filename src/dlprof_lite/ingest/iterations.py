@@ -6,9 +6,10 @@ the column contract; :func:`assign_iterations` adds ``iteration`` to kernels and
 their statistics are the report's (:mod:`dlprof_lite.report.iteration_stats`). Sources and
 thresholds are rules (:mod:`dlprof_lite.rules.iterations`).
 
-DLProf's key-node rule: iteration boundaries are the END times of the instances of one key
-range. Iteration ``i`` spans ``(end of instance i-1, end of instance i]``; iteration 0 has no
-previous instance and spans ``[start, end]`` of the first key instance, so the time before
+DLProf's key-node rule (every source but the annotation's steps, rules 3 and 4 below):
+iteration boundaries are the END times of the instances of one key range. Iteration ``i``
+spans ``(end of instance i-1, end of instance i]``; iteration 0 has no previous instance
+and spans ``[start, end]`` of the first key instance, so the time before
 the first key range (imports, model build, data loader start-up) belongs to no iteration.
 Time between two key instances belongs to the later iteration (its data loading, say).
 
@@ -19,16 +20,23 @@ The key range is, in this order (:data:`dlprof_lite.rules.iterations.SOURCES`; t
 2. the script's own numbered step ranges (``step 12``, ``Step#12``, ``train_step_3``, ...),
    which hold the whole step the user means, logging included: "numbered-ranges"; where
    the annotation recorded optimizer steps, at least half of them must hold one;
-3. our annotation layer's ``iteration`` range (domain ``dlprof-lite``), dropping iterations
-   that never reached the optimizer: "annotation";
-4. for scripts without optimizer steps (inference): our ``iteration`` ranges, which the
+3. the annotation's steps: where it recorded optimizer updates (``update:<n>`` marks), each
+   step's bounds are decided here from its marks and phase ranges
+   (:mod:`dlprof_lite.ingest.step_bounds`: from the step's data wait to its update's end,
+   steps not contiguous); a profile of an older annotation, or a script that placed its own
+   ``iteration()`` ranges, gives its ``iteration`` ranges, dropping those that never reached
+   the optimizer: "annotation";
+4. a training loop without an optimizer step (``p.data`` updated by hand): one training
+   forward plus its backward per step, each ending where the next starts:
+   "forward-backward";
+5. for scripts without optimizer steps (inference): our ``iteration`` ranges, which the
    annotation opens for each model call when nothing ever steps; else our ``forward``
    phase ranges; else the repeated calls of a root model (``fwd:model:Net`` with no module
    range around it): "root-model-calls";
-5. the top-level push/pop range name that repeats most on one thread: "most-repeated";
-6. none.
+6. the top-level push/pop range name that repeats most on one thread: "most-repeated";
+7. none.
 
-Rules 2, 4 and 5 are guesses (:data:`dlprof_lite.rules.iterations.GUESSED`): the report
+Rules 2, 5 and 6 are guesses (:data:`dlprof_lite.rules.iterations.GUESSED`): the report
 says which one was used.
 
 Warm-up: iteration 0 (CUDA context, cuDNN autotuning, allocator growth) with at least
@@ -40,6 +48,7 @@ steps), as long as one iteration is left after it. ``--iter-start`` replaces bot
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -48,8 +57,16 @@ import pandas as pd
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import empty_frame
 from dlprof_lite.ingest.key_ranges import most_repeated, numbered_steps, root_model_calls
+from dlprof_lite.ingest.step_bounds import ours, step_instances
 from dlprof_lite.rules.iterations import DEFAULT_WARMUP_MIN_ITERATIONS
-from dlprof_lite.rules.names import COMPILE, DOMAIN, ITERATION, OPTIMIZER
+from dlprof_lite.rules.names import (
+    COMPILE,
+    DOMAIN,
+    ITERATION,
+    MANUAL_MARK,
+    OPTIMIZER,
+    UPDATE_MARK,
+)
 
 _GUESSES = (
     ("root-model-calls", root_model_calls),
@@ -59,6 +76,7 @@ _GUESSES = (
 
 def find_iterations(
     ranges: pd.DataFrame,
+    marks: pd.DataFrame | None = None,
     *,
     key_range: str | None = None,
     iter_start: int | None = None,
@@ -73,14 +91,24 @@ def find_iterations(
     empty window, or a window that selects none of the iterations found.
     """
     _check_window(iter_start, iter_stop)
-    instances, name, source = _key_instances(ranges, key_range)
-    if instances.empty:
+    key = _key_instances(ranges, marks, key_range)
+    if key.instances.empty:
         return empty_frame("iterations"), None, "none"
-    instances = _outermost(_busiest_thread(instances))
-    table = _iteration_table(instances, iter_start, iter_stop)
+    instances = _outermost(_busiest_thread(key.instances))
+    table = _iteration_table(instances, iter_start, iter_stop, key.own_starts)
     if iter_start is None and iter_stop is None:
         table["warmup"] = _compiling_start(table, ranges)
-    return table, name, source
+    return table, key.name, key.source
+
+
+class _Key(NamedTuple):
+    """The key instances, the key's name, its source, and whether each instance is a whole
+    step with its own start (the annotation's decided steps) or only ends one."""
+
+    instances: pd.DataFrame
+    name: str | None
+    source: str
+    own_starts: bool = False
 
 
 def _check_window(iter_start: int | None, iter_stop: int | None) -> None:
@@ -93,33 +121,52 @@ def _check_window(iter_start: int | None, iter_stop: int | None) -> None:
 
 
 def _key_instances(
-    ranges: pd.DataFrame, key_range: str | None
-) -> tuple[pd.DataFrame, str | None, str]:
+    ranges: pd.DataFrame, marks: pd.DataFrame | None, key_range: str | None
+) -> _Key:
     closed = ranges[ranges["closed"].to_numpy(dtype=bool)]
     # A key range never closed (the program died in it) has no end, so no boundary.
     if key_range is not None:
         matched = _regex_names(ranges, key_range)
         picked = closed[closed["name"].isin(matched).to_numpy()]
         shown = matched[0] if len(matched) == 1 else key_range
-        return picked, shown, "key-range"
+        return _Key(picked, shown, "key-range")
     in_domain = (closed["domain"] == DOMAIN).to_numpy()
     names = closed["name"]
     optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
     numbered, name = numbered_steps(ranges)
     if name is not None and _whole_steps(numbered, optimizer):
-        return numbered, name, "numbered-ranges"
+        return _Key(numbered, name, "numbered-ranges")
+    decided = _decided_steps(ranges, marks, optimizer)
+    if decided is not None:
+        return decided
     ours = (names == ITERATION).to_numpy() & in_domain
     if ours.any():
         if optimizer.empty:
             # No optimizer step anywhere: the annotation's iterations are inference calls of
             # the model (annotate/phases.py), one per call: a guess at the step.
-            return closed[ours], ITERATION, "root-model-calls"
-        return _complete(closed[ours], optimizer), ITERATION, "annotation"
+            return _Key(closed[ours], ITERATION, "root-model-calls")
+        return _Key(_complete(closed[ours], optimizer), ITERATION, "annotation")
     for source, rule in _GUESSES:
         instances, name = rule(ranges)
         if name is not None:
-            return instances, name, source
-    return closed.iloc[:0], None, "none"
+            return _Key(instances, name, source)
+    return _Key(closed.iloc[:0], None, "none")
+
+
+def _decided_steps(
+    ranges: pd.DataFrame, marks: pd.DataFrame | None, optimizer: pd.DataFrame
+) -> _Key | None:
+    """The annotation's steps decided from its marks and phases (step_bounds.py), or None:
+    no annotation marks (an older annotation's profile) or the script's own iterations."""
+    if marks is None or marks.empty or ours(marks, (MANUAL_MARK,)).any():
+        return None
+    if ours(marks, prefix=UPDATE_MARK).any():
+        return _Key(step_instances(ranges, marks), ITERATION, "annotation", own_starts=True)
+    if optimizer.empty and ours(ranges, ("backward",)).any():
+        steps = step_instances(ranges, marks)
+        if not steps.empty:
+            return _Key(steps, "forward", "forward-backward", own_starts=True)
+    return None
 
 
 def _whole_steps(numbered: pd.DataFrame, optimizer: pd.DataFrame) -> bool:
@@ -198,12 +245,16 @@ def _outermost(instances: pd.DataFrame) -> pd.DataFrame:
 
 
 def _iteration_table(
-    instances: pd.DataFrame, iter_start: int | None, iter_stop: int | None
+    instances: pd.DataFrame, iter_start: int | None, iter_stop: int | None, own_starts: bool
 ) -> pd.DataFrame:
+    """Iteration rows; ``own_starts``: each instance starts a step (the annotation's steps),
+    else an iteration starts where the previous key instance ended (the key-node rule)."""
     end = instances["end_ns"].to_numpy(dtype=np.int64)
     start = np.empty_like(end)
     start[0] = instances["start_ns"].iloc[0]
-    start[1:] = end[:-1]
+    start[1:] = instances["start_ns"].to_numpy(np.int64)[1:] if own_starts else end[:-1]
+    between = np.zeros_like(end)
+    between[1:] = start[1:] - end[:-1]
     index = np.arange(len(end), dtype=np.int64)
     explicit = iter_start is not None or iter_stop is not None
     lo = iter_start or 0
@@ -223,6 +274,7 @@ def _iteration_table(
             "start_ns": start,
             "end_ns": end,
             "wall_ns": end - start,
+            "between_before_ns": between,
             "warmup": warmup,
             "in_window": in_window,
         }

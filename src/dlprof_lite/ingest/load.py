@@ -104,7 +104,7 @@ def enrich(
     kernels, memops = launch_overhead(kernels, memops)
     kernels, memops = assign_layers(kernels, memops, ranges)
     iterations, key_name, key_source = find_iterations(
-        ranges, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop
+        ranges, raw.marks, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop
     )
     kernels, memops = assign_iterations(kernels, memops, iterations)
     ranges = enrich_ranges(ranges, kernels, memops)  # per-range GPU work reads the TC flags

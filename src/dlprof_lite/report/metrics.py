@@ -174,9 +174,13 @@ _SHARED = "time where phases overlap goes to the first of " + ", ".join(GPU_PRIO
 
 ITERATION_REPORT = _cols(
     ("iteration", "", "0-based iteration index in the whole profile"),
-    ("start_ns", "ns", "iteration start (end of the previous key range)"),
-    ("end_ns", "ns", "iteration end (end of this key range)"),
+    ("start_ns", "ns", "step start: its data wait or first forward (annotation); else the end "
+     "of the previous key range"),
+    ("end_ns", "ns", "step end: its last optimizer update's end (annotation); else the end of "
+     "this key range"),
     ("wall_ns", "ns", "end - start"),
+    ("between_before_ns", "ns", "previous step's end to this step's start: time between steps "
+     "(evaluation, logging, checkpoints), in no step; 0 for the first"),
     ("warmup", "", "iteration is part of the warm-up"),
     ("in_window", "", "iteration is inside the --iter-start/--iter-stop window"),
     ("gpu_busy_ns", "ns", "time in [start, end) some GPU op ran, summed over devices"),

@@ -19,7 +19,8 @@ STEADY_MIN_ITERATIONS = 2
 DEFAULT_WARMUP_MIN_ITERATIONS = 3
 
 SOURCES = (
-    "key-range", "numbered-ranges", "annotation", "root-model-calls", "most-repeated", "none"
+    "key-range", "numbered-ranges", "annotation", "forward-backward", "root-model-calls",
+    "most-repeated", "none",
 )  # fmt: skip
 # Key rules that guess which range is the step: the summary warns and names --key-range.
 GUESSED = ("numbered-ranges", "root-model-calls", "most-repeated")

@@ -41,6 +41,13 @@ How they are written (:mod:`dlprof_lite.annotate`):
 - ``ddp:bucket:<id>``: a push/pop range around the all-reduce of one DDP gradient bucket,
   inside the backward pass; the ``ddp_bucket`` fact with that id says whose gradients it
   carries (:mod:`dlprof_lite.annotate.ddp`);
+- ``update:<n>``: an NVTX mark at the end of each outermost ``optimizer.step()`` (the end of
+  an update), ``n`` the optimizer's number (1, 2, ... in the order each first stepped);
+  ``backward-end``: a mark at the end of each top-level backward pass;
+  ``manual-iteration``: a mark where the script opens an ``iteration()`` of its own (its
+  ``iteration`` ranges are then the steps, and no update marks are written inside). Ingest
+  decides each step's bounds from these marks and the phase ranges
+  (:mod:`dlprof_lite.ingest.step_bounds`);
 - run facts are NVTX *marks* in the domain whose text is ``fact:`` and a JSON object, e.g.
   ``fact:{"dataloader": {"num_workers": 4, ...}}``; the keys are listed in :data:`FACT_KEYS`.
 """
@@ -61,6 +68,9 @@ FORWARD = "fwd"
 BACKWARD = "bwd"
 RECOMPUTE = "rec"
 FACT_PREFIX = "fact:"
+UPDATE_MARK = "update:"  # + the optimizer's number: the end of one optimizer update
+BACKWARD_END_MARK = "backward-end"  # the end of one top-level backward pass
+MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: they are the steps
 # What a fact mark may hold (one top-level key per mark, value a JSON object):
 # - dataloader: one per DataLoader that fed a data phase: num_workers, batch_size,
 #   pin_memory, persistent_workers, length (batches per epoch, null when unsized);
