@@ -333,16 +333,31 @@ def assign_iterations(
 def _assign(ops: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     out = ops.copy(deep=False)  # new columns only: the input is never touched
     launch = ops["api_start_ns"].astype("Int64").fillna(ops["start_ns"].astype("Int64"))
-    t = launch.to_numpy(dtype=np.int64)
-    ends = iterations["end_ns"].to_numpy(dtype=np.int64)
+    at = step_at(launch.to_numpy(dtype=np.int64).astype(np.int64), iterations)
+    inside = at >= 0
+    data = np.zeros(len(ops), dtype=np.int32)  # columns.py: Int32
+    data[inside] = iterations["iteration"].to_numpy(dtype=np.int64)[at[inside]]
+    out["iteration"] = pd.Series(pd.arrays.IntegerArray(data, ~inside), index=ops.index)
+    return out
+
+
+def step_at(times: npt.NDArray[np.int64], iterations: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """The row of ``iterations`` (in start order) holding each time, -1 for none.
+
+    A step holds ``(start, end]``: where steps tile the run, an instant on a boundary is the
+    step that ends there. A step's own start is its too where nothing ends there (the first
+    step, and every step with time between steps before it: ``[start, end]``)."""
+    out = np.full(len(times), -1, dtype=np.int64)
+    if iterations.empty or not len(times):
+        return out
     starts = iterations["start_ns"].to_numpy(dtype=np.int64)
-    # First iteration whose end is >= t; it holds t when t is after its start: (start, end].
-    # Iteration 0 also holds its own start, the start of the first key instance.
+    ends = iterations["end_ns"].to_numpy(dtype=np.int64)
+    opens = np.ones(len(starts), dtype=bool)  # whether a step holds its own start
+    opens[1:] = starts[1:] > ends[:-1]
+    t = np.asarray(times, dtype=np.int64)
     pos = np.searchsorted(ends, t, side="left")
     inside = pos < len(ends)
     at = pos[inside]
-    inside[inside] = (t[inside] > starts[at]) | ((at == 0) & (t[inside] == starts[at]))
-    data = np.zeros(len(ops), dtype=np.int32)  # columns.py: Int32
-    data[inside] = iterations["iteration"].to_numpy(dtype=np.int64)[pos[inside]]
-    out["iteration"] = pd.Series(pd.arrays.IntegerArray(data, ~inside), index=ops.index)
+    inside[inside] = (t[inside] > starts[at]) | ((t[inside] == starts[at]) & opens[at])
+    out[inside] = pos[inside]
     return out

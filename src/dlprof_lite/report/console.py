@@ -58,9 +58,18 @@ def _header_lines(s: Summary) -> list[str | Text]:
             f" median {_t(s['iterations_median_ns'])}, p90 {_t(s['iterations_p90_ns'])},"
             f" cv {_pct(s['iterations_cv'])}{steady}"
         )
-        lines += _step_lines(s)
+        outside = _outside_line(s)
+        lines += [*([outside] if outside else []), *_step_lines(s)]
     projected = _projection_line(s)
     return [*lines, *([projected] if projected else []), _window_line(s)]
+
+
+def _outside_line(s: Summary) -> str | None:
+    """Time in no step (evaluation, logging, checkpoints; after the last step), when any."""
+    between, after = s.number("between_steps_ns") or 0, s.number("after_training_ns") or 0
+    if not between and not after:
+        return None
+    return f"outside steps: between steps {_long(between)} · after training {_long(after)}"
 
 
 def _system(s: Summary) -> str:

@@ -372,6 +372,10 @@ SUMMARY_REPORT = _cols(
     ("iterations_cv", "", "iterations_std_ns / iterations_mean_ns (coefficient of variation)"),
     ("steady_start", "", "suggested --iter-start when variance is high (longest near-median run)"),
     ("steady_stop", "", "suggested --iter-stop (exclusive) for that run"),
+    ("between_steps_ns", "ns", "time between steps, summed over the run: each step's "
+     "between_before_ns (evaluation, logging, checkpoints; in no step's figures)"),
+    ("after_training_ns", "ns", "the last step's end to the program's last recorded event "
+     "(a final evaluation, saving the model)"),
     ("step_utilization", "", "gpu_busy_ns / (wall_ns x devices) over analysed iterations"),
     *(
         (f"step_{p}_ns", "ns", f"mean per analysed step of device time in {p}-phase GPU ops")

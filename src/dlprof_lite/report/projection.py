@@ -9,8 +9,9 @@ checkpoints). Both are measured in the profile:
 - ``startup``: from the program's start (its ``import torch``, where the annotation records
   the ``process`` fact; else the capture's start) to the first iteration, plus what the
   warm-up iterations took beyond the steady step; counted once per training run.
-- ``outside`` (per epoch): time between steps (an iteration's start, the previous step's
-  end, to its first training-phase range: an evaluation loop between epochs), plus the
+- ``outside`` (per epoch): time between steps (a step's ``between_before_ns``, the
+  previous step's end to its start, plus, for key ranges that tile the run, an iteration's
+  start to its first training-phase range: an evaluation loop between epochs), plus the
   time after the last step to the program's last recorded event (the final evaluation),
   divided by the epochs the profile covered (at least one).
 - ``step``: each analysed iteration's wall time less its between-steps time; mean, p10, p90.
@@ -66,15 +67,15 @@ def project(
     steps, source, why = _steps_per_epoch(profile, iterations, facts, given.steps_per_epoch)
     if steps is None:
         return values, [NO_PROJECTION + why]
-    between = _between_steps(iterations, _phase_starts(profile.ranges))
-    step = analysed["wall_ns"].to_numpy(np.float64) - between[_analysed_mask(iterations)]
+    inside = _between_steps(iterations, _phase_starts(profile.ranges))
+    step = analysed["wall_ns"].to_numpy(np.float64) - inside[_analysed_mask(iterations)]
     mean = float(step.mean())
     p10, p90 = (float(v) for v in np.percentile(step, [10, 90]))
-    startup = _startup(profile, facts, iterations, between, mean)
-    last = int(iterations["end_ns"].max())
-    after = _program_end(profile, facts, last) - last
+    startup = _startup(profile, facts, iterations, inside, mean)
+    gaps = outside_steps(profile, iterations, facts)
     # Per epoch: what the profile saw outside steps, over the epochs it covered.
-    outside = (float(between.sum()) + after) / max(1, round(len(iterations) / steps))
+    seen = float(inside.sum()) + gaps["between_steps_ns"] + gaps["after_training_ns"]
+    outside = seen / max(1, round(len(iterations) / steps))
     values.update(
         projection_steps_per_epoch=steps,
         projection_steps_source=source,
@@ -90,6 +91,22 @@ def project(
         values[f"projection_epoch{suffix}_ns"] = epoch
         values[f"projection_train{suffix}_ns"] = startup + epochs * epoch
     return values, _caveats(facts, len(iterations), steps)
+
+
+def outside_steps(
+    profile: Profile, iterations: pd.DataFrame, facts: list[_Fact] | None = None
+) -> dict[str, int]:
+    """``between_steps_ns``: the time from each step's end to the next one's start, summed
+    (evaluation, logging, checkpoints); ``after_training_ns``: the last step's end to the
+    program's last recorded event. Both 0 without steps."""
+    if iterations.empty:
+        return {"between_steps_ns": 0, "after_training_ns": 0}
+    facts = _fact_marks(profile.marks) if facts is None else facts
+    last = int(iterations["end_ns"].max())
+    return {
+        "between_steps_ns": int(iterations["between_before_ns"].sum()),
+        "after_training_ns": _program_end(profile, facts, last) - last,
+    }
 
 
 def _analysed_mask(iterations: pd.DataFrame) -> np.ndarray:

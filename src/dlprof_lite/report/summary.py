@@ -32,7 +32,7 @@ from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations, key_regex
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.projection import ProjectionInput, project
+from dlprof_lite.report.projection import ProjectionInput, outside_steps, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
     annotation_summary,
@@ -79,6 +79,7 @@ def summarize(
     flat.update(_launch_overhead(profile, iterations, busy, devices))
     flat.update(_compile_totals(profile.ranges))
     flat.update(iteration_summary(iterations))
+    flat.update(outside_steps(profile, iterations))
     flat.update(step_breakdown(iterations, devices))
     flat.update(memcpy_facts(profile.memops))
     session = (meta.session_start_ns, meta.session_end_ns)
@@ -287,9 +288,20 @@ _RULES = {
 }
 
 
+# A training loop that updates its parameters by hand (``p.data.add_``): torch has no hook
+# for that, and torch functions are not patched, so a step is one forward plus its backward.
+NO_OPTIMIZER_STEPS = (
+    "no optimizer step was seen: each step is one training forward of the model plus its "
+    "backward, ending where the next starts (updates made by hand, e.g. p.data.add_, have no "
+    "hook); name a step range of your own with --key-range REGEX if a step holds more"
+)
+
+
 def _key_warnings(profile: Profile) -> list[str]:
     """A guessed key range (iterations.GUESSED) says so, and how to choose another."""
     meta = profile.meta
+    if meta.key_range_source == "forward-backward":
+        return [NO_OPTIMIZER_STEPS]
     if meta.key_range_source not in GUESSED or meta.key_range is None:
         return []
     if meta.key_range_source == "numbered-ranges":

@@ -186,6 +186,8 @@ class Iterations(_Group):
     iterations_cv: float | None
     steady_start: int | None
     steady_stop: int | None
+    between_steps_ns: int | None
+    after_training_ns: int | None
 
 
 @dataclass(frozen=True)

@@ -81,20 +81,23 @@ def choose_window(
 
 
 def step_of(times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:
-    """The iteration holding each time, -1 for none: ``(start, end]``, iteration 0 also its
-    own start (ingest's rule for GPU ops, here for ranges by their start)."""
+    """The iteration holding each time, -1 for none: ``(start, end]``, and its own start
+    where no step ends there (the first, and one with ``between_before_ns``): ingest's rule
+    for GPU ops (``ingest.iterations.step_at``), here for ranges by their start."""
     out = np.full(len(times), -1, dtype=np.int64)
     if iterations.empty or not len(times):
         return out
     table = iterations.sort_values("start_ns")
     starts = table["start_ns"].to_numpy(dtype=np.int64)
     ends = table["end_ns"].to_numpy(dtype=np.int64)
+    opens = table["between_before_ns"].to_numpy(dtype=np.int64) > 0
+    opens[0] = True
     index = table["iteration"].to_numpy(dtype=np.int64)
     t = np.asarray(times, dtype=np.int64)
     pos = np.searchsorted(ends, t, side="left")
     inside = pos < len(ends)
     at = pos[inside]
-    inside[inside] = (t[inside] > starts[at]) | ((at == 0) & (t[inside] == starts[at]))
+    inside[inside] = (t[inside] > starts[at]) | ((t[inside] == starts[at]) & opens[at])
     out[inside] = index[pos[inside]]
     return out
 
