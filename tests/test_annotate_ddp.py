@@ -62,7 +62,8 @@ def ddp_truth() -> tuple[list[dict[int, dict[str, int]]], dict[str, torch.Tensor
     """Per step, DDP's buckets as a comm hook sees them (index -> layer -> gradient bytes),
     and the trained weights, from an unannotated run."""
     model = ddp(make_model())
-    owner = {id(p): name.rsplit(".", 1)[0] for name, p in model.named_parameters()}
+    # Layer names leave DDP out (no ``module.``): the wrapped model's own parameter names.
+    owner = {id(p): name.rsplit(".", 1)[0] for name, p in model.module.named_parameters()}
     steps: list[dict[int, dict[str, int]]] = []
 
     def hook(state: Any, bucket: Any) -> Any:
@@ -111,7 +112,6 @@ def test_buckets_are_tagged_with_their_layers(recorder: Recorder, group: Any) ->
         assert len(seen) == len(expected), f"step {step}: one range per bucket"
         for item in seen:
             fact = facts[int(DDP_BUCKET_RE.match(item.name)["id"])]  # type: ignore[index]
-            # DDP's parameter names carry its ``module.`` prefix, as the layer names do.
             assert fact["layers"] == expected[fact["index"]], (step, fact)
             assert fact["bytes"] == sum(expected[fact["index"]].values())
             assert fact["model"] == "model"

@@ -217,14 +217,14 @@ def test_two_roots_get_distinct_binding_names(recorder: Recorder) -> None:
     found = roots(recorder.ranges)
     assert found == {"fwd:teacher:Student": 2, "fwd:ema_model:Student": 2,
                      "fwd:student:Student": 2, "fwd:gen:Student": 2, "fwd:disc:Student": 2,
-                     "fwd:model:Student": 1, "fwd:model_2:Student": 1}  # fmt: skip
+                     "fwd:model:Student": 1, "fwd:model#2:Student": 1}  # fmt: skip
     children = Counter(r.name for r in recorder.ranges if r.name.endswith("fc:Linear"))
     # only the root named "model" keeps its children's short names; the others are prefixed
     assert children == {"fwd:teacher.fc:Linear": 2, "fwd:ema_model.fc:Linear": 2,
                         "fwd:student.fc:Linear": 2,
                         "bwd:student.fc:Linear": 2, "fwd:gen.fc:Linear": 2,
                         "bwd:gen.fc:Linear": 2, "fwd:disc.fc:Linear": 2, "bwd:disc.fc:Linear": 2,
-                        "fwd:fc:Linear": 1, "fwd:model_2.fc:Linear": 1}  # fmt: skip
+                        "fwd:fc:Linear": 1, "fwd:model#2.fc:Linear": 1}  # fmt: skip
 
 
 def test_names_are_the_same_on_every_run(recorder: Recorder) -> None:

@@ -19,6 +19,7 @@ from dlprof_lite.compare.deltas import (
     REMOVED,
     SUMMARY,
     Delta,
+    renamed_layers,
     side_deltas,
 )
 
@@ -185,3 +186,34 @@ def test_layers_rank_by_median_self_time_not_a_few_slow_steps() -> None:
     assert layers[("stall", "forward", "self_wall_ns")].delta == 3 * MS  # the mean moved
     assert layers[("stall", "forward", "self_wall_median_ns")].delta == 0
     assert layers[("steady", "forward", "self_wall_median_ns")].delta == 1 * MS
+
+
+def test_layers_named_before_wrappers_were_seen_through_are_matched() -> None:
+    """A run stored with DDP's ``module.`` and Lightning's ``_lightning_module`` against one
+    with plain names: matched, and one warning line says the names changed."""
+    old = [dict(layer="model", self_forward_wall_ns=1 * MS * N),
+           dict(layer="module.conv", self_forward_wall_ns=2 * MS * N),
+           dict(layer="_lightning_module.fc", self_forward_wall_ns=3 * MS * N),
+           dict(layer="module.module", self_forward_wall_ns=1 * MS * N)]  # fmt: skip
+    new = [dict(layer="model", self_forward_wall_ns=1 * MS * N),
+           dict(layer="conv", self_forward_wall_ns=2 * MS * N),
+           dict(layer="fc", self_forward_wall_ns=4 * MS * N),
+           dict(layer="module", self_forward_wall_ns=1 * MS * N)]  # fmt: skip
+    a, b = side("A", run([MS] * N, layer_rows=old)), side("B", run([MS] * N, layer_rows=new))
+    assert renamed_layers(a, b) == {"module.conv": "conv", "_lightning_module.fc": "fc",
+                                    "module.module": "module"}  # fmt: skip
+    layers = _by(side_deltas(a, b), LAYER)
+    fc = layers[("fc", "forward", "self_wall_ns")]
+    assert (fc.status, fc.baseline_value, fc.value) == ("both", 3 * MS, 4 * MS)
+    assert not [k for k in layers if "module." in k[0] or "_lightning" in k[0]]
+    warnings = compare_sides([a, b]).warnings
+    changed = [w for w in warnings if w.startswith("layer names changed")]
+    assert len(changed) == 1 and "module.conv -> conv" in changed[0], warnings
+    assert not [w for w in warnings if w.startswith("layers only in")], warnings
+
+
+def test_same_names_are_never_renamed() -> None:
+    rows = [dict(layer="model"), dict(layer="module.fc")]  # a user's attribute called module
+    a, b = side("A", run([MS] * N, layer_rows=rows)), side("B", run([MS] * N, layer_rows=rows))
+    assert renamed_layers(a, b) == {}
+    assert not [w for w in compare_sides([a, b]).warnings if "names changed" in w]

@@ -112,6 +112,20 @@ def test_layers_without_kernels_have_no_shares() -> None:
 # --- device ------------------------------------------------------------------------------
 
 
+def test_wrapper_column_from_the_module_facts() -> None:
+    """The wrappers a layer's model ran in, from its fact; empty without one (a fact written
+    before the field existed, or a layer with no fact)."""
+    ranges = [R("fwd:model:Net", 0, 1000, [R("fwd:fc:Linear", 100, 500)]),
+              R("fwd:old:Net", 2000, 3000)]  # fmt: skip
+    marks = [module("model", "Net", 1, wrapper="DistributedDataParallel, Lightning"),
+             module("fc", "Linear", 101, wrapper="DistributedDataParallel, Lightning"),
+             module("old", "Net", 2001)]  # fmt: skip
+    out = implementations(ranges, [], marks, layers=["model", "fc", "old", "none"])
+    assert out["wrapper"].to_dict() == {"model": "DistributedDataParallel, Lightning",
+                                        "fc": "DistributedDataParallel, Lightning",
+                                        "old": None, "none": None}  # fmt: skip
+
+
 def test_device_from_kernels_and_recorded_device() -> None:
     """model holds fc1 (kernels) and flat (a view: no kernels, CUDA inputs): both GPU, and so
     is the container without kernels of its own; emb got CPU inputs and launched a copy

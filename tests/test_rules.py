@@ -245,3 +245,24 @@ def test_launch_and_sync_apis_on_real_api_names(corpus_dir: Path) -> None:
     assert not (sync & launch)
     versioned = set(frame[frame.str.contains(apis.VERSION_SUFFIX_PATTERN)])
     assert "cudaLaunchKernel_v7000" in versioned and "cudaLaunchKernel" not in versioned
+
+
+# ---- names wrappers added (rules/wrappers.py; the classes: test_annotate_wrappers.py) ------
+
+
+def test_legacy_names_lose_the_wrapper_segments() -> None:
+    from dlprof_lite.rules.wrappers import adds_wrappers, without_wrappers
+
+    assert without_wrappers("module.layer1.0.conv1") == "layer1.0.conv1"
+    assert without_wrappers("_lightning_module.fc") == "fc"
+    assert without_wrappers("_lightning_module") == "model"
+    assert without_wrappers("_orig_mod.fc") == "fc"
+    assert without_wrappers("_fsdp_wrapped_module.layer1._fsdp_wrapped_module.0") == "layer1.0"
+    assert without_wrappers("student.fc") == "student.fc"
+    assert adds_wrappers("module.module", "module")  # a user's attribute under DDP
+    assert adds_wrappers("_lightning_module", "model")
+    assert adds_wrappers("_fsdp_wrapped_module.layer1._fsdp_wrapped_module.0", "layer1.0")
+    assert not adds_wrappers("module.fc", "module.fc")
+    assert not adds_wrappers("encoder.fc", "fc")
+    assert not adds_wrappers("module.fc", "_orig_mod.fc")
+

@@ -19,8 +19,11 @@ MAX_MODULE_FACTS = 10_000
 _MAX_INPUTS = 4  # shapes listed per call; more are counted, not listed
 
 
-def describe(module: torch.nn.Module, layer: str, type_name: str, args: Any) -> str:
-    """The mark text of the ``module`` fact of ``module``'s first call with ``args``."""
+def describe(
+    module: torch.nn.Module, layer: str, type_name: str, args: Any, wrapper: str | None = None
+) -> str:
+    """The mark text of the ``module`` fact of ``module``'s first call with ``args``;
+    ``wrapper``: the wrappers around it, as words (:mod:`.wrappers`)."""
     found = list(tensors(args))
     shapes = ["x".join(str(int(n)) for n in t.shape) or "scalar" for t in found[:_MAX_INPUTS]]
     if len(found) > _MAX_INPUTS:
@@ -40,6 +43,7 @@ def describe(module: torch.nn.Module, layer: str, type_name: str, args: Any) -> 
             "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
             "tf32_conv": bool(torch.backends.cudnn.allow_tf32),
             "device": device,
+            "wrapper": wrapper,
         },
     )
 

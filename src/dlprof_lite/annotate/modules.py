@@ -36,12 +36,16 @@ callback (once per graph task) that reports the end of the pass (``tracker.on_ba
 what runs between the last backward and the step is the optimizer's, see :mod:`.steps`).
 
 Names (rule in :mod:`.roots`): a root model is named by the variable or attribute it is bound
-to (``student``, ``ema_model``, ``models["gen"]`` → ``gen``), else ``model``, ``model_2``, …;
-a root with neither children nor parameters (a loss module) by its class. The submodules of
-the model named ``model`` keep their plain qualified names (``layer1.0.conv1``); those of every
-other root are prefixed with the root's name (``student.fc1``, ``ema_model.layer1.0.conv1``),
-so a script's usual single ``model`` reads as before and two models never share a layer. A
-module with no known name is named by its parent's name and its own class.
+to (``student``, ``ema_model``, ``models["gen"]`` → ``gen``), else ``model``; another model
+object under a name already given is ``model#2``, ``model#3``, …; a root with neither
+children nor parameters (a loss module) by its class. The submodules of the model named
+``model`` keep their plain qualified names (``layer1.0.conv1``); those of every other root are
+prefixed with the root's name (``student.fc1``, ``model#2.layer1.0.conv1``), so a script's
+usual single ``model`` reads as before and two models never share a layer. A module with no
+known name is named by its parent's name and its own class. Wrappers (DDP, FSDP,
+``torch.compile``, Lightning, DeepSpeed; :mod:`.wrappers`) are seen through: the wrapper's
+range is its model's layer, the wrapped module's own call inside it pushes nothing, and no
+name carries a wrapper's attribute (``module.``, ``_orig_mod.``).
 
 Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces). DDP models: a
 root forward remembers them, the first backward pass hooks their gradient buckets
@@ -205,7 +209,9 @@ class ModuleRanges:
             if self._tracker is not None:
                 self._watch.disarm()  # type: ignore[union-attr]
                 self._tracker.on_root_forward(module, grad, module.training)
-        pushed = self._ranges and (self._depth is None or name.depth <= self._depth)
+        # A wrapper's module called inside it is the wrapper's layer: one range, not two.
+        pushed = (self._ranges and (root or not name.alias)
+                  and (self._depth is None or name.depth <= self._depth))  # fmt: skip
         if not name.described:
             self._describe(module, name, args)  # after any phase event it starts
         stack = frame.stack
@@ -231,7 +237,7 @@ class ModuleRanges:
         name.described = True
         if self._described < MAX_MODULE_FACTS:
             self._described += 1
-            self._backend.mark(describe(module, name.qualname, name.type, args))
+            self._backend.mark(describe(module, name.qualname, name.type, args, name.wrapper))
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         """Forward hook, with or without kwargs (torch drops them when forward raised)."""

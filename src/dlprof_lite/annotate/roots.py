@@ -3,15 +3,20 @@
 Names. A root is a module called with no annotated forward open on its thread. A root with
 neither submodules nor parameters of its own (a loss module) is named by its class. A model
 root is named, once, at its first forward, by the variable or attribute it is bound to: the
-caller frames outside torch and dlprof-lite are scanned (innermost first, at most
-:data:`MAX_FRAMES`) for a local bound to the module object (``student``, ``ema_model``), an
-attribute of a ``self`` that is not itself a module (``self.teacher`` → ``teacher``), or a
-string-keyed dict entry (``models["gen"]`` → ``gen``); then the same frames' globals. The
-first candidate no other live root has taken wins; with none, roots are ``model``,
-``model_2``, … in first-call order. Characters other than letters, digits, ``_`` and ``-``
-become ``_`` (no ``:`` or ``.`` in a root name). The scan reads dicts in insertion order, so
-the same script gets the same names on every run. A ``torch.compile`` wrapper is named as the
-module it wraps (its binding, its class).
+caller frames outside torch, dlprof-lite and the frameworks that call models themselves
+(:data:`~dlprof_lite.rules.wrappers.FRAMEWORK_PACKAGES`: Lightning's strategy holds the
+model as ``_lightning_module``, a name of its own) are scanned (innermost first, at most
+:data:`MAX_FRAMES`) for a local bound to the module object or to the model inside its
+wrappers (``student``, ``ema_model``), an attribute of a ``self`` that is not itself a module
+(``self.teacher`` → ``teacher``), or a string-keyed dict entry (``models["gen"]`` → ``gen``);
+then the same frames' globals. The first candidate no other root has taken wins; with none,
+the first candidate (else ``model``) gets the next free number: ``model#2``, ``model#3``, ...
+A name is never given twice in a run: each model object is its own root, so a model reloaded
+into the same variable (``model = torch.load(...)``) is ``model#2``, its layers
+``model#2.layer1...``. Characters other than letters, digits, ``_`` and ``-`` become ``_``
+(no ``:``, ``.`` or ``#`` in a bound name). The scan reads dicts in insertion order, so the
+same script gets the same names on every run. A wrapper (DDP, FSDP, ``torch.compile``, ...,
+see :mod:`.wrappers`) is named as the model it wraps (its binding, its class).
 
 Backward start. The backward phase must start when autograd starts, before the loss's own
 backward nodes run (a functional loss, ``GradScaler.scale(loss)``, two losses summed): torch
@@ -28,17 +33,18 @@ starts the phase (then later: after the loss's own backward).
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import sys
 import threading
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 import torch
+
+from dlprof_lite.rules.names import ROOT_MODULE
+from dlprof_lite.rules.wrappers import FRAMEWORK_PACKAGES
 
 MAX_FRAMES = 8
 MAX_EVENTS = 2000
@@ -48,6 +54,7 @@ _OWN_DIRS = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
 )
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+NUMBER = "#"  # model#2: a second model object under a name another root holds
 
 
 def is_model(module: torch.nn.Module) -> bool:
@@ -55,14 +62,6 @@ def is_model(module: torch.nn.Module) -> bool:
     return next(module.children(), None) is not None or any(
         True for _ in module.parameters(recurse=False)
     )
-
-
-def unwrapped(module: torch.nn.Module) -> torch.nn.Module:
-    """The module a ``torch.compile`` wrapper (``OptimizedModule``) wraps, else itself."""
-    if type(module).__name__ != "OptimizedModule":
-        return module
-    inner = module._modules.get("_orig_mod")
-    return inner if isinstance(inner, torch.nn.Module) else module
 
 
 _generated: dict[type, bool] = {}
@@ -81,34 +80,33 @@ class RootNames:
     """Distinct, stable names for model roots (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._taken: dict[str, weakref.ref[torch.nn.Module]] = {}
-        self._counter = itertools.count(1)
+        self._taken: set[str] = set()
 
-    def name(self, module: torch.nn.Module, frame: FrameType | None) -> str:
-        targets = (module, unwrapped(module))
-        for candidate in binding_names(targets, frame):
-            if self._free(candidate):
-                return self._take(candidate, module)
-        while True:
-            number = next(self._counter)
-            candidate = "model" if number == 1 else f"model_{number}"
-            if self._free(candidate):
-                return self._take(candidate, module)
+    def name(self, targets: tuple[torch.nn.Module, ...], frame: FrameType | None) -> str:
+        """The name of the root ``targets[0]`` (``targets``: it and the modules it wraps)."""
+        found = binding_names(targets, frame)
+        for candidate in found:
+            if candidate not in self._taken:
+                return self._take(candidate)
+        base = found[0] if found else ROOT_MODULE
+        if base not in self._taken:
+            return self._take(base)
+        number = 2
+        while f"{base}{NUMBER}{number}" in self._taken:
+            number += 1
+        return self._take(f"{base}{NUMBER}{number}")
 
-    def _free(self, name: str) -> bool:
-        ref = self._taken.get(name)
-        return ref is None or ref() is None
-
-    def _take(self, name: str, module: torch.nn.Module) -> str:
-        self._taken[name] = weakref.ref(module)
+    def _take(self, name: str) -> str:
+        self._taken.add(name)
         return name
 
 
 def binding_names(targets: tuple[object, ...], frame: FrameType | None) -> list[str]:
     """Names bound to one of ``targets`` in the user frames from ``frame`` outwards."""
+    skipped = _skipped_dirs()
     frames: list[FrameType] = []
     while frame is not None and len(frames) < MAX_FRAMES:
-        if not frame.f_code.co_filename.startswith(_OWN_DIRS):
+        if not frame.f_code.co_filename.startswith(skipped):
             frames.append(frame)
         frame = frame.f_back
     found: list[str] = []
@@ -123,6 +121,16 @@ def binding_names(targets: tuple[object, ...], frame: FrameType | None) -> list[
         if user.f_globals is not user.f_locals:
             _scan(user.f_globals, targets, found)
     return [clean for clean in (_BAD_CHARS.sub("_", name) for name in found) if clean]
+
+
+def _skipped_dirs() -> tuple[str, ...]:
+    """Our own and torch's directories, and those of the frameworks already imported."""
+    dirs = list(_OWN_DIRS)
+    for package in FRAMEWORK_PACKAGES:
+        path = getattr(sys.modules.get(package), "__file__", None)
+        if isinstance(path, str):
+            dirs.append(os.path.dirname(path) + os.sep)
+    return tuple(dirs)
 
 
 def _scan(space: dict[str, Any], targets: tuple[object, ...], found: list[str]) -> None:

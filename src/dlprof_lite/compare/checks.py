@@ -6,7 +6,8 @@ on the other (a capture that lost the GPU trace must never pass as "faster"; two
 runs with no kernels at all compare fine); a side with far fewer steps than the baseline
 (rules/compare.py ``FAR_FEWER_RATIO``). Warnings are one line each: a different machine or
 software stack, script or arguments, key range or table scope; layers whose calls per step
-changed, or that one side lacks; too few steps for the statistics, with how many are needed,
+changed, or that one side lacks; layer names that changed (a run named before wrappers were
+seen through); too few steps for the statistics, with how many are needed,
 and too few runs when a pooled side's runs differ (:func:`effective_steps`).
 An unknown value (None) is never a difference.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from scipy import stats as sps
 
@@ -186,6 +187,19 @@ def layer_warnings(deltas: Sequence[Delta], base: str, label: str) -> list[str]:
         if only:
             out.append(f"layers only in {who}: {_names(only)}")
     return out
+
+
+def renamed_warnings(renames: Mapping[str, str], base: str, label: str) -> list[str]:
+    """One line when layers were matched across a change of names (:func:`~dlprof_lite.
+    compare.deltas.renamed_layers`): a side stored before wrappers were seen through."""
+    if not renames:
+        return []
+    pairs = [f"{old} -> {new}" for old, new in renames.items()]
+    return [
+        f"layer names changed between {base} and {label} (a wrapper's attribute, such as "
+        f"module. or _lightning_module., is no longer part of them): {len(pairs)} layers "
+        "matched without it: " + _names(pairs)
+    ]
 
 
 def steps_needed(a: StepStats, b: StepStats) -> int:

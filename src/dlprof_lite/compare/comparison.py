@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlprof_lite.compare import checks
-from dlprof_lite.compare.deltas import Delta, side_deltas
+from dlprof_lite.compare.deltas import Delta, renamed_layers, side_deltas
 from dlprof_lite.compare.side import Side
 from dlprof_lite.compare.stats import Estimate, StepDelta, StepStats, step_delta, step_stats
 from dlprof_lite.report.advice import ms
@@ -74,9 +74,11 @@ def compare_sides(
     for other, other_stats in zip(sides[1:], stats[1:], strict=True):
         step = step_delta(base, other, resamples=resamples, seed=seed)
         steps.append(step)
-        found = side_deltas(base, other)
+        renames = renamed_layers(base, other)
+        found = side_deltas(base, other, renames)
         deltas.extend(found)
         warnings += checks.command_warnings(base, other)
+        warnings += checks.renamed_warnings(renames, base.label, other.label)
         warnings += checks.layer_warnings(found, base.label, other.label)
         if not step.significant:  # a change was found: the steps were enough to find it
             warnings += checks.steps_warnings(stats[0], other_stats)

@@ -15,11 +15,17 @@ reorder them; phases rank by their medians for the same reason. Means and inclus
 figures are kept as rows of their own. A report written before the median columns existed
 ranks by the means. A layer or kernel on one side
 only is ``added`` (only in B) or ``removed`` (only in A), its missing side 0.
+
+Layers named before wrappers were seen through (``module.conv1`` under DDP,
+``_lightning_module.conv1``, ``_orig_mod.``; :mod:`dlprof_lite.rules.wrappers`) are matched
+with the other side's plain names (:func:`renamed_layers`); the comparison warns that the
+names changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,6 +33,7 @@ import pandas as pd
 
 from dlprof_lite.compare.side import Side
 from dlprof_lite.report.summary_types import number
+from dlprof_lite.rules.wrappers import adds_wrappers, without_wrappers
 from dlprof_lite.store.record import RunRecord
 
 PHASE, LAYER, KERNEL, SUMMARY = "phase", "layer", "kernel", "summary"
@@ -205,12 +212,53 @@ def _summary_rows(a: Side, b: Side) -> list[Delta]:
     return [replace(r, rank=i + 1) for i, r in enumerate(rows)]
 
 
-def side_deltas(a: Side, b: Side) -> tuple[Delta, ...]:
-    """Every section's deltas of ``b`` against ``a``, each section ranked."""
+def _layer_names(side: Side) -> set[str]:
+    return {str(name) for run in side.runs if "layer" in run.layers
+            for name in run.layers["layer"]}  # fmt: skip
+
+
+def renamed_layers(a: Side, b: Side) -> dict[str, str]:
+    """Layer names of either side that the other lacks and that differ from one of the
+    other's only by wrappers' segments, each to the name both are compared under (the one
+    without them). Only one-to-one matches, onto a name neither side has otherwise."""
+    names_a, names_b = _layer_names(a), _layer_names(b)
+    buckets: dict[str, tuple[list[str], list[str]]] = {}
+    for i, only in enumerate((names_a - names_b, names_b - names_a)):
+        for name in sorted(only):
+            buckets.setdefault(without_wrappers(name), ([], []))[i].append(name)
+    taken = names_a | names_b
+    renames: dict[str, str] = {}
+    for key, (olds_a, olds_b) in sorted(buckets.items()):
+        for old_a, old_b in _one_to_one(olds_a, olds_b):
+            target = (old_b if adds_wrappers(old_a, old_b)
+                      else old_a if adds_wrappers(old_b, old_a) else key)  # fmt: skip
+            if target in (old_a, old_b) or target not in taken:
+                renames.update({old: target for old in (old_a, old_b) if old != target})
+    return renames
+
+
+def _one_to_one(olds_a: list[str], olds_b: list[str]) -> list[tuple[str, str]]:
+    """Pairs of names (one per side, alike without wrappers) that match no other name."""
+    if len(olds_a) == 1 and len(olds_b) == 1:
+        return [(olds_a[0], olds_b[0])]
+    match = {x: [y for y in olds_b if adds_wrappers(x, y) or adds_wrappers(y, x)] for x in olds_a}
+    used = Counter(y for ys in match.values() for y in ys)
+    return [(x, ys[0]) for x, ys in match.items() if len(ys) == 1 and used[ys[0]] == 1]
+
+
+def _renamed(frame: pd.DataFrame, renames: Mapping[str, str]) -> pd.DataFrame:
+    return frame.rename(index=renames) if renames and not frame.empty else frame
+
+
+def side_deltas(a: Side, b: Side, renames: Mapping[str, str] | None = None) -> tuple[Delta, ...]:
+    """Every section's deltas of ``b`` against ``a``, each section ranked; layers renamed by
+    ``renames`` (default :func:`renamed_layers`)."""
     labels = (a.label, b.label)
+    names = renamed_layers(a, b) if renames is None else renames
     phases = _rows(PHASE, _pooled(a, _phase_frame), _pooled(b, _phase_frame), labels,
                    PHASE_RANKED_BY)  # fmt: skip
-    layers = _rows(LAYER, _pooled(a, _layer_frame), _pooled(b, _layer_frame), labels,
+    layers = _rows(LAYER, _renamed(_pooled(a, _layer_frame), names),
+                   _renamed(_pooled(b, _layer_frame), names), labels,
                    LAYER_RANKED_BY)  # fmt: skip
     kernels = _rows(KERNEL, _pooled(a, _kernel_frame), _pooled(b, _kernel_frame), labels,
                     ("gpu_ns",))  # fmt: skip

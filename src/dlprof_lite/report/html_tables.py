@@ -124,6 +124,7 @@ def _layer_kernels(row: pd.Series) -> str:
         ("inferred", plain(row.get("tc_inferred"))),
         ("dtype", plain(row.get("dtype"))),
         ("input shape", plain(row.get("in_shape"))),
+        ("wrapper", plain(row.get("wrapper"))),
     ]
     items = "".join(f"<li>{esc(k)}</li>" for k in top.split("; "))
     more = "".join(f"<br>{esc(k)}: {esc(v)}" for k, v in facts if v != "-")

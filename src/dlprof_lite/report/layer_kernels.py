@@ -7,7 +7,8 @@ frames, merged by the layers table on ``layer`` (issue #12, items 5 and 6):
 - ``kernels``: each kernel's ``layer`` (the innermost module, from ingest), name and Tensor
   Core verdict (``tc_class`` from the name rules, :mod:`dlprof_lite.rules.tensor_cores`);
 - ``marks``: the ``module`` fact the annotation writes at each module's first call (input
-  shapes, dtypes, autocast, TF32, device; :func:`dlprof_lite.report.run_facts.module_facts`);
+  shapes, dtypes, autocast, TF32, device, the wrappers its model ran in;
+  :func:`dlprof_lite.report.run_facts.module_facts`);
 - ``gpus``: the compute capability of the devices the kernels ran on.
 
 Kernel columns describe the layer's own kernels (those whose innermost module it is), as
@@ -72,6 +73,7 @@ def layer_implementations(
     out["device"] = _devices(names, _with_gpu_work(kernels), list(fact["device"]))
     out["distinct_kernels"] = out["layer"].map(distinct).fillna(0).astype("int64")
     out["top_kernels"] = out["layer"].map(_top_kernels(own)).astype(object)
+    out["wrapper"] = list(fact["wrapper"])
     out["in_shape"] = list(fact["in_shape"])
     out["in_dtype"] = list(fact["dtype"])
     out["dtype"] = _compute_dtypes(fact, families)

@@ -81,7 +81,7 @@ _INCL = "inclusive: its own kernels and those of every module inside it"
 LAYER_COLUMNS = _cols(
     ("order", "", "network order: 1 = first forward to start within a step (the first window "
      "step that runs it); layers without a forward call last"),
-    ("layer", "", "module qualified name, from its root (model, student, teacher, model_2, ...)"),
+    ("layer", "", "module qualified name, from its root (model, student, teacher, model#2, ...)"),
     ("parent", "", "the layer whose module range encloses its first forward call (empty: a root)"),
     ("type", "", "module class name, empty when only known from kernel attribution"),
     ("calls", "", "forward calls (fwd: ranges), recomputes apart; empty when only from kernels"),
@@ -145,6 +145,9 @@ LAYER_IMPLEMENTATION_REPORT = _cols(
      "bare CUTLASS) in a matmul-class layer, or named as GEMMs (Inductor triton_tem_), run in "
      "FP16/BF16/FP8 or TF32-allowed FP32 on a GPU with Tensor Cores for it; name verdicts "
      "stay in top_kernels"),
+    ("wrapper", "", "wrappers its model ran in, outermost first, left out of the layer name "
+     "(DistributedDataParallel, FullyShardedDataParallel, fully_shard, torch.compile, "
+     "Lightning, Fabric, DeepSpeed; module fact); empty when none"),
 )  # fmt: skip
 
 # DDP's gradient all-reduce per layer (report/buckets.py), merged into the layers table.

@@ -79,7 +79,7 @@ def read_run_facts(marks: pd.DataFrame) -> RunFacts:
 # The ``module`` fact's fields (rules.names.FACT_KEYS), in the order module_facts returns them.
 MODULE_FACT_FIELDS = (
     "layer", "type", "in_shape", "dtype", "param_dtype", "autocast", "tf32", "tf32_conv",
-    "device",
+    "device", "wrapper",
 )  # fmt: skip
 _FLAGS = ("tf32", "tf32_conv")
 

@@ -26,12 +26,14 @@ How they are written (:mod:`dlprof_lite.annotate`):
 - a root model is named, at its first forward, by the variable or attribute bound to it in
   the calling code (``student``, ``ema_model``, ``self.teacher`` → ``teacher``,
   ``models["gen"]`` → ``gen``; innermost frame first, then globals; a name another live root
-  holds is skipped), else ``model``, ``model_2``, … in first-call order; only letters,
-  digits, ``_`` and ``-`` (anything else becomes ``_``). The submodules of the root named
-  ``model`` keep their plain qualified names (``layer1.0.conv1``); every other root's are
-  prefixed with its name (``student.fc1``, ``ema_model.layer1.0.conv1``). A
-  ``torch.compile`` wrapper is named as the model it wraps; modules inside a compiled region
-  get no ranges;
+  holds is skipped), else ``model``; a model object whose name another root holds (a second
+  model of one variable, a model reloaded into it) is ``model#2``, ``model#3``, …; only
+  letters, digits, ``_`` and ``-`` in a bound name (anything else becomes ``_``). The
+  submodules of the root named ``model`` keep their plain qualified names
+  (``layer1.0.conv1``); every other root's are prefixed with its name (``student.fc1``,
+  ``model#2.layer1.0.conv1``). A wrapper (DDP, FSDP, ``torch.compile``, Lightning, DeepSpeed:
+  :mod:`dlprof_lite.rules.wrappers`) is named as the model it wraps, and no name carries its
+  attribute (``module.``, ``_orig_mod.``); modules inside a compiled region get no ranges;
 - ``rec:<qualified name>:<type>`` replaces ``fwd:`` for a module forward that runs again
   inside a backward pass (activation-checkpoint recomputation): it is recompute time, not a
   forward call;
@@ -82,7 +84,9 @@ MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: the
 #   dtype (the first tensor input's), param_dtype (its own first parameter's, null without),
 #   autocast (the autocast dtype in force, null when off), tf32 (float32 matmuls may use
 #   TF32: ``torch.backends.cuda.matmul.allow_tf32``), tf32_conv (the same for cuDNN
-#   convolutions: ``torch.backends.cudnn.allow_tf32``), device (``cuda``, ``cpu``, ...);
+#   convolutions: ``torch.backends.cudnn.allow_tf32``), device (``cuda``, ``cpu``, ...),
+#   wrapper (the wrappers its model ran in, outermost first: ``DistributedDataParallel,
+#   Lightning``; null without; rules.wrappers);
 # - ddp_bucket: one per DDP gradient bucket, at the end of a step whose buckets differ from
 #   the step before: id (the N of its ``ddp:bucket:N`` range), model (the DDP root's name),
 #   index (DDP's bucket index), generation (1, 2, ...: one more per new set of buckets),
