@@ -345,6 +345,8 @@ def build_iterations(windows: Sequence[tuple[int, int, bool, bool]]) -> pd.DataF
     frame = pd.DataFrame(windows, columns=["start_ns", "end_ns", "warmup", "in_window"])
     frame.insert(0, "iteration", np.arange(len(frame), dtype=np.int64))
     frame.insert(3, "wall_ns", frame["end_ns"] - frame["start_ns"])
+    gaps = (frame["start_ns"] - frame["end_ns"].shift(1)).fillna(0)
+    frame.insert(4, "between_before_ns", gaps.astype("int64"))
     return coerce(frame.astype({"start_ns": "int64", "end_ns": "int64", "wall_ns": "int64"}),
                   "iterations")  # fmt: skip
 
