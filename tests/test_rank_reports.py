@@ -184,13 +184,15 @@ def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
     for name, row in table.items():
         assert float(row["iterations_median_ns"]) >= slow_ms * 1e6, (name, row)
     # DDP's gradient bucket is tagged with the layers it carries (annotate/ddp.py): the
-    # script's MLP, Linear(32, 64) and Linear(64, 4), float32 weights and biases.
+    # script's MLP, Linear(32, 64) and Linear(64, 4), float32 weights and biases. DDP is a
+    # wrapper: the layers are the MLP's own (no ``module.``), the wrapper named beside them.
     for rank in (0, 1):
         layers = {r["layer"]: r for r in rows(out / f"rank{rank}" / "layers.csv")}
-        assert layers["module.0"]["grad_bytes"] == str((32 * 64 + 64) * 4), rank
-        assert layers["module.2"]["grad_bytes"] == str((64 * 4 + 4) * 4), rank
-        assert layers["module.0"]["grad_buckets"] == layers["module.2"]["grad_buckets"] == "0"
-        assert layers["module.1"]["grad_bytes"] == "", "ReLU has no gradients"
+        assert layers["0"]["grad_bytes"] == str((32 * 64 + 64) * 4), rank
+        assert layers["2"]["grad_bytes"] == str((64 * 4 + 4) * 4), rank
+        assert layers["0"]["grad_buckets"] == layers["2"]["grad_buckets"] == "0"
+        assert layers["1"]["grad_bytes"] == "", "ReLU has no gradients"
+        assert layers["0"]["wrapper"] == "DistributedDataParallel", layers["0"]
     # The all-ranks report names the slow rank the straggler (report/ranks.py).
     assert rows(out / "summary.csv")[0]["straggler_rank"] == "1"
     # analyze of the nsys report does the same (exported once), naming the user's report.
