@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,15 @@ def recorder(monkeypatch: pytest.MonkeyPatch):
     if hooks_module._installed is not None:
         hooks_module._installed.remove()
         hooks_module._installed = None
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[None]:
+    """A one-process gloo process group (DDP and FSDP tests), destroyed afterwards."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch has no gloo process group")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    yield
+    dist.destroy_process_group()

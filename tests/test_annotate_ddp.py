@@ -9,7 +9,6 @@ test's own on an identical, unannotated model records the parameters DDP hands i
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,16 +23,6 @@ from test_annotate import Recorder, inside  # noqa: E402
 
 STEPS = 3
 WIDTH = 256  # each Linear(256, 256) holds 257 KiB of gradients: several buckets at 0.3 MB
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Any:
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("this torch has no gloo process group")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)  # fmt: skip
-    yield
-    dist.destroy_process_group()
 
 
 def make_model() -> nn.Module:

@@ -90,16 +90,6 @@ def annotated(run: Any, *args: Any) -> None:
         annotation.remove()
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Any:
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("this torch has no gloo process group")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)  # fmt: skip
-    yield
-    dist.destroy_process_group()
-
-
 PLAIN = {"fwd:model:Net", "bwd:model:Net", "fwd:conv:Conv2d", "bwd:conv:Conv2d",
          "fwd:fc:Linear", "bwd:fc:Linear"}  # fmt: skip
 
