@@ -48,6 +48,8 @@ from nsys_schema import (
 )
 
 CHUNK_ROWS = 100_000
+# Where ANALYSIS_DETAILS.startTime lies: another clock than the events' (as in real exports).
+CAPTURE_CLOCK_NS = 178_285_347_616_327  # the 2025.5 corpus export's startTime
 UTC_EPOCH_NS = 1_704_067_200_000_000_000  # 2024-01-01T00:00:00Z: fixed, so files are reproducible
 
 
@@ -303,7 +305,11 @@ class NsysDb:
         })  # fmt: skip
 
     def session(self, start: int, stop: int) -> None:
-        """Set the capture window (ANALYSIS_DETAILS); by default the span of all events."""
+        """Set the capture window on the events' clock (ANALYSIS_DETAILS); by default the
+        span of all events. As nsys does, the session is written as running from 0 to
+        ``stop`` on the events' clock (``duration``), with ``startTime``/``stopTime`` on
+        another clock (:data:`CAPTURE_CLOCK_NS` later): ``start`` only says no event is
+        earlier."""
         self._session = (start, stop)
 
     def meta(self, **values: str) -> None:
@@ -332,8 +338,11 @@ class NsysDb:
             row = {"start": stop, "eventType": NVTX_DOMAIN_DESTROY, "globalTid": gtid,
                    "domainId": did}  # fmt: skip
             self.insert("NVTX_EVENTS", row)
-        self.insert("ANALYSIS_DETAILS", {"globalVid": self.host << 48, "duration": stop - start,
-                                         "startTime": start, "stopTime": stop})  # fmt: skip
+        # nsys: events from 0 to duration; startTime/stopTime on another clock, stop - start
+        # = duration (every corpus export).
+        self.insert("ANALYSIS_DETAILS", {"globalVid": self.host << 48, "duration": stop,
+                                         "startTime": CAPTURE_CLOCK_NS,
+                                         "stopTime": CAPTURE_CLOCK_NS + stop})  # fmt: skip
         utc = "2024-01-01T00:00:00"
         row = {"utcEpochNs": UTC_EPOCH_NS, "utcTime": utc, "localTime": utc}
         self.insert("TARGET_INFO_SESSION_START_TIME", row)

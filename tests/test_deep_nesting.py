@@ -119,7 +119,7 @@ def slow_reference(path: Path) -> pd.DataFrame:
     """
     with sqlite3.connect(path) as con:
         rng = con.execute(
-            "SELECT start, coalesce(end, (SELECT stopTime FROM ANALYSIS_DETAILS)), "
+            "SELECT start, coalesce(end, (SELECT duration FROM ANALYSIS_DETAILS)), "
             "coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) "
             "FROM NVTX_EVENTS WHERE eventType = 59 ORDER BY start, end DESC"
         ).fetchall()

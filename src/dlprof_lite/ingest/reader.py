@@ -395,12 +395,12 @@ def _meta(
     if table:
         c = fetch.columns(f"SELECT name, value FROM {table}", text=("name", "value"))
         values = {str(k): str(v) for k, v in zip(c["name"], c["value"])}
-    start, end = _session_bounds(schema, fetch, frames)
+    (start, end), warnings = _session_bounds(schema, fetch, frames)
     system: dict[str, str] = {}
-    warnings: list[str] = []
     # A virtual table is refused like the others (refuse_computed): never queried.
     if schema.has(SYSTEM_ENV_TABLE) and SYSTEM_ENV_TABLE not in schema.virtual:
-        system, warnings = read_system_env(path)
+        system, env_warnings = read_system_env(path)
+        warnings += env_warnings
     return Meta(
         source=str(path),
         nsys_version=values.get("EXPORT_PRODUCT_VERSION"),
@@ -418,22 +418,31 @@ def _meta(
 
 def _session_bounds(
     schema: S.ExportSchema, fetch: Checked, frames: tuple[pd.DataFrame, ...]
-) -> tuple[int, int]:
-    """The capture's span; the event span where the export does not record it."""
+) -> tuple[tuple[int, int], list[str]]:
+    """The session ``[0, duration]`` the export records (schema.session_query); the events'
+    own span where it records none (2020.3 and 2021.3 exports have no ANALYSIS_DETAILS).
+
+    Every event of every corpus export with the table lies in ``[0, duration]`` (an NVTX
+    domain-create event may lie before 0: it is no activity, and the reader drops it). Events
+    outside it (an edited export) widen the session, with a warning."""
     lo = [int(f["start_ns"].min()) for f in frames if len(f)]
     hi = [int(f["end_ns"].max()) for f in frames if len(f) and f["end_ns"].notna().any()]
     query = schema.session_query()
+    duration = None
     if query is not None:
-        c = fetch.columns(query, nullable=True)
-        first, last = (c[k][0] if len(c[k]) else None for k in c)
-        if not (pd.isna(first) or pd.isna(last) or _extreme(first) or _extreme(last)):
-            start, stop = int(first), int(last)
-            if not (lo and hi) or (start <= max(hi) and stop >= min(lo)):
-                # Events just outside the recorded span (sliced exports) widen it.
-                return min([start, *lo]), max([stop, *hi])
-            # A span disjoint from every event is on another clock (seen in a 2025.5
-            # export): the events' own span is the only usable one.
-    return (min(lo), max(hi)) if lo and hi else (0, 0)
+        values = next(iter(fetch.columns(query, nullable=True).values()))
+        recorded = values[0] if len(values) else None
+        if not (recorded is None or pd.isna(recorded) or _extreme(recorded)):
+            duration = int(recorded)
+    if duration is None or duration < 0:
+        return ((min(lo), max(hi)) if lo and hi else (0, 0)), []
+    if not (lo and hi) or (min(lo) >= 0 and max(hi) <= duration):
+        return (0, duration), []
+    start, end = min(0, *lo), max(duration, *hi)
+    return (start, end), [
+        f"events lie outside the session the export records ([0, {duration}] ns, "
+        f"ANALYSIS_DETAILS.duration): the session is taken as [{start}, {end}] ns to hold them"
+    ]
 
 
 def _extreme(t: object) -> bool:
