@@ -16,8 +16,15 @@ def empty_report(table: str) -> pd.DataFrame:
 
 
 def ordered(frame: pd.DataFrame, table: str) -> pd.DataFrame:
-    """The declared columns of a report table, in declared order, with a fresh index."""
-    return frame.loc[:, column_names(table)].reset_index(drop=True)
+    """The declared columns of a report table, in declared order, with a fresh index; a
+    missing value of a text (object) column is None, as JSON's null reads back (a join
+    leaves NaN there: ``open_report`` would not give the same frame back)."""
+    out = frame.loc[:, column_names(table)].reset_index(drop=True)
+    for name in out.columns:
+        column = out[name]
+        if column.dtype == object and column.isna().any():
+            out[name] = column.where(column.notna(), None)
+    return out
 
 
 def cat_mask(series: pd.Series, predicate: Callable[[pd.Series], pd.Series]) -> np.ndarray:
