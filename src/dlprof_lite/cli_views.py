@@ -3,12 +3,15 @@
 A report folder holds every table the page and the trace are drawn from (the timeline of
 one steady iteration included), so ``report.html`` and ``trace.json`` can be rebuilt
 without the profile: after an upgrade of dlprof-lite, or for a folder written with
-``--formats csv,json``. An existing file is replaced only with ``--force``.
+``--formats csv,json``. An existing file is replaced only with ``--force``, and only a regular
+file: a symbolic link (dangling or not), FIFO or folder of that name is never replaced.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 from pathlib import Path
 
 from dlprof_lite.errors import OutputError
@@ -40,8 +43,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not any(wanted.values()):
         wanted = dict.fromkeys(wanted, True)  # neither named: both
     for name, on in wanted.items():
-        if on and (args.folder / name).exists() and not args.force:
-            raise OutputError(f"{args.folder / name} exists; use --force to replace it")
+        if on:
+            _check_replaceable(args.folder / name, force=args.force)
     report = open_report(args.folder)
     written = []
     try:
@@ -54,3 +57,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {printable(path)}")
     return 0
+
+
+def _check_replaceable(path: Path, *, force: bool) -> None:
+    """Refuse to write over anything but a regular file, and over that without ``force``."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise OutputError(f"{path}: {err.strerror or err}") from None
+    if not stat.S_ISREG(info.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise OutputError(f"{path} is {what}; refusing to replace it (only regular files "
+                          "inside the report folder are replaced)")  # fmt: skip
+    if not force:
+        raise OutputError(f"{path} exists; use --force to replace it")

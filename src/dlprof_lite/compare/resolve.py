@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dlprof_lite.store.database import RunStore
 
 RUN_ID_RE = re.compile(r"^#?(\d+)$")
+MAX_INNER = 10_000  # entries of a folder of report folders (report/output.py's MAX_NAMES)
 # The store is opened only when a name needs it (a folder-only compare works without one).
 StoreOpener = Callable[[], "RunStore"]
 
@@ -53,13 +54,29 @@ def _from_path(name: str, path: Path) -> Side:
     if is_report_folder(path):
         return Side(name, (record_of_report(open_report(path), path),))
     if path.is_dir():
-        inner = sorted(p for p in path.iterdir() if is_report_folder(p))
+        inner = _inner_reports(name, path)
         if not inner:
             raise InputError(f"{name}: a folder with no report in it (no summary.json)")
         return Side(name, tuple(record_of_report(open_report(p), p) for p in inner))
     if path.name.lower().endswith(INPUT_SUFFIXES):
         return Side(name, (record_of_report(analyze(path), None),))
     raise InputError(f"{name}: not a report folder or an nsys export (.sqlite, .nsys-rep)")
+
+
+def _inner_reports(name: str, path: Path) -> list[Path]:
+    """The report folders inside ``path`` (a ``--repeat`` folder), at most
+    :data:`MAX_INNER`; a symbolic link to one is refused (only what is inside is read)."""
+    found = []
+    for count, inner in enumerate(path.iterdir(), 1):
+        if count > MAX_INNER:
+            raise InputError(f"{name}: more than {MAX_INNER} entries, more than a --repeat "
+                             "folder holds")  # fmt: skip
+        if is_report_folder(inner):
+            if inner.is_symlink():
+                raise InputError(f"{inner}: a symbolic link to a report folder; only report "
+                                 "folders inside the folder are read")  # fmt: skip
+            found.append(inner)
+    return sorted(found)
 
 
 def resolve(name: str, store: StoreOpener) -> Side:
