@@ -131,12 +131,13 @@ def evaluation_ns(truth: dict[str, Any], start: int, end: int) -> int:
 
 
 def oracle_step_ns(truth: dict[str, Any], i: int) -> int:
-    """Step ``i``'s time by the framework: from the previous update's end (or, for an epoch's
-    first step, the framework's epoch start after it) to its own, less the evaluation runs
-    between them (step 0 has no previous end: never compared)."""
+    """Step ``i``'s time by the framework: from the previous update's end (or, later, the
+    framework's epoch start, or where a loop the script owns starts waiting for the step's
+    batch) to its own, less the evaluation runs between them (step 0 has no previous end:
+    never compared)."""
     ends = truth["step_ends_ns"]
-    begins = [t for t in truth.get("epoch_begins_ns", []) if ends[i - 1] < t < ends[i]]
-    start = max([ends[i - 1], *begins])
+    marks = [*truth.get("epoch_begins_ns", []), *truth.get("step_starts_ns", [])]
+    start = max([ends[i - 1], *(t for t in marks if ends[i - 1] < t < ends[i])])
     return ends[i] - start - evaluation_ns(truth, start, ends[i])
 
 

@@ -41,7 +41,13 @@ def main() -> None:
     for _ in range(args.epochs):
         model.train()
         oracle.epoch_begin()
-        for x, y in loader:
+        batches = iter(loader)
+        while True:
+            oracle.step_start()  # the wait in the prepared loader's next() starts the step
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
             oracle.training_forward()
             loss = F.cross_entropy(model(x), y)
             accelerator.backward(loss)

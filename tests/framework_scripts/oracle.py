@@ -27,12 +27,18 @@ class Oracle:
         self.evaluations_ns: list[tuple[int, int]] = []
         self.epoch_ends: list[int] = []
         self.epoch_begins_ns: list[int] = []
+        self.step_starts_ns: list[int] = []
         self.train_forwards = 0
         self._evaluation_start: int | None = None
 
     def step_end(self, at_ns: int | None = None) -> None:
         """Called right after an optimizer update returned (or with the time a step ended)."""
         self.step_ends_ns.append(time.perf_counter_ns() if at_ns is None else at_ns)
+
+    def step_start(self) -> None:
+        """Called where a loop the script owns starts waiting in ``next()`` for a step's batch:
+        the step's start as the README defines it (frameworks that own the loop give none)."""
+        self.step_starts_ns.append(time.perf_counter_ns())
 
     def epoch_begin(self) -> None:
         """The framework starts an epoch: what it does before (and between) epochs is no
@@ -80,6 +86,7 @@ class Oracle:
             "evaluations_ns": self.evaluations_ns,
             "epoch_ends": self.epoch_ends,
             "epoch_begins_ns": self.epoch_begins_ns,
+            "step_starts_ns": self.step_starts_ns,
             "optimizer_steps": len(self.step_ends_ns),
             "train_forwards": self.train_forwards,
             "model_type": type(model).__name__,
