@@ -18,6 +18,7 @@ from dlprof_lite.report.advice import duration as _t
 from dlprof_lite.report.advice import percent as _pct
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.safe_text import printable
 
@@ -41,22 +42,24 @@ def _header_lines(s: Summary) -> list[str | Text]:
         who = f" (pid {g.pid})" if several and g.pid is not None else ""
         lines.append(
             f"GPU {g.device_id}{who}: {g.name or '?'} ({g.sm_count or '?'} SMs, "
-            f"cc {g.compute_capability or '?'}), busy {_pct(g.utilization)} of the session"
+            f"cc {g.compute_capability or '?'}), busy "
+            f"{share_of(g.utilization, s.get('utilization_scope'))}"
         )
     lines.append(
         f"session {_t(s['wall_ns'])} · kernels {s['kernel_count']} in {_t(s['kernel_ns'])}"
-        f" (Tensor Cores {_pct(s['tc_share'])}) · memcpy {_t(s['memcpy_ns'])}"
-        f" · memset {_t(s['memset_ns'])} · launch overhead {_pct(s['launch_overhead_pct'], 1)}"
+        f" · memcpy {_t(s['memcpy_ns'])} · memset {_t(s['memset_ns'])} · launch overhead "
+        f"{share_of(s['launch_overhead_pct'], s.get('launch_overhead_scope'), scale=1.0)}"
     )
+    if s.get("kernel_count"):
+        lines.append(f"Tensor Cores: {tc_phrase(s)}")
     if s.get("iterations_count"):
         steady = ""
         if s.get("steady_start") is not None:
             steady = f" · steady window {s['steady_start']}..{s['steady_stop']}"
         lines.append(
             f"iterations {s['iterations_count']} ({s['iterations_warmup']} warm-up,"
-            f" {s['iterations_analysed']} analysed): mean {_t(s['iterations_mean_ns'])},"
-            f" median {_t(s['iterations_median_ns'])}, p90 {_t(s['iterations_p90_ns'])},"
-            f" cv {_pct(s['iterations_cv'])}{steady}"
+            f" {s['iterations_analysed']} analysed): {step_phrase(s)},"
+            f" mean {_t(s['iterations_mean_ns'])}{steady}"
         )
         outside = _outside_line(s)
         lines += [*([outside] if outside else []), *_step_lines(s)]
@@ -138,7 +141,8 @@ def _window_line(s: Summary) -> str:
 _KEY_RULES = {
     "key-range": "--key-range",
     "numbered-ranges": "the script's numbered ranges, a guess",
-    "annotation": "dlprof-lite's iteration ranges",
+    "annotation": "dlprof-lite's annotation: one per optimizer update",
+    "forward-backward": "no optimizer: one per training forward and its backward",
     "root-model-calls": "root model calls, a guess",
     "most-repeated": "the most-repeated range, a guess",
 }
@@ -154,7 +158,9 @@ def _step_lines(s: Summary) -> list[str]:
     """
     source = str(s.get("key_range_source") or "")
     lines = []
-    if source in _KEY_RULES and s.get("key_range"):
+    if source in ("annotation", "forward-backward"):
+        lines.append(f"steps: {_KEY_RULES[source]} (from its data wait to its end)")
+    elif source in _KEY_RULES and s.get("key_range"):
         lines.append(f"steps: instances of {s['key_range']!r} ({_KEY_RULES[source]})")
     gpu = [(p, s.get(f"step_{p}_ns")) for p in PHASE_COLUMNS]
     host = [(p, s.get(f"step_{p}_wall_ns")) for p in PHASE_COLUMNS]
