@@ -316,6 +316,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "inductor_pointwise": ("triton_poi_fused_add_cos_sin_0",),  # tsv (ampere)
     "triton": ("triton__0d1d2d3d4d5d", "triton_unk_fused_addmm_gelu_native_dropout"),  # tsv
+    "nvfuser_generated": (  # corpus: NVIDIA Fuser report1 (demangled, short)
+        "<unnamed>::nvfuser_pointwise_f0_c1_r0_g4(<unnamed>::Tensor<<unnamed>::__bfloat, (int)3,"
+        " (int)3>, <unnamed>::Tensor<float, (int)3, (int)3>)",
+        "nvfuser_inner_persistent_f1_c1_r0_g2",
+    ),
     "xla_fusion": ("fusion_4", "fusion"),  # corpus: alpa jax_profile_mem
     # tsv short name (hopper FlashAttention-3); corpus short name (cutlass_benchmark)
     "cutlass_opaque": ("cutlass::device_kernel", "Kernel"),

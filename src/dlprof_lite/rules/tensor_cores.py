@@ -339,6 +339,15 @@ RULES: tuple[TcRule, ...] = (
         "dtypes (MMA, wgmma or FMA)",
     ),
     TcRule(
+        "nvfuser_generated",
+        r"(?<![A-Za-z0-9])nvfuser_\w+?_f\d+_c\d+_r\d+_g\d+",
+        "unknown",
+        ANY,
+        "nvFuser names each generated kernel nvfuser_<scheduler>_f<fusion>_c<concrete>_r"
+        "<runtime>_g<group> (NVIDIA/Fuser KernelExecutor::kernelName, createKernelId): the "
+        "code is generated per fusion, and the name says nothing of the instructions it uses",
+    ),
+    TcRule(
         "xla_fusion",
         r"^(?:[a-z][a-z0-9_]*_)?fusion(?:[._]\d+)*$",
         "unknown",
