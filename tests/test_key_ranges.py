@@ -14,8 +14,7 @@ import pytest
 
 from builders import ranges
 from dlprof_lite.ingest.iterations import find_iterations
-from dlprof_lite.report.iteration_stats import key_regex
-from dlprof_lite.rules.steps import step_key
+from dlprof_lite.rules.steps import key_regex, step_key
 
 OURS = {"domain": "dlprof-lite"}
 OURS_SE = {"domain": "dlprof-lite", "style": "start_end"}

@@ -37,7 +37,12 @@ The key range is, in this order (:data:`dlprof_lite.rules.iterations.SOURCES`; t
 7. none.
 
 Rules 2, 5 and 6 are guesses (:data:`dlprof_lite.rules.iterations.GUESSED`): the report
-says which one was used.
+says which one was used. Given the profile's work (:class:`~.step_guess.Work`), a guess must
+also pass the step test of :mod:`dlprof_lite.ingest.step_guess` (enough of the GPU time, a
+median of at least 100 µs, a CV of at most 1, no library's own range); a guess that fails
+it is passed over for the next rule's (the most-repeated rule tries each repeated name in
+turn), and when every guess fails there are no iterations and :func:`choose_iterations`
+returns the verdicts for the warning.
 
 Warm-up: iteration 0 (CUDA context, cuDNN autotuning, allocator growth) with at least
 :data:`DEFAULT_WARMUP_MIN_ITERATIONS` iterations, and every iteration of the run's opening
@@ -56,8 +61,9 @@ import pandas as pd
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import empty_frame
-from dlprof_lite.ingest.key_ranges import most_repeated, numbered_steps, root_model_calls
+from dlprof_lite.ingest.key_ranges import numbered_steps, repeated_names, root_model_calls
 from dlprof_lite.ingest.step_bounds import ours, step_instances
+from dlprof_lite.ingest.step_guess import Verdict, Work, judge
 from dlprof_lite.rules.iterations import DEFAULT_WARMUP_MIN_ITERATIONS
 from dlprof_lite.rules.names import (
     COMPILE,
@@ -66,11 +72,6 @@ from dlprof_lite.rules.names import (
     MANUAL_MARK,
     OPTIMIZER,
     UPDATE_MARK,
-)
-
-_GUESSES = (
-    ("root-model-calls", root_model_calls),
-    ("most-repeated", most_repeated),
 )
 
 
@@ -82,7 +83,8 @@ def find_iterations(
     iter_start: int | None = None,
     iter_stop: int | None = None,
 ) -> tuple[pd.DataFrame, str | None, str]:
-    """Return the ``iterations`` table, the key range name and where the key came from.
+    """Return the ``iterations`` table, the key range name and where the key came from, by
+    the rules alone (no step test: :func:`choose_iterations` with the profile's work has one).
 
     The source is one of :data:`SOURCES`. With a regex matching several names (``step 1``,
     ``step 2``, ...) the name returned is the regex itself. ``iter_start``/``iter_stop``
@@ -90,15 +92,45 @@ def find_iterations(
     Raises :class:`InputError` for a regex that is invalid or matches no range, a negative or
     empty window, or a window that selects none of the iterations found.
     """
+    found = choose_iterations(ranges, marks, key_range=key_range, iter_start=iter_start,
+                              iter_stop=iter_stop)  # fmt: skip
+    return found.table, found.name, found.source
+
+
+class Found(NamedTuple):
+    """The iterations, the key's name and source, and the guesses the step test refused."""
+
+    table: pd.DataFrame
+    name: str | None
+    source: str
+    rejected: tuple[Verdict, ...] = ()
+
+
+def choose_iterations(
+    ranges: pd.DataFrame,
+    marks: pd.DataFrame | None = None,
+    *,
+    key_range: str | None = None,
+    iter_start: int | None = None,
+    iter_stop: int | None = None,
+    work: Work | None = None,
+) -> Found:
+    """:func:`find_iterations`, each guessed key tested against ``work`` (the profile's GPU
+    or main-thread time: ingest/step_guess.py); without ``work``, no test."""
     _check_window(iter_start, iter_stop)
-    key = _key_instances(ranges, marks, key_range)
+    guesses = _Guesses(work)
+    key = _key_instances(ranges, marks, key_range, guesses)
     if key.instances.empty:
-        return empty_frame("iterations"), None, "none"
-    instances = _outermost(_busiest_thread(key.instances))
-    table = _iteration_table(instances, iter_start, iter_stop, key.own_starts)
+        return Found(empty_frame("iterations"), None, "none", tuple(guesses.rejected))
+    table = _key_table(key, iter_start, iter_stop)
     if iter_start is None and iter_stop is None:
         table["warmup"] = _compiling_start(table, ranges)
-    return table, key.name, key.source
+    return Found(table, key.name, key.source)
+
+
+def _key_table(key: _Key, iter_start: int | None, iter_stop: int | None) -> pd.DataFrame:
+    instances = _outermost(_busiest_thread(key.instances))
+    return _iteration_table(instances, iter_start, iter_stop, key.own_starts)
 
 
 class _Key(NamedTuple):
@@ -111,6 +143,23 @@ class _Key(NamedTuple):
     own_starts: bool = False
 
 
+class _Guesses:
+    """The step test of each guessed key (ingest/step_guess.py), and the refused ones."""
+
+    def __init__(self, work: Work | None) -> None:
+        self.work = work
+        self.rejected: list[Verdict] = []
+
+    def ok(self, key: _Key) -> bool:
+        if self.work is None:
+            return True
+        verdict = judge(_key_table(key, None, None), key.instances, str(key.name), key.source,
+                        self.work)  # fmt: skip
+        if not verdict.accepted:
+            self.rejected.append(verdict)
+        return verdict.accepted
+
+
 def _check_window(iter_start: int | None, iter_stop: int | None) -> None:
     if iter_start is not None and iter_start < 0:
         raise InputError(f"--iter-start must be >= 0, not {iter_start}")
@@ -121,7 +170,7 @@ def _check_window(iter_start: int | None, iter_stop: int | None) -> None:
 
 
 def _key_instances(
-    ranges: pd.DataFrame, marks: pd.DataFrame | None, key_range: str | None
+    ranges: pd.DataFrame, marks: pd.DataFrame | None, key_range: str | None, guesses: _Guesses
 ) -> _Key:
     closed = ranges[ranges["closed"].to_numpy(dtype=bool)]
     # A key range never closed (the program died in it) has no end, so no boundary.
@@ -135,21 +184,27 @@ def _key_instances(
     optimizer = closed[(names == OPTIMIZER).to_numpy() & in_domain]
     numbered, name = numbered_steps(ranges)
     if name is not None and _whole_steps(numbered, optimizer):
-        return _Key(numbered, name, "numbered-ranges")
+        key = _Key(numbered, name, "numbered-ranges")
+        if guesses.ok(key):
+            return key
     decided = _decided_steps(ranges, marks, optimizer)
     if decided is not None:
         return decided
     ours = (names == ITERATION).to_numpy() & in_domain
     if ours.any():
-        if optimizer.empty:
-            # No optimizer step anywhere: the annotation's iterations are inference calls of
-            # the model (annotate/phases.py), one per call: a guess at the step.
-            return _Key(closed[ours], ITERATION, "root-model-calls")
-        return _Key(_complete(closed[ours], optimizer), ITERATION, "annotation")
-    for source, rule in _GUESSES:
-        instances, name = rule(ranges)
-        if name is not None:
-            return _Key(instances, name, source)
+        if not optimizer.empty:
+            return _Key(_complete(closed[ours], optimizer), ITERATION, "annotation")
+        # No optimizer step anywhere: the annotation's iterations are inference calls of
+        # the model (annotate/phases.py), one per call: a guess at the step.
+        key = _Key(closed[ours], ITERATION, "root-model-calls")
+        if guesses.ok(key):
+            return key
+    instances, name = root_model_calls(ranges)
+    if name is not None and guesses.ok(key := _Key(instances, name, "root-model-calls")):
+        return key
+    for instances, name in repeated_names(ranges):
+        if guesses.ok(key := _Key(instances, name, "most-repeated")):
+            return key
     return _Key(closed.iloc[:0], None, "none")
 
 

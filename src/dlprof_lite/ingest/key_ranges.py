@@ -16,7 +16,9 @@ and ``None`` when the rule does not apply; a range never closed has no end, so n
 - :func:`root_model_calls`: for scripts without optimizer steps (inference): our
   ``forward`` phase ranges, else the calls of a root model, the ``fwd:`` module ranges with
   no module range around them (``fwd:model:Net``), repeated on one thread.
-- :func:`most_repeated`: the top-level push/pop name that repeats most on one thread.
+- :func:`most_repeated`: the top-level push/pop name that repeats most on one thread;
+  :func:`repeated_names` the others after it, in the order they are tried when a name fails
+  the step test (:mod:`dlprof_lite.ingest.step_guess`).
 
 Op markers (PyProf payloads, emit_nvtx op ranges, our module ranges) are never a step.
 """
@@ -24,7 +26,7 @@ Op markers (PyProf payloads, emit_nvtx op ranges, our module ranges) are never a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -35,6 +37,8 @@ from dlprof_lite.rules.steps import MAYBE_STEP_RE, OP_MARKER_RE, step_key
 
 # A key must repeat on one thread at least this often: one instance is no loop.
 MIN_REPEATS = 2
+# The most-repeated rule tries at most this many names (each must pass the step test).
+MAX_CANDIDATES = 10
 _MODULE_PREFIX_RE = re.compile(r"^(?:fwd|bwd|rec):")
 _FORWARD = PHASES[1]
 
@@ -138,22 +142,30 @@ def _repeats(instances: pd.DataFrame) -> bool:
 def _best_name(candidates: pd.DataFrame) -> str | None:
     """The name with most instances on one thread (at least :data:`MIN_REPEATS`); among
     equals the one whose first instance starts first."""
+    return next(iter(_ranked_names(candidates)), None)
+
+
+def _ranked_names(candidates: pd.DataFrame) -> list[str]:
+    """Names with at least :data:`MIN_REPEATS` instances on one thread, by their most
+    instances on one thread, then by their first instance's start."""
     if candidates.empty:
-        return None
+        return []
     frame = candidates.assign(name=candidates["name"].astype("object"))
     stats = frame.groupby(["name", "pid", "tid"])["start_ns"].agg(["size", "min"])
     stats = stats[stats["size"] >= MIN_REPEATS]
-    if stats.empty:
-        return None
-    best = stats.sort_values(["size", "min"], ascending=[False, True], kind="stable")
-    return str(best.index[0][0])
+    ranked = stats.sort_values(["size", "min"], ascending=[False, True], kind="stable")
+    return list(dict.fromkeys(str(key[0]) for key in ranked.index))
 
 
-def most_repeated(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    """Top-level push/pop instances of the name that repeats most on one thread.
+def repeated_names(
+    ranges: pd.DataFrame, limit: int = MAX_CANDIDATES
+) -> Iterator[tuple[pd.DataFrame, str]]:
+    """Top-level push/pop instances of each name that repeats on one thread, the name that
+    repeats most first (among equals the one whose first instance starts first), at most
+    ``limit`` names: the most-repeated rule's candidates, in the order it tries them.
 
-    Names in the default NVTX domain are preferred: libraries such as cuBLAS or NCCL push
-    their own repeated ranges in their own domains. Op markers never count.
+    Names in the default NVTX domain come first: libraries such as cuBLAS or NCCL push their
+    own repeated ranges in their own domains. Op markers never count.
     """
     top = ranges[
         _closed(ranges)
@@ -162,9 +174,15 @@ def most_repeated(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     ]
     marker = _per_name(top["name"], lambda n: True, OP_MARKER_RE)
     top = top[pd.isna(marker)]
-    default = top[(top["domain"].astype("object") == "").to_numpy()]
-    for candidates in (default, top):
-        name = _best_name(candidates)
-        if name is not None:
-            return top[(top["name"] == name).to_numpy()], name
+    default = (top["domain"].astype("object") == "").to_numpy()
+    names = [*_ranked_names(top[default]), *_ranked_names(top[~default])]
+    for name in list(dict.fromkeys(names))[:limit]:
+        yield top[(top["name"] == name).to_numpy()], name
+
+
+def most_repeated(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """The first of :func:`repeated_names`: the top-level push/pop name that repeats most on
+    one thread (default domain first); no rows and None without one."""
+    for instances, name in repeated_names(ranges, limit=1):
+        return instances, name
     return ranges.iloc[:0], None

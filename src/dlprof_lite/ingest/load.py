@@ -20,7 +20,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce
 from dlprof_lite.ingest.correlate import attach_launches, attribute_ranges
-from dlprof_lite.ingest.iterations import assign_iterations, find_iterations
+from dlprof_lite.ingest.iterations import assign_iterations, choose_iterations
 from dlprof_lite.ingest.layers import assign_layers
 from dlprof_lite.ingest.nvtx import build_ranges
 from dlprof_lite.ingest.overhead import launch_overhead
@@ -28,6 +28,7 @@ from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.ingest.range_columns import enrich_ranges
 from dlprof_lite.ingest.raw import RawExport
 from dlprof_lite.ingest.reader import read_export
+from dlprof_lite.ingest.step_guess import Work, rejected_note
 from dlprof_lite.ingest.tensorcore import classify_kernels
 from dlprof_lite.progress import Stage, StageProgress, no_progress
 from dlprof_lite.rules.inputs import is_report
@@ -103,12 +104,13 @@ def enrich(
     kernels = classify_kernels(kernels)
     kernels, memops = launch_overhead(kernels, memops)
     kernels, memops = assign_layers(kernels, memops, ranges)
-    iterations, key_name, key_source = find_iterations(
-        ranges, raw.marks, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop
-    )
+    found = choose_iterations(ranges, raw.marks, key_range=key_range, iter_start=iter_start,
+                              iter_stop=iter_stop, work=Work(kernels, memops, ranges))  # fmt: skip
+    iterations = found.table
     kernels, memops = assign_iterations(kernels, memops, iterations)
     ranges = enrich_ranges(ranges, kernels, memops)  # per-range GPU work reads the TC flags
-    meta = replace(raw.meta, key_range=key_name, key_range_source=key_source)
+    meta = replace(raw.meta, key_range=found.name, key_range_source=found.source,
+                   key_range_note=rejected_note(list(found.rejected)))  # fmt: skip
     return Profile(
         kernels=coerce(kernels, "kernels"),
         memops=coerce(memops, "memops"),

@@ -31,6 +31,9 @@ class Meta:
     cuda_driver_version: str | None = None
     key_range: str | None = None
     key_range_source: str = "none"
+    # Every guessed key failed the step test (ingest/step_guess.py): the one warning line
+    # naming the best candidates and their --key-range; None otherwise.
+    key_range_note: str | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     @property

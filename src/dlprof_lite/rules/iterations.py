@@ -24,3 +24,17 @@ SOURCES = (
 )  # fmt: skip
 # Key rules that guess which range is the step: the summary warns and names --key-range.
 GUESSED = ("numbered-ranges", "root-model-calls", "most-repeated")
+
+# A guessed key range (GUESSED) is accepted only when it looks like a step (ingest/step_guess.py,
+# dlprof-lite choices from issue 26, measured on the corpus: cuDF's null_count has a median of
+# 1.5 µs and a CV of 5.6, nvFuser's FusionCache::get holds 1 % of the GPU time): its iterations
+# after the first hold at least this share of the GPU busy time (CPU-only profiles: of the main
+# thread's annotated time) ...
+GUESS_MIN_COVERAGE = 0.50
+# ... their median wall time is at least this long ...
+GUESS_MIN_MEDIAN_NS = 100_000
+# ... their coefficient of variation (sample std / mean) at most this ...
+GUESS_MAX_CV = 1.0
+# ... and the range is no library's own (rules/libraries.py). The warning of a profile whose
+# guesses all fail names at most this many of them, with the --key-range of each.
+GUESS_SHOWN = 3

@@ -7,6 +7,7 @@ Read by ingest (finding the key range, :mod:`dlprof_lite.ingest.key_ranges`) and
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # Words that name a training step in a range name (compared lower-case, whole words;
 # camelCase and snake_case are split, so ``ProfilerStep`` and ``train_step`` count).
@@ -31,3 +32,14 @@ def step_key(name: str) -> str | None:
         return None
     words = {w.lower() for w in WORD_RE.findall(name)}
     return DIGITS_RE.sub(NUMBER, name) if words & STEP_WORDS else None
+
+
+def key_regex(names: Iterable[object], key: str) -> str:
+    """A ``--key-range`` regex matching the names of numbered key ``key`` (from an example
+    among ``names``: a ``#`` in the key may be a literal one, as in ``Step#12`` ->
+    ``Step##``); a name's own anchored regex when no name has that key."""
+    for name in names:
+        if isinstance(name, str) and step_key(name) == key:
+            parts = DIGITS_RE.split(name)
+            return "^" + r"\d+".join(re.escape(p) for p in parts) + "$"
+    return "^" + re.escape(key) + "$"
