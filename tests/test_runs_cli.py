@@ -78,8 +78,11 @@ def test_export_remove_and_no_db(exports, tmp_path, capsys) -> None:
     assert main(["runs", "rm", str(ids[0]), "--db", db]) == 0
     with RunStore(db) as store:
         assert sorted(i.id for i in store.find()) == sorted(ids[1:])
-    assert main(["runs", "rm", str(ids[0]), "--db", db]) == 1  # gone already: says so
-    assert "not found" in capsys.readouterr().out
+    capsys.readouterr()
+    assert main(["runs", "rm", str(ids[0]), "--db", db]) == 2  # gone already: one error line
+    err = capsys.readouterr().err
+    store = tmp_path / "runs.db"
+    assert err == f"dlprof-lite: error: no run {ids[0]} in {store}; nothing removed\n"
 
 
 def test_a_batch_records_each_input(exports, tmp_path) -> None:
@@ -118,9 +121,13 @@ def test_a_store_that_fails_costs_one_warning_not_the_report(
 
 
 def test_runs_on_a_missing_store_is_one_line(tmp_path, capsys) -> None:
-    code = main(["runs", "show", "7", "--db", f"sqlite:///{tmp_path / 'runs.db'}"])
-    err = capsys.readouterr().err
-    assert code != 0 and err.count("\n") == 1 and "7" in err
+    """Reading commands never create the store they name (issue 40)."""
+    for args in (["show", "7"], ["list"], ["export", "-"], ["rm", "7"]):
+        code = main(["runs", *args, "--db", f"sqlite:///{tmp_path / 'runs.db'}"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, (args, err)
+        assert f"no run database at {tmp_path / 'runs.db'}" in err
+        assert list(tmp_path.iterdir()) == []
 
 
 def test_the_whole_loop_on_a_real_postgresql_server(

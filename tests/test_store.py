@@ -220,7 +220,10 @@ def test_remove_cascades(tmp_path: Path) -> None:
         ids = _stored_runs(store)
         before = counts(store)
         assert before["run_iterations"] == 4 * 3 and before["run_phases"] == 4 * 6
-        assert store.remove([ids["old"], ids["mid"], 999]) == 2
+        with pytest.raises(StoreError, match=r"no run 999 in .*; nothing removed"):
+            store.remove([ids["old"], ids["mid"], 999])  # all there, or none removed
+        assert counts(store) == before
+        assert store.remove([ids["old"], ids["mid"]]) == 2
         after = counts(store)
         assert after == {t: n // 2 for t, n in before.items()}
         assert [i.id for i in store.find()] == [ids["grp"], ids["new"]]

@@ -96,7 +96,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         def store() -> RunStore:  # opened once, only when a name needs the store
             if not opened:
-                opened.append(stack.enter_context(open_store(args.db)))
+                opened.append(stack.enter_context(open_store(args.db, read_only=True)))
             return opened[0]
 
         sides = [resolve(name, store) for name in args.sides]

@@ -51,9 +51,13 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-db", action="store_true", help="do not record the run")
 
 
-def open_store(url: str | None) -> RunStore:
+def open_store(url: str | None, *, read_only: bool = False) -> RunStore:
+    """The run store; ``read_only`` for commands that only read it (``runs list/show/export``,
+    ``compare``): a missing or empty store is then an error, never created or written."""
     from dlprof_lite.store.database import RunStore
 
+    if read_only:
+        return RunStore(url, create=False, read_only=True)
     return RunStore(url)
 
 
@@ -132,7 +136,8 @@ def _when(text: str) -> datetime:
 
 def _run_id(text: str) -> int:
     digits = text.removeprefix("#")
-    if not digits.isdigit():
+    # Any length of digits: an id no store holds (above 2^63) is the store's "no run N".
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 100:
         raise argparse.ArgumentTypeError(f"not a run id: {text!r}")
     return int(digits)
 
@@ -167,14 +172,16 @@ def build_runs_parser() -> argparse.ArgumentParser:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     action = args.action or "list"
-    with open_store(args.db) as store:
+    if action == "rm":  # the one command here that writes: a missing store is not created
+        from dlprof_lite.store.database import RunStore
+
+        with RunStore(args.db, create=False) as writable:
+            removed = writable.remove(args.run_ids)  # every id there, or an error
+        print(f"removed {removed} run(s)")
+        return 0
+    with open_store(args.db, read_only=True) as store:
         if action == "show":
             return _show_run(store, args.run_id, as_json=args.json)
-        if action == "rm":
-            removed = store.remove(args.run_ids)
-            missing = len(set(args.run_ids)) - removed
-            print(f"removed {removed} run(s)" + (f"; {missing} not found" if missing else ""))
-            return 0 if missing == 0 else 1
         infos = store.find(tag=args.tag, script=args.script, since=args.since,
                            until=args.until, limit=args.limit)  # fmt: skip
     if action == "export":
@@ -193,6 +200,7 @@ def _ms(ns: object) -> str:
 def _print_runs(infos: Sequence[RunInfo]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, header_style="bold")
     for name in ("id", "time", "tag", "script", "steps", "median ms", "git", "report"):
@@ -200,9 +208,10 @@ def _print_runs(infos: Sequence[RunInfo]) -> None:
     for i in infos:
         git = (i.git_commit or "")[:8] + ("*" if i.git_dirty else "")
         when = i.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(str(i.id), when, i.tag or i.group or "", printable(i.script or ""),
-                      str(i.steps or ""), _ms(i.step_median_ns), git,
-                      printable(i.report_dir or ""))  # fmt: skip
+        # Every stored text as plain text: no control character, no rich markup acts.
+        cells = (str(i.id), when, i.tag or i.group or "", i.script or "", str(i.steps or ""),
+                 _ms(i.step_median_ns), git, i.report_dir or "")  # fmt: skip
+        table.add_row(*(Text(printable(c)) for c in cells))
     console = Console(highlight=False)
     if not infos:
         console.print("no runs recorded (yet)")

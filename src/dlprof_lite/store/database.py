@@ -9,11 +9,14 @@ The database is any SQLAlchemy URL; the default is an SQLite file per user,
 
 A run is written in one transaction, a bulk insert per table: it is in the database whole or
 not at all. Times are stored in UTC; a naive ``datetime`` given to :meth:`RunStore.find` is
-local time.
+local time. A store may come from elsewhere: opening checks that it holds no SQL of its own
+(:mod:`dlprof_lite.store.trust`), and what it gives back is checked like a report folder
+(:mod:`dlprof_lite.store.stored`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 from collections.abc import Mapping, Sequence
@@ -26,7 +29,9 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from dlprof_lite.report import read_schema as rs
 from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.store import stored, trust
 from dlprof_lite.store.engine import (
     DEFAULT_DB_ENV,
     StoreError,
@@ -34,12 +39,13 @@ from dlprof_lite.store.engine import (
     default_url,
     masked,
     parse_url,
+    secrets,
     translated,
     writing,
 )
 from dlprof_lite.store.migrate import upgrade
-from dlprof_lite.store.record import RunContext, RunRecord
-from dlprof_lite.store.rows import frame, layout, sql_text, table_rows
+from dlprof_lite.store.record import RunRecord
+from dlprof_lite.store.rows import layout, sql_text, table_rows
 from dlprof_lite.store.schema import ROW_TABLES, run_phases, runs
 
 __all__ = ["DEFAULT_DB_ENV", "RunInfo", "RunStore", "StoreError", "default_url"]
@@ -89,19 +95,30 @@ _INFO_COLUMNS = {f.name: ("run_group" if f.name == "group" else f.name) for f in
 class RunStore:
     """The run database at ``url`` (default: :func:`default_url`), its schema brought to the
     newest revision when opened. ``create`` False: a missing SQLite file or an empty database
-    is a :class:`StoreError` instead of being created (for commands that only read).
+    is a :class:`StoreError` instead of being created (for commands that only read);
+    ``read_only``: nothing is written (an SQLite file is opened read-only; a schema not at the
+    newest revision is an error, not upgraded). Either way, a store holding triggers, views
+    or anything else that is not the tool's own is refused before any statement of ours.
     ``upgraded``: this open created or upgraded the schema (another process may have)."""
 
-    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, create: bool = True,
+                 read_only: bool = False) -> None:  # fmt: skip
         parsed = parse_url(url or default_url())
         self.display = masked(parsed)
-        self.engine = create_engine(parsed, create=create)
+        self._secrets = secrets(parsed)
+        self.engine = create_engine(parsed, create=create, read_only=read_only)
         try:
-            with translated(self.display):
-                self.upgraded = upgrade(self.engine, self.display, create=create)
+            with self._errors():
+                with self.engine.connect() as connection:
+                    trust.check(connection, self.display)
+                self.upgraded = upgrade(self.engine, self.display, create=create,
+                                        read_only=read_only)  # fmt: skip
         except BaseException:
             self.engine.dispose()
             raise
+
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        return translated(self.display, self._secrets)
 
     def __enter__(self) -> RunStore:
         return self
@@ -118,7 +135,7 @@ class RunStore:
     def record(self, run: RunRecord) -> int:
         """Write ``run`` (its ``run_id`` is ignored) in one transaction; returns its new id."""
         values = _run_values(run)
-        with translated(self.display), writing(self.engine) as connection:
+        with self._errors(), writing(self.engine) as connection:
             result = connection.execute(runs.insert().values(**values))
             run_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one PK
             for name, (table, keys) in ROW_TABLES.items():
@@ -129,19 +146,27 @@ class RunStore:
         return run_id
 
     def get(self, run_id: int) -> RunRecord:
-        """The run recorded as ``run_id``, its summary and tables equal to those recorded."""
-        with translated(self.display), self.engine.connect() as connection:
-            found = connection.execute(sa.select(runs).where(runs.c.id == run_id)).first()
+        """The run recorded as ``run_id``, its summary and tables equal to those recorded;
+        every value checked (:mod:`dlprof_lite.store.stored`)."""
+        if not stored.valid_id(run_id):
+            raise StoreError(f"no run {run_id} in {self.display}")
+        query = sa.select(*stored.run_columns(),
+                          stored.text(runs.c.summary, stored.SMALL_LIMIT).label("summary"),
+                          stored.text(runs.c.tables, stored.SMALL_LIMIT).label("tables"),
+                          ).where(runs.c.id == run_id)  # fmt: skip
+        with self._errors(), self.engine.connect() as connection:
+            found = connection.execute(query).first()
             if found is None:
                 raise StoreError(f"no run {run_id} in {self.display}")
             row = found._mapping
-            tables: Mapping[str, Any] = row["tables"]
-            frames = {
-                name: _read_rows(connection, table, run_id, tables[name])
-                for name, (table, _) in ROW_TABLES.items()
-            }
-        return RunRecord(_context(row), Summary.from_document(row["summary"]), **frames,
-                         run_id=int(row["id"]))  # fmt: skip
+            values = stored.checked_row(row, self.display)
+            where = f"run database {self.display}, run {run_id}"
+            summary = stored.summary(row["summary"], where)
+            layouts = stored.layouts(row["tables"], where)
+            frames = {name: stored.table(name, layouts[name],
+                                         _stored_rows(connection, table, run_id, where), where)
+                      for name, (table, _) in ROW_TABLES.items()}  # fmt: skip
+        return RunRecord(stored.context(values), summary, **frames, run_id=run_id)
 
     def find(
         self,
@@ -156,7 +181,7 @@ class RunStore:
         """Runs newest first. ``script`` matches the recorded path or its last part(s)
         (``train.py`` finds ``/home/me/proj/train.py``); ``since`` is inclusive, ``until``
         exclusive."""
-        query = sa.select(*(runs.c[c] for c in _INFO_COLUMNS.values()))
+        query = sa.select(*stored.run_columns())
         if tag is not None:
             query = query.where(runs.c.tag == sql_text(tag))
         if group is not None:
@@ -172,29 +197,40 @@ class RunStore:
         if until is not None:
             query = query.where(runs.c.created_at < _utc(until))
         query = query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-        with translated(self.display), self.engine.connect() as connection:
-            found = connection.execute(query).all()
-        return [_info(r._mapping) for r in found]
+        with self._errors(), self.engine.connect() as connection:
+            return [_info(stored.checked_row(r._mapping, self.display))
+                    for r in connection.execute(query)]  # fmt: skip
 
     def runs_with_tag(self, tag: str) -> list[RunRecord]:
         """Every run whose tag or ``--repeat`` group is ``tag``, oldest first (compare pools
         them)."""
         query = (
-            sa.select(runs.c.id)
+            sa.select(stored.raw(runs.c.id))
             .where(sa.or_(runs.c.tag == sql_text(tag), runs.c.run_group == sql_text(tag)))
             .order_by(runs.c.created_at, runs.c.id)
         )
-        with translated(self.display), self.engine.connect() as connection:
+        with self._errors(), self.engine.connect() as connection:
             ids = connection.execute(query).scalars().all()
+        if not all(type(i) is int for i in ids):
+            raise StoreError(f"run database {self.display}: a run id that is not an integer")
         return [self.get(run_id) for run_id in ids]
 
     def remove(self, run_ids: Sequence[int]) -> int:
-        """Delete these runs with all their rows (ON DELETE CASCADE); returns how many were
-        there."""
-        if not run_ids:
+        """Delete these runs with all their rows (ON DELETE CASCADE); returns how many. A
+        run id that is not there is a :class:`StoreError`, and then nothing is removed."""
+        wanted = sorted(set(run_ids))
+        if not wanted:
             return 0
-        with translated(self.display), writing(self.engine) as connection:
-            result = connection.execute(runs.delete().where(runs.c.id.in_(list(run_ids))))
+        with self._errors(), writing(self.engine) as connection:
+            there = set()
+            if all(stored.valid_id(i) for i in wanted):
+                query = sa.select(stored.raw(runs.c.id)).where(runs.c.id.in_(wanted))
+                there = set(connection.execute(query).scalars())
+            missing = [i for i in wanted if i not in there]
+            if missing:
+                listed = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+                raise StoreError(f"no run {listed} in {self.display}; nothing removed")
+            result = connection.execute(runs.delete().where(runs.c.id.in_(wanted)))
         return int(result.rowcount)
 
     def export_csv(self, infos: Sequence[RunInfo], target: str | Path | IO[str]) -> None:
@@ -225,11 +261,22 @@ def _insert(
         connection.execute(table.insert(), [{**r, "run_id": run_id} for r in rows])
 
 
-def _read_rows(
-    connection: sa.Connection, table: sa.Table, run_id: int, table_layout: Mapping[str, Any]
-) -> pd.DataFrame:
-    query = sa.select(table.c.data).where(table.c.run_id == run_id).order_by(table.c.position)
-    return frame(connection.execute(query).scalars().all(), table_layout)
+def _stored_rows(
+    connection: sa.Connection, table: sa.Table, run_id: int, where: str
+) -> list[str | None]:
+    """A run's rows of ``table`` as JSON text, counted and measured before they are fetched
+    (at most a report table's rows and bytes)."""
+    size = sa.func.length(sa.cast(table.c.data, sa.Text))
+    count, total = connection.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), 0))
+        .where(table.c.run_id == run_id)
+    ).one()
+    if count > rs.MAX_ROWS or total > rs.MAX_TABLE_BYTES:
+        raise StoreError(f"{where}: {table.name} holds {count} rows of {total} characters, "
+                         "more than dlprof-lite writes")  # fmt: skip
+    query = (sa.select(stored.text(table.c.data, stored.ROW_LIMIT))
+             .where(table.c.run_id == run_id).order_by(table.c.position))  # fmt: skip
+    return list(connection.execute(query).scalars())
 
 
 def _run_values(run: RunRecord) -> dict[str, object]:
@@ -287,30 +334,5 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
-def _stored_time(moment: datetime) -> datetime:
-    # SQLite keeps no zone (the store wrote UTC); PostgreSQL gives the session's zone.
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _context(row: sa.RowMapping) -> RunContext:
-    return RunContext(
-        created_at=_stored_time(row["created_at"]),
-        tag=row["tag"],
-        group=row["run_group"],
-        repeat_index=row["repeat_index"],
-        command=tuple(str(a) for a in row["command"]),
-        cwd=row["cwd"],
-        script=row["script"],
-        host=row["host"],
-        git_commit=row["git_commit"],
-        git_dirty=row["git_dirty"],
-        report_dir=row["report_dir"],
-        tool_version=row["tool_version"],
-    )
-
-
-def _info(row: sa.RowMapping) -> RunInfo:
-    values = {field: row[column] for field, column in _INFO_COLUMNS.items()}
-    values["created_at"] = _stored_time(values["created_at"])
-    values["command"] = tuple(str(a) for a in values["command"])
-    return RunInfo(**values)
+def _info(values: Mapping[str, Any]) -> RunInfo:
+    return RunInfo(**{field: values[column] for field, column in _INFO_COLUMNS.items()})

@@ -11,18 +11,28 @@ SQLAlchemy URL instead, e.g. ``postgresql+psycopg://user@host/dbname`` (a bare
 Opening brings the schema to Alembic's head under a lock, so that processes opening one new
 database at the same moment create it once and all succeed: SQLite takes the write lock with
 ``BEGIN IMMEDIATE`` (others wait up to the busy timeout), PostgreSQL
-``pg_advisory_xact_lock``; in both the DDL runs inside that transaction. Every failure is a
-:class:`StoreError` of one line that never shows the URL's password.
+``pg_advisory_xact_lock``; in both the DDL runs inside that transaction. Commands that only
+read open an SQLite file read-only (``mode=ro``: a missing or empty file is never created or
+written). A store may come from elsewhere (issue 40): every connection has SQLite's
+``trusted_schema`` off and limits (:data:`SQLITE_LIMITS`), every statement a time limit
+(:data:`STATEMENT_TIMEOUT_S`), and :mod:`dlprof_lite.store.trust` refuses triggers, views and
+anything else not the tool's own before the tool runs a statement of its own. Every failure is
+a :class:`StoreError` of one line that never shows a password, wherever the URL carries one
+(:func:`masked`, :func:`secrets`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Iterator
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
@@ -38,6 +48,21 @@ CONNECT_TIMEOUT_S = 5
 # The advisory lock that serializes schema upgrades on PostgreSQL: any fixed 64-bit key.
 _PG_LOCK_KEY = 0x646C70726F66  # "dlprof"
 _WRITE = "dlprof_lite_write"  # execution option: this transaction writes (SQLite IMMEDIATE)
+# Any one statement of the store (a read, a run's insert, a schema upgrade) ends within this;
+# the largest real one, recording 50,000 kernel rows, takes a few seconds.
+STATEMENT_TIMEOUT_S = 60.0
+_DEADLINE = "dlprof_lite_deadline"  # connection record info: when the statement must end
+MiB = 1 << 20
+# Per-connection SQLite limits: no value beyond what a report file may hold (a stored summary
+# or row is at most that), no attached database, triggers (none are allowed) not nested.
+SQLITE_LIMITS = {
+    sqlite3.SQLITE_LIMIT_LENGTH: 128 * MiB,
+    sqlite3.SQLITE_LIMIT_ATTACHED: 0,
+    sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH: 1,
+    sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 200,
+}
+# Query parameters that carry a secret (psycopg's password, sslpassword, ...).
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
 
 
 class StoreError(DlprofError):
@@ -61,12 +86,30 @@ def default_url() -> str:
 
 
 def masked(url: str | URL) -> str:
-    """The URL as it may be shown: password hidden; an SQLite file as its path."""
+    """The URL as it may be shown: no password, neither the userinfo's (with an unencoded
+    ``@`` in it too) nor a query parameter's (``?password=``); an SQLite file as its path."""
     if isinstance(url, URL):
         if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
             return str(url.database)
-        return url.render_as_string(hide_password=True)
-    return re.sub(r"(//[^/@:]*:)[^@/]*@", r"\1***@", url)
+        shown = url.set(query={}).render_as_string(hide_password=True)
+        query = "&".join(f"{k}={'***' if _SECRET_KEY.search(k) else v}"
+                         for k, v in url.query.items())  # fmt: skip
+        return shown + (f"?{query}" if query else "")
+    # Text that did not parse: the userinfo up to the last "@" hidden, and secret parameters.
+    text = re.sub(r"(://[^/?#@:]*:).*@", r"\1***@", url)
+    return re.sub(r"([?&][^=&]*(?:pass|pwd|secret|token)[^=&]*=)[^&]*", r"\1***", text,
+                  flags=re.IGNORECASE)  # fmt: skip
+
+
+def secrets(url: URL) -> tuple[str, ...]:
+    """Every secret the URL carries, for scrubbing them from a driver's messages."""
+    found = [url.password] + [v for k, v in url.query.items() if _SECRET_KEY.search(k)]
+    out: list[str] = []
+    for value in found:
+        for item in value if isinstance(value, tuple) else (value,):
+            if item:
+                out += [str(item), quote(str(item), safe="")]
+    return tuple(dict.fromkeys(out))
 
 
 def parse_url(url: str) -> URL:
@@ -81,21 +124,32 @@ def parse_url(url: str) -> URL:
         ) from err
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.host and "@" in parsed.host:  # "user:p@ss@host": the password holds an "@"
+        extra, host = parsed.host.rsplit("@", 1)
+        if parsed.password is not None:
+            parsed = parsed.set(password=f"{parsed.password}@{extra}", host=host)
+        else:
+            parsed = parsed.set(username=f"{parsed.username or ''}@{extra}", host=host)
     if parsed.get_backend_name() == "sqlite" and (parsed.database or "").startswith("~"):
         parsed = parsed.set(database=os.path.expanduser(str(parsed.database)))
     return parsed
 
 
-def create_engine(url: URL, *, create: bool) -> sa.Engine:
-    """The engine for ``url``: SQLite with a busy timeout and explicit BEGINs, PostgreSQL
-    with a connect timeout. ``create``: an SQLite file (and its folder) may be made."""
+def create_engine(url: URL, *, create: bool, read_only: bool = False) -> sa.Engine:
+    """The engine for ``url``: SQLite with a busy timeout, explicit BEGINs, its limits and
+    ``trusted_schema`` off, PostgreSQL with a connect timeout; both with a time limit per
+    statement. ``create``: an SQLite file (and its folder) may be made; ``read_only``: an
+    SQLite file is opened read-only (it must exist)."""
     backend = url.get_backend_name()
     kwargs: dict[str, Any] = {}
     if backend == "sqlite":
-        _sqlite_file(url, create)
+        path = _sqlite_file(url, create and not read_only)
         kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_S}
-    elif backend == "postgresql" and "connect_timeout" not in url.query:
-        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        if read_only and path is not None:
+            url = URL.create("sqlite", database=path.absolute().as_uri(),
+                             query={"mode": "ro", "uri": "true"})  # fmt: skip
+    elif backend == "postgresql":
+        kwargs["connect_args"] = _postgres_args(url, read_only=read_only)
     try:
         engine = sa.create_engine(url, **kwargs)
     except exc.NoSuchModuleError as err:
@@ -110,14 +164,29 @@ def create_engine(url: URL, *, create: bool) -> sa.Engine:
     return engine
 
 
-def _sqlite_file(url: URL, create: bool) -> None:
+def _postgres_args(url: URL, *, read_only: bool) -> dict[str, Any]:
+    """A connect timeout (unless the URL sets one), the statement time limit and, for
+    ``read_only``, read-only transactions, added to any ``options`` the URL gives."""
+    args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        args["connect_timeout"] = CONNECT_TIMEOUT_S
+    given = url.query.get("options", "")
+    given = " ".join(given) if isinstance(given, tuple) else given
+    limit = f"-c statement_timeout={int(STATEMENT_TIMEOUT_S * 1000)}"
+    if read_only:
+        limit += " -c default_transaction_read_only=on"
+    args["options"] = f"{given} {limit}".strip()
+    return args
+
+
+def _sqlite_file(url: URL, create: bool) -> Path | None:
     if url.database in (None, "", ":memory:"):
-        return
+        return None
     path = Path(url.database)
     if path.is_dir():
         raise StoreError(f"run database {path}: is a folder, not a database file")
     if path.exists():
-        return
+        return path
     if not create:
         raise StoreError(f"no run database at {path} (no run recorded yet)")
     try:
@@ -125,20 +194,34 @@ def _sqlite_file(url: URL, create: bool) -> None:
     except OSError as err:
         raise StoreError(f"cannot create the run database's folder {path.parent}: "
                          f"{err.strerror or err}") from err  # fmt: skip
+    return path
 
 
 def _sqlite_events(engine: sa.Engine) -> None:
     """pysqlite's own transaction handling issues no BEGIN before DDL and only a deferred
     BEGIN before DML; the store needs BEGIN IMMEDIATE for writes (the write lock taken up
     front, so two writers wait instead of failing to upgrade a read lock) and foreign keys
-    on (ON DELETE CASCADE)."""
+    on (ON DELETE CASCADE). Each connection gets the limits and ``trusted_schema`` off, and a
+    progress handler that interrupts a statement running past its deadline (set before
+    each statement)."""
 
     @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
+    def _connect(dbapi_connection: Any, record: Any) -> None:
         dbapi_connection.isolation_level = None
+        for limit, value in SQLITE_LIMITS.items():
+            dbapi_connection.setlimit(limit, value)
         cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA trusted_schema = OFF")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
+        deadline = record.info.setdefault(_DEADLINE, [math.inf])
+        dbapi_connection.set_progress_handler(lambda: time.monotonic() > deadline[0], 10_000)
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _start(connection: sa.Connection, *_args: Any) -> None:
+        deadline = connection.connection.info.get(_DEADLINE)
+        if deadline is not None:
+            deadline[0] = time.monotonic() + STATEMENT_TIMEOUT_S
 
     @event.listens_for(engine, "begin")
     def _begin(connection: sa.Connection) -> None:
@@ -156,21 +239,26 @@ def writing(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 
 @contextmanager
-def translated(display: str) -> Iterator[None]:
-    """Database errors as one-line :class:`StoreError` naming the (masked) database."""
+def translated(display: str, hidden: Sequence[str] = ()) -> Iterator[None]:
+    """Database errors as one-line :class:`StoreError` naming the (masked) database; any of
+    ``hidden`` (the URL's secrets) a driver's message repeats is shown as ``***``."""
     try:
         yield
     except exc.DBAPIError as err:
-        raise StoreError(f"run database {display}: {_first_line(err.orig)}") from err
+        raise StoreError(f"run database {display}: {_first_line(err.orig, hidden)}") from err
     except exc.SQLAlchemyError as err:
-        raise StoreError(f"run database {display}: {_first_line(err)}") from err
+        raise StoreError(f"run database {display}: {_first_line(err, hidden)}") from err
     except OSError as err:  # the file vanished, a disk failed under SQLite
         raise StoreError(f"run database {display}: {err.strerror or err}") from err
 
 
-def _first_line(err: BaseException | None) -> str:
+def _first_line(err: BaseException | None, hidden: Sequence[str] = ()) -> str:
     text = str(err).strip() if err is not None else ""
     line = text.splitlines()[0].strip() if text else type(err).__name__
+    if line in ("interrupted", "canceling statement due to statement timeout"):
+        line = f"a statement ran past the {STATEMENT_TIMEOUT_S:g} s limit and was stopped"
+    for secret in sorted(hidden, key=len, reverse=True):
+        line = line.replace(secret, "***")
     return line.removeprefix("(psycopg.OperationalError) ")
 
 

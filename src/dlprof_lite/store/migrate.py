@@ -51,39 +51,53 @@ class SchemaState:
     tables: frozenset[str]
 
 
-def stored_revisions(connection: sa.Connection) -> tuple[str, ...]:
-    """The database's revision(s) as Alembic records them in its version table; () for none."""
+# More revision rows than Alembic ever writes (one per branch head; ours is linear).
+MAX_REVISIONS = 8
+
+
+def stored_revisions(connection: sa.Connection, display: str = "") -> tuple[str, ...]:
+    """The database's revision(s) as Alembic records them in its version table; () for none.
+    A row that is not short text (NULL, a number, a long string) is a :class:`StoreError`."""
     if not sa.inspect(connection).has_table(VERSION_TABLE):
         return ()
-    version = sa.table(VERSION_TABLE, sa.column("version_num", sa.String))
-    return tuple(str(r) for r in connection.execute(sa.select(version.c.version_num)).scalars())
+    version = sa.table(VERSION_TABLE, sa.column("version_num", sa.types.NullType()))
+    query = sa.select(sa.func.substr(version.c.version_num, 1, 65)).limit(MAX_REVISIONS + 1)
+    found = tuple(connection.execute(query).scalars())
+    if len(found) > MAX_REVISIONS or not all(isinstance(r, str) and 0 < len(r) <= 64
+                                              for r in found):  # fmt: skip
+        raise StoreError(f"run database {display}: its schema version table holds something "
+                         "dlprof-lite never writes there (not one short revision name)")
+    return found
 
 
-def state(connection: sa.Connection) -> SchemaState:
-    from alembic.runtime.migration import MigrationContext
-
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+def state(connection: sa.Connection, display: str = "") -> SchemaState:
     tables = frozenset(sa.inspect(connection).get_table_names())
-    return SchemaState(tuple(context.get_current_heads()), tables)
+    return SchemaState(stored_revisions(connection, display), tables)
 
 
-def upgrade(engine: sa.Engine, display: str, *, create: bool) -> bool:
+def upgrade(engine: sa.Engine, display: str, *, create: bool, read_only: bool = False) -> bool:
     """The database at the newest revision; a no-op (one read) when it already is. True
     when this call changed the schema (created it, or upgraded it).
 
-    ``create`` False: an empty database is an error (nothing recorded there yet).
+    ``create`` False: an empty database is an error (nothing recorded there yet);
+    ``read_only``: nothing is written, a store not at the newest revision is an error.
     """
     newest = HEAD
     file = engine.dialect.name == "sqlite"
     with engine.connect() as connection:
-        if stored_revisions(connection) == (newest,):
+        if stored_revisions(connection, display) == (newest,):
             return False  # the usual case: one query, no Alembic
-        if _checked(state(connection), display, newest, create=create, file=file):
+        current = state(connection, display)
+        if _checked(current, display, newest, create=create and not read_only, file=file):
             return False
+    if read_only:
+        raise StoreError(f"run database {display} has schema revision "
+                         f"{', '.join(current.revisions)}, older than this dlprof-lite's "
+                         f"{newest}: record a run into it (that upgrades it) and read it again")
     with writing(engine) as connection:
         lock_schema(connection)
         # Another process may have upgraded it while this one waited for the lock.
-        if _checked(state(connection), display, newest, create=create, file=file):
+        if _checked(state(connection, display), display, newest, create=create, file=file):
             return False
         from alembic import command
 

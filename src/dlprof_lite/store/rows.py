@@ -4,19 +4,19 @@ Place in the pipeline: store. A table becomes one plain JSON object per row (the
 JSON writer's ``records``: NaN and NA to null, numpy to Python numbers) plus a small
 ``layout``: each column's pandas dtype name and, for categorical columns, the categories
 when they are not simply the sorted distinct values (kernel names: the common case costs
-nothing). :func:`frame` reverses it: the DataFrame compares equal to the report's with
+nothing). :func:`dlprof_lite.store.stored.table` reverses it, checking every cell as the
+report reader does: the DataFrame compares equal to the report's with
 ``pd.testing.assert_frame_equal`` (dtypes, categories and column order included).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
-from pandas.api.types import pandas_dtype
 
 from dlprof_lite.report.summary_types import scalar
 from dlprof_lite.report.writers import plain, records
@@ -41,27 +41,6 @@ def _is_default(column: pd.Series, cats: object) -> bool:
         return bool(cats == sorted({plain(v) for v in column.dropna().tolist()}))  # type: ignore[type-var]
     except TypeError:  # mixed types do not sort: keep the list
         return False
-
-
-def frame(rows: Sequence[Mapping[str, object]], table_layout: Mapping[str, Any]) -> pd.DataFrame:
-    """The DataFrame of ``rows`` with the dtypes (and categories) of ``table_layout``.
-
-    Columns come in the layout's order; a column missing from a row (a newer writer dropped
-    it, an older one lacked it) is null there.
-    """
-    columns: list[list[str]] = table_layout["columns"]
-    categories: Mapping[str, Any] = table_layout.get("categories") or {}
-    data = {name: pd.Series([r.get(name) for r in rows], dtype="object") for name, _ in columns}
-    out = pd.DataFrame(data, columns=[name for name, _ in columns])
-    for name, dtype in columns:
-        if dtype == "category":
-            cats = categories.get(name)
-            if cats is None:
-                cats = sorted({v for v in out[name].tolist() if v is not None})
-            out[name] = out[name].astype(pd.CategoricalDtype(cats))
-        elif dtype != "object":
-            out[name] = out[name].astype(pandas_dtype(dtype))
-    return out
 
 
 def table_rows(table: pd.DataFrame, keys: Sequence[sa.Column[Any]]) -> list[Row]:

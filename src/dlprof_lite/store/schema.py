@@ -14,7 +14,7 @@ form ``summary.json`` and the table JSON files use), and beside it only what SQL
 joins or sorts on: the run id, the row's position in the report table, its name (iteration,
 layer, kernel) and the numbers ``compare`` and ``runs`` read. The dtypes of each table's
 columns (and the categories of categorical ones) are kept once per run in ``runs.tables``, so
-:func:`dlprof_lite.store.rows.frame` gives back a DataFrame equal to the report's, dtypes
+:func:`dlprof_lite.store.stored.table` gives back a DataFrame equal to the report's, dtypes
 included. ``runs.summary`` is the ``Summary.document()``; ``run_phases`` is
 ``RunRecord.phases()``, kept for SQL only (``get`` recomputes it from the iterations).
 
