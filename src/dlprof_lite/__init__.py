@@ -46,11 +46,14 @@ def load(
     key_range: str | None = None,
     iter_start: int | None = None,
     iter_stop: int | None = None,
+    nsys: str | None = None,
 ) -> Profile:
-    """Read an nsys ``.sqlite`` export (or ``.nsys-rep``) into an analysed :class:`Profile`."""
+    """Read an nsys ``.sqlite`` export (or ``.nsys-rep``, exported by ``nsys``: its path,
+    default from PATH) into an analysed :class:`Profile`."""
     from dlprof_lite.ingest.load import load as _load
 
-    return _load(path, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop)
+    return _load(path, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
+                 nsys=nsys)  # fmt: skip
 
 
 def analyze(
@@ -62,17 +65,20 @@ def analyze(
     all_iterations: bool = False,
     steps_per_epoch: int | None = None,
     epochs: int | None = None,
+    nsys: str | None = None,
 ) -> Report:
     """Analyse one nsys export (or report) into a :class:`Report`, as ``dlprof-lite analyze``
     does, without writing anything (``Report.save`` writes the folder). The kernels, ranges
     and layers tables cover the analysed iterations (``iter_start``/``iter_stop``, warm-up
     left out); ``all_iterations`` makes them whole-run totals. ``steps_per_epoch`` and
-    ``epochs`` set the projected training time (default: the DataLoader's length, 1)."""
+    ``epochs`` set the projected training time (default: the DataLoader's length, 1);
+    ``nsys``: the nsys that exports an ``.nsys-rep`` input (default: from PATH)."""
     from dlprof_lite.pipeline import AnalyzeOptions, analyze_profile
 
     options = AnalyzeOptions(
         key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
         all_iterations=all_iterations, steps_per_epoch=steps_per_epoch, epochs=epochs,
+        nsys=nsys,
     )  # fmt: skip
     return analyze_profile(Path(path), options)
 

@@ -121,7 +121,9 @@ def _regex(text: str) -> str:
 def _common(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output").add_argument
     out("-o", "--output", type=Path, metavar="DIR",
-        help="report folder (default: a new <name>.dlprof folder beside the input)")
+        help="report folder (default: a new one, never an existing one: <script>.dlprof in "
+             "the current folder for a run, <input>.dlprof beside the input for analyze; "
+             "-2, -3, ... added when taken)")
     out("--formats", type=_formats, default=FORMATS, metavar="LIST",
         help="what to write, comma-separated: csv and json (the tables), html (report.html); "
              "default: all three (layers.dot and trace.json are always written)")
@@ -180,8 +182,17 @@ def _profiling(parser: argparse.ArgumentParser) -> None:
 _USAGE = (
     "%(prog)s [options] SCRIPT [ARGS...]\n"
     "       %(prog)s [options] -- COMMAND [ARGS...]\n"
-    "       %(prog)s analyze PATH [PATH...] [options]"
+    "       %(prog)s analyze PATH [PATH...] [options]\n"
+    "       %(prog)s report FOLDER | compare A B | runs {list,show,export,rm} [options]"
 )
+# The subcommands (each with its own --help), and the spellings that mean one of them.
+COMMANDS = {
+    "analyze": "analyse existing nsys exports (.sqlite, .nsys-rep, .qdrep)",
+    "report": "print or re-render a report folder (console, --html)",
+    "compare": "compare two runs (folders, run ids or tags), with statistics",
+    "runs": "the run store: list, show, export, rm recorded runs",
+}
+ALIASES = {"analyse": "analyze"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -198,8 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
         usage=_USAGE,
         description="Profile a PyTorch training script under Nsight Systems and report, "
         "layer by layer, where the GPU time goes and what to change.",
-        epilog=f"Post-hoc: '{PROG} analyze PATH' reads an existing .sqlite export or "
-        f".nsys-rep/.qdrep report ('{PROG} analyze --help').",
+        epilog="commands (each has --help):\n"
+        + "\n".join(f"  {name:<9} {text}" for name, text in COMMANDS.items())
+        + f"\n\nAnything else is the program: {PROG} [options] train.py --epochs 1\n"
+        "(dlprof-lite's options go before the script; what follows it is the script's)\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _common(parser)
@@ -217,6 +231,9 @@ def build_analyze_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     _common(parser)
+    parser.add_argument("--nsys", metavar="PATH",
+                        help="nsys executable that exports .nsys-rep/.qdrep inputs (default: "
+                             "from PATH)")  # fmt: skip
     many = parser.add_argument_group("several inputs").add_argument
     many(
         "--jobs",
@@ -241,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args_in
     tune_process()
     try:
+        if args_in[:1] and args_in[0] in ALIASES:
+            args_in[0] = ALIASES[args_in[0]]
+        _check_command(args_in[:1])
         if args_in[:1] == ["analyze"]:
             args = build_analyze_parser().parse_args(args_in[1:])
             debug = args.debug
@@ -284,6 +304,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _check_command(first: list[str]) -> None:
+    """A first word that is no file and close to a command's name is a mistyped command."""
+    if not first or first[0] in COMMANDS or first[0].startswith("-"):
+        return
+    word = first[0]
+    if "/" in word or "." in word or Path(word).exists():
+        return  # a script or a program: the run form
+    import difflib
+
+    near = difflib.get_close_matches(word, [*COMMANDS, *ALIASES], n=1, cutoff=0.6)
+    if near:
+        meant = ALIASES.get(near[0], near[0])
+        raise InputError(f"unknown command {word!r}: did you mean '{PROG} {meant}'? "
+                         f"(commands: {', '.join(COMMANDS)})")
+
+
 def _error(message: str, debug: bool) -> None:
     if debug:
         traceback.print_exc()
@@ -306,6 +342,7 @@ def _options(args: argparse.Namespace) -> AnalyzeOptions:
         steps_per_epoch=args.steps_per_epoch,
         epochs=args.epochs,
         trace_iterations=args.trace_iterations,
+        nsys=args.nsys,
     )
 
 
@@ -507,15 +544,20 @@ def _run_once(
             nsys_args=args.nsys_args, delay=args.delay, duration=args.duration,
             nsys_timeout=args.nsys_timeout, show_nsys=args.debug,
         )  # fmt: skip
-        for warning in run.warnings:
-            _warn(warning)
+        stopped: str | None = None
         try:
             with _progress(args, target.name) as progress:
                 done = report_profiled(Path(run.sqlite_path), stage, where, options, progress)
             report, ranks = done.report, done.ranks
+            stopped = _failed_before_steps(run.exit_code, report, cmd)
+            if stopped:  # its own failure first; what follows from it is no news
+                _error(stopped, args.debug)
+            else:
+                for warning in run.warnings:
+                    _warn(warning)
             for warning in done.rank_warnings:
                 _warn(warning)
-            if run.no_ranges_hint and not has_annotation(report):
+            if run.no_ranges_hint and not has_annotation(report) and not stopped:
                 _warn(run.no_ranges_hint)
         # Keep what nsys captured, also when interrupted (SIGINT, or a scheduler's SIGTERM)
         # while analysing it; report the error after.
@@ -534,7 +576,31 @@ def _run_once(
     run_id = None
     if not run.exit_code:  # a crashed program's partial run is no baseline
         run_id = record_report(args, report, where, command=cmd, group=group, repeat_index=index)
-    _show(args, report, where, run_id, ranks)
-    if run.exit_code:
+    if stopped:  # nothing ran that a summary could describe
+        print(f"report: {printable(where)} (what was captured before it stopped)", flush=True)
+    else:
+        _show(args, report, where, run_id, ranks)
+    if run.exit_code and not stopped:
         _warn(f"the program exited with code {run.exit_code}")
     return run.exit_code
+
+
+def _failed_before_steps(code: int, report: Report, cmd: list[str]) -> str | None:
+    """The line that leads when the program failed before its first step (else None): its
+    exit code and, for a usage error (2) with our options after the script, where they go."""
+    if not code or report.summary.iterations.iterations_count:
+        return None
+    line = f"the program exited with code {code} before its first training step"
+    ours = _our_options_after(cmd)
+    if code == 2 and ours:
+        shown = " ".join(ours)
+        line += (f"; {shown} after the script went to the script: {PROG}'s options go "
+                 f"before it ({PROG} {shown} ... {cmd[0]} ...)")
+    return line
+
+
+def _our_options_after(cmd: list[str]) -> list[str]:
+    """dlprof-lite's own option names among the program's arguments (``-o``, ``--force``)."""
+    known = {name for action in build_parser()._actions for name in action.option_strings}
+    known -= {"-h", "--help", "--version"}
+    return [arg for arg in (a.split("=", 1)[0] for a in cmd[1:]) if arg in known]

@@ -76,6 +76,9 @@ def build_compare_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true",
                         help="print only the verdicts, the gate and the folder")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--nsys", metavar="PATH",
+                        help="nsys executable that exports .nsys-rep sides (default: from "
+                             "PATH)")  # fmt: skip
     add_db_option(parser)
     return parser
 
@@ -99,7 +102,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 opened.append(stack.enter_context(open_store(args.db, read_only=True)))
             return opened[0]
 
-        sides = [resolve(name, store) for name in args.sides]
+        sides = [resolve(name, store, args.nsys) for name in args.sides]
     comparison = compare_sides(sides)
     from dlprof_lite.compare.output import write_comparison
 

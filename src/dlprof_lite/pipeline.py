@@ -46,6 +46,7 @@ class AnalyzeOptions:
     epochs: int | None = None
     # trace.json of iterations [A, B) instead of the report's timeline iteration
     trace_iterations: tuple[int, int] | None = None
+    nsys: str | None = None  # the nsys that exports an .nsys-rep/.qdrep input (None: PATH)
 
 
 def analyze_profile(
@@ -89,7 +90,7 @@ def _analyze(
             progress(stage)
 
     once(Stage.READING)
-    with sqlite_of(path) as sqlite:
+    with sqlite_of(path, options.nsys) as sqlite:
         done = _analyze_export(sqlite, options, once, ranks=ranks)
     source = str(path)  # the user's report, not the temporary export
     return replace(done, report=done.report.with_source(source),

@@ -48,7 +48,7 @@ def record_of_report(report: Report, folder: Path | None) -> RunRecord:
     return RunRecord.from_report(report, context)
 
 
-def _from_path(name: str, path: Path) -> Side:
+def _from_path(name: str, path: Path, nsys: str | None = None) -> Side:
     from dlprof_lite import analyze, open_report
 
     if is_report_folder(path):
@@ -59,7 +59,7 @@ def _from_path(name: str, path: Path) -> Side:
             raise InputError(f"{name}: a folder with no report in it (no summary.json)")
         return Side(name, tuple(record_of_report(open_report(p), p) for p in inner))
     if path.name.lower().endswith(INPUT_SUFFIXES):
-        return Side(name, (record_of_report(analyze(path), None),))
+        return Side(name, (record_of_report(analyze(path, nsys=nsys), None),))
     raise InputError(f"{name}: not a report folder or an nsys export (.sqlite, .nsys-rep)")
 
 
@@ -79,11 +79,12 @@ def _inner_reports(name: str, path: Path) -> list[Path]:
     return sorted(found)
 
 
-def resolve(name: str, store: StoreOpener) -> Side:
-    """The side ``name`` stands for (see the module docstring)."""
+def resolve(name: str, store: StoreOpener, nsys: str | None = None) -> Side:
+    """The side ``name`` stands for (see the module docstring); ``nsys`` exports an
+    ``.nsys-rep`` side (default: from PATH)."""
     path = Path(name)
     if path.exists():
-        return _from_path(name, path)
+        return _from_path(name, path, nsys)
     by_id = RUN_ID_RE.match(name)
     if by_id:
         return Side(name, (store().get(int(by_id.group(1))),))

@@ -42,23 +42,27 @@ def load(
     iter_stop: int | None = None,
     progress: StageProgress = no_progress,
     pids: Collection[int] | None = None,
+    nsys: str | None = None,
 ) -> Profile:
-    """Read an nsys SQLite export (or a report, exported first) and run every analysis step.
+    """Read an nsys SQLite export (or a report, exported first by ``nsys``: a path, default
+    from PATH) and run every analysis step.
 
     ``key_range`` is a regular expression naming the iteration range (DLProf's key node);
     ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive); ``pids``:
     analyse only these processes (one rank of a multi-process run).
     """
-    raw = load_raw(path, progress=progress)
+    raw = load_raw(path, progress=progress, nsys=nsys)
     return enrich(raw, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
                   progress=progress, pids=pids)  # fmt: skip
 
 
-def load_raw(path: str | Path, *, progress: StageProgress = no_progress) -> RawExport:
+def load_raw(
+    path: str | Path, *, progress: StageProgress = no_progress, nsys: str | None = None
+) -> RawExport:
     """The base frames of ``path``, read once; :func:`enrich` analyses them (all processes,
     or one rank's each time, without reading the export again)."""
     progress(Stage.READING)
-    with sqlite_of(Path(path)) as sqlite:
+    with sqlite_of(Path(path), nsys) as sqlite:
         raw = read_export(sqlite)
     return replace(raw, meta=replace(raw.meta, source=str(path)))
 
@@ -124,8 +128,9 @@ def enrich(
 
 
 @contextmanager
-def sqlite_of(path: Path) -> Iterator[Path]:
-    """``path`` itself, or the ``nsys export`` of a report into a temporary folder.
+def sqlite_of(path: Path, nsys: str | None = None) -> Iterator[Path]:
+    """``path`` itself, or the ``nsys export`` (``nsys``: its path, default from PATH) of a
+    report into a temporary folder.
 
     The user's report is never modified, and the temporary export is removed afterwards.
     """
@@ -135,4 +140,4 @@ def sqlite_of(path: Path) -> Iterator[Path]:
     from dlprof_lite.launch.nsys import export_sqlite
 
     with tempfile.TemporaryDirectory(prefix="dlprof-lite-") as tmp:
-        yield export_sqlite(path, Path(tmp) / f"{path.stem}.sqlite")
+        yield export_sqlite(path, Path(tmp) / f"{path.stem}.sqlite", nsys=nsys)

@@ -223,7 +223,9 @@ def _exit_code(
     annotated: bool,
 ) -> tuple[int, list[str]]:
     """The exit code to pass back, and warnings about how it was found."""
-    if outcome.signal in (signal.SIGTERM, signal.SIGHUP):
+    if outcome.signal is not None:
+        # The user's interrupt decides the exit code (130 for Ctrl-C, 143 for SIGTERM),
+        # whatever the program did with it (caught it, exited 0, or ended without a status).
         name = signal.Signals(outcome.signal).name
         return 128 + outcome.signal, [f"the run was stopped by {name}: the report holds what "
                                       "nsys captured until then"]  # fmt: skip
