@@ -134,3 +134,25 @@ def test_options_after_the_script_lead_with_the_programs_failure(
     assert "unrecognized arguments: -o x --force" in done.stderr  # the program's own error
     assert "warning" not in done.stderr, done.stderr
     assert "report: " in done.stdout and "train.dlprof" in done.stdout
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_repeat_prints_one_combined_summary(tmp_path: Path, nsys: str) -> None:
+    """``--repeat 3``: a line per run and one summary with both spreads, not three full
+    summaries; each warning once."""
+    pytest.importorskip("torch")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlprof_lite", "--no-db", "--nsys", nsys, "--repeat", "3",
+         "-o", "runs", "train.py", "--steps", "6"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert len(out) <= 12, done.stdout
+    assert sum(line.startswith("  run ") for line in out) == 3, done.stdout
+    assert any("within runs" in line and "between runs" in line for line in out), done.stdout
+    assert "15 analysed steps" in done.stdout  # 3 runs x (6 steps - 1 warm-up)
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning")]
+    assert len(warnings) == len(set(warnings)), done.stderr

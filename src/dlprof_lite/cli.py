@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -502,22 +503,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     group = args.tag or f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     interrupted: KeyboardInterrupt | None = None
     code = 0
+    collected: list[tuple[Report, Path]] = []  # each run's report, shown together at the end
     with files.staged_folder(parent, force=args.force) as stage:
         try:
             for index in range(args.repeat):
                 print(f"{PROG}: run {index + 1} of {args.repeat}", file=sys.stderr, flush=True)
                 folder = stage / f"run-{index + 1}{files.REPORT_SUFFIX}"
-                code = _run_once(args, cmd, folder, group=group, index=index, final=parent)
+                code = _run_once(args, cmd, folder, group=group, index=index, final=parent,
+                                 collect=collected)  # fmt: skip
                 if code:  # a failed run: the others would not be comparable
                     _error(f"run {index + 1} of {args.repeat} exited with code {code}; "
                            "stopping the repeats", args.debug)  # fmt: skip
                     break
         except KeyboardInterrupt as err:  # the runs done so far are kept
             interrupted = err
+    if collected and not args.quiet:
+        _show_repeats(collected, parent)
     if interrupted is not None:
         raise interrupted
     print(f"repeats: {printable(parent)} (group {printable(group)})", flush=True)
     return code
+
+
+def _show_repeats(done: list[tuple[Report, Path]], parent: Path) -> None:
+    """One summary of the repeats: each run's median step, then the step time over all
+    runs with its within-run and between-run spread (compare's statistics)."""
+    from dlprof_lite.compare.resolve import record_of_report
+    from dlprof_lite.compare.side import Side
+    from dlprof_lite.compare.stats import step_stats
+    from dlprof_lite.report.advice import duration
+
+    for warning in dict.fromkeys(w for report, _ in done for w in report.summary.warnings):
+        _warn(warning)  # once, not once per run
+    side = Side("repeats", tuple(record_of_report(r, parent / f.name) for r, f in done))
+    if not any(len(run.step_ns()) for run in side.runs):
+        print(f"repeats: {len(done)} runs, no analysed steps to combine", flush=True)
+        return
+    stats = step_stats(side)
+    print(f"repeats: {stats.runs} runs, {stats.n} analysed steps: median step "
+          f"{duration(stats.median_ns)} (p10–p90 {duration(stats.p10_ns)}–"
+          f"{duration(stats.p90_ns)})", flush=True)  # fmt: skip
+    for index, run in enumerate(side.runs, 1):
+        steps = run.step_ns()
+        median = duration(float(statistics.median(steps))) if len(steps) else "no steps"
+        print(f"  run {index}: {len(steps)} steps, median {median}", flush=True)
+    if stats.within_run_std_ns is not None and stats.between_run_std_ns is not None:
+        print(f"  spread: within runs (pooled std) {duration(stats.within_run_std_ns)}, "
+              f"between runs (std of run means) {duration(stats.between_run_std_ns)}",
+              flush=True)  # fmt: skip
 
 
 REPEAT_SUFFIX = ".dlprof-runs"
@@ -526,6 +559,7 @@ REPEAT_SUFFIX = ".dlprof-runs"
 def _run_once(
     args: argparse.Namespace, cmd: list[str], target: Path, *, group: str | None = None,
     index: int | None = None, final: Path | None = None,
+    collect: list[tuple[Report, Path]] | None = None,
 ) -> int:  # fmt: skip
     """One profiled run into ``target``; ``final``: the folder ``target``'s parent will
     become (a --repeat staging folder), for the paths the store records."""
@@ -578,6 +612,9 @@ def _run_once(
         run_id = record_report(args, report, where, command=cmd, group=group, repeat_index=index)
     if stopped:  # nothing ran that a summary could describe
         print(f"report: {printable(where)} (what was captured before it stopped)", flush=True)
+    elif collect is not None:  # one of --repeat N: shown together at the end
+        collect.append((report, target))
+        print(f"report: {printable(where)}", flush=True)
     else:
         _show(args, report, where, run_id, ranks)
     if run.exit_code and not stopped:
