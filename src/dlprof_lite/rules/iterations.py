@@ -12,8 +12,10 @@ from __future__ import annotations
 # suggested steady window.
 HIGH_VARIANCE_CV = 0.10
 STEADY_TOLERANCE = 0.10
-# A steady window shorter than this is no window worth suggesting.
-STEADY_MIN_ITERATIONS = 2
+# A steady window shorter than this is no window worth suggesting: the figures it feeds (a
+# mean, a p90, a spread) need a handful of steps, and below five one slow step still moves
+# the window's mean by a fifth of its own size.
+STEADY_MIN_ITERATIONS = 5
 # Default warm-up: with no explicit window and at least this many iterations, iteration 0
 # (CUDA context, cuDNN autotuning, allocator growth) is reported separately as warm-up.
 DEFAULT_WARMUP_MIN_ITERATIONS = 3
