@@ -333,7 +333,9 @@ class NsysDb:
 
     def close(self, *, drop_empty: bool = True) -> None:
         """Write the session window, domain destroys and metadata; drop empty event tables."""
-        start, stop = self._session or (min(self._span, default=0), max(self._span, default=0))
+        # The session runs from 0 (nsys's session start) to its stop: the window's start only
+        # says no event is earlier.
+        stop = self._session[1] if self._session else max(self._span, default=0)
         for did, gtid in self._domains.values():
             row = {"start": stop, "eventType": NVTX_DOMAIN_DESTROY, "globalTid": gtid,
                    "domainId": did}  # fmt: skip

@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import statistics
 from contextlib import closing
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,7 @@ def key_node_walls(path: Path, name: str) -> list[int]:
         if text == name and not held:
             threads.setdefault(tid, []).append(b)
     ends = sorted(max(threads.values(), key=len))
-    return [b - a for a, b in zip(ends, ends[1:])]
+    return [b - a for a, b in pairwise(ends)]
 
 
 def one_warning(report: dlprof_lite.Report) -> str:
@@ -196,7 +197,7 @@ def _with_numbered(tmp_path: Path, word: str, lo: int, hi: int, count: int) -> P
     tid, ranges = _thread_ranges(TRT)
     bounds = [_outside(int(t), ranges) for t in np.linspace(lo, hi, count + 1)]
     rows = [(a, b - 1, 59, f"{word} {i + 17}", tid, 0)
-            for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]  # fmt: skip
+            for i, (a, b) in enumerate(pairwise(bounds))]  # fmt: skip
     with closing(sqlite3.connect(path)) as con:
         con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, "
                         "domainId) VALUES (?, ?, ?, ?, ?, ?)", rows)  # fmt: skip

@@ -205,9 +205,10 @@ def test_sync_memcpy_selection_follows_the_nsys_rule() -> None:
 
 
 def test_every_threshold_is_cited_and_used() -> None:
-    from dlprof_lite.report import facts
+    from dlprof_lite.report import denominators, facts, summary
 
-    source = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (rules, facts))
+    modules = (rules, facts, summary, denominators)
+    source = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in modules)
     for key, t in THRESHOLDS.items():
         assert t.citation and t.rule, key
         assert "dlprof-lite choice" in t.citation or any(
@@ -241,6 +242,7 @@ def test_empty_profile_report() -> None:
     report = build_report(make_profile())
     s = report.summary
     assert (s["kernel_ns"], s["devices"], s["gpu_utilization"], s["tc_share"]) == (0, 0, None, None)
-    assert s["launch_overhead_scope"] == "active_span" and s["launch_overhead_pct"] is None
+    # No share, no denominator named.
+    assert s["launch_overhead_scope"] is None and s["launch_overhead_pct"] is None
     assert "no CUDA kernels" in s["warnings"][0]
     assert report.advice.empty

@@ -26,14 +26,15 @@ from dlprof_lite.report.timeline import capped, steady_iteration, timeline_for
 from example_profiles import _step, training_profile
 from make_profile import make_profile
 
-# Three real exports: TensorRT on several streams (its own repeated range, the default key),
+# Three real exports: TensorRT on several streams (its own repeated range as key range, named:
+# a library's own range is never a guessed step),
 # a DLProf/pyprof run with layers (its network's forward calls as key range) and a torchrun
 # run with two processes (NCCL group ends as key range: the two ranks' kernels in one window).
 CORPUS_CASES = {
     "multistream": (
         "NVIDIA__trt-samples-for-hackathon-cn__cookbook_09-Advance_MultiStream_calculation-bound"
         ".qdrep.sqlite",
-        None,
+        r"^ExecutionContext::enqueue$",
     ),
     "dlprof": ("MohanadOdema__DLProf__nsys_profile.sqlite", r"dummy_network\.py:41', '/home"),
     "torchrun": ("GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite", r"^ncclGroupEnd$"),
@@ -73,12 +74,20 @@ def test_report_names_the_iteration_and_shows_its_events() -> None:
     assert set(report.timeline["iteration"]) == {1}
 
 
-def test_no_iterations_no_timeline() -> None:
+def test_no_iterations_the_busiest_stretch() -> None:
     profile = training_profile(iterations=[])
     report = build_report(profile)
     assert report.summary["timeline_iteration"] is None
-    assert report.timeline.empty and list(report.timeline.columns) == column_names("timeline")
-    assert timeline_for(profile).empty
+    assert timeline_for(profile).empty  # iterations asked for: there are none
+    # The report shows the busiest stretch instead: here every event (fewer than the cap),
+    # in no iteration.
+    frame = report.timeline
+    assert list(frame.columns) == column_names("timeline")
+    events = len(profile.kernels) + len(profile.memops) + len(profile.api) + len(profile.ranges)
+    assert len(frame) == events and frame["iteration"].isna().all()
+    w = report.summary.window
+    assert (w.timeline_start_ns, w.timeline_end_ns) == (frame["start_ns"].min(),
+                                                        frame["end_ns"].max())  # fmt: skip
 
 
 # -- which events, exactly --------------------------------------------------------------------

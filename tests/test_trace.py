@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dlprof_lite
@@ -222,3 +223,83 @@ def test_generated_two_processes_over_all_iterations(tmp_path: Path) -> None:
     assert len({e["pid"] for e in slices(doc, "kernel")}) == truth.params["processes"]
     epoch = [e for e in slices(doc, "range") if e["name"] == "epoch"]
     assert len(epoch) == 2  # one per process, kept whole
+
+
+# -- no iterations: the busiest stretch (issue 26, item 8) -------------------------------------
+
+NO_ITERATIONS = (
+    "GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite",  # 31,900 events: a stretch
+    "NVIDIA__Fuser__report1.sqlite",  # 14,527 events: all of them
+    "quasiben__nvtx-examples__cudf.sqlite",
+    "sangyun802__instant-ngp__report1.qdrep.sqlite",  # no NVTX at all
+    "wenscarl__cutlass_benchmark__report1.sqlite",
+)
+
+
+def _sql_events(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Start and weight (GPU op duration; 0 for a range or call) of every event the
+    timeline draws, read with our own SQL: NVTX ranges, runtime calls, kernels, copies."""
+    import sqlite3
+    from contextlib import closing
+
+    queries = {
+        "NVTX_EVENTS": "SELECT start, 0 FROM NVTX_EVENTS WHERE eventType IN (59, 60) "
+                       "AND end IS NOT NULL",
+        "CUPTI_ACTIVITY_KIND_RUNTIME": "SELECT start, 0 FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_KERNEL": "SELECT start, end - start FROM CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY": "SELECT start, end - start FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET": "SELECT start, end - start FROM CUPTI_ACTIVITY_KIND_MEMSET",
+    }  # fmt: skip
+    rows: list[tuple[int, int]] = []
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+        for table, sql in queries.items():
+            if table in tables:
+                rows += con.execute(sql).fetchall()
+    frame = np.array(sorted(rows, key=lambda r: r[0]), dtype=np.int64).reshape(-1, 2)
+    return frame[:, 0], frame[:, 1]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", NO_ITERATIONS)
+def test_without_iterations_the_trace_is_the_busiest_stretch(
+    corpus_dir: Path, tmp_path: Path, name: str
+) -> None:
+    from dlprof_lite.report.timeline import TIMELINE_MAX_EVENTS
+
+    report = dlprof_lite.analyze(corpus_dir / name)
+    assert report.iterations.empty
+    folder = report.save(tmp_path / "r")
+    doc = json.loads((folder / "trace.json").read_text(encoding="utf-8"))
+    check_trace(doc)
+    shown = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert 0 < len(shown) <= TIMELINE_MAX_EVENTS
+    assert doc["metadata"]["iterations"] == []
+    assert all("iteration" not in e["args"] for e in shown)
+    w = report.summary.window
+    assert w.timeline_iteration is None
+    assert doc["metadata"]["stretch_ns"] == [w.timeline_start_ns, w.timeline_end_ns]
+    starts, _ = _sql_events(corpus_dir / name)
+    kernels = sum(1 for e in shown if e["cat"] == "kernel")
+    if len(starts) <= TIMELINE_MAX_EVENTS:  # every event fits: every kernel is shown
+        assert kernels == len(dlprof_lite.load(corpus_dir / name).kernels)
+        assert w.timeline_start_ns == int(starts.min())
+
+
+@pytest.mark.corpus
+def test_the_busiest_stretch_holds_the_most_gpu_time(corpus_dir: Path) -> None:
+    """Oracle: every run of ``cap`` consecutive events (by start, our own SQL), summed by a
+    convolution; the stretch found holds the most GPU op time there is."""
+    from dlprof_lite.report.timeline import busiest_stretch
+
+    path = corpus_dir / NO_ITERATIONS[0]
+    profile = dlprof_lite.load(path)
+    starts, weights = _sql_events(path)
+    for cap in (500, 5000, 20_000):
+        best = int(np.convolve(weights, np.ones(cap, dtype=np.int64), "valid").max())
+        found = busiest_stretch(profile, cap)
+        assert found is not None
+        t0, t1 = found
+        inside = (starts >= t0) & (starts <= t1)
+        assert int(weights[inside].sum()) >= best > 0
+        assert inside.sum() >= cap  # ties at the edges may add events, never drop them

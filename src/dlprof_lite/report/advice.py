@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 import pandas as pd
 
+from dlprof_lite.report.denominators import of_scope
 from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
 from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
@@ -160,7 +161,7 @@ def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         return None
     evidence = (
         f"the GPU waited {ms(_f(summary, 'launch_overhead_ns'))} for the CPU to launch work, "
-        f"{pct:.1f}% of step time ({summary['launch_overhead_scope']})"
+        f"{pct:.1f}% of {of_scope(summary['launch_overhead_scope'])}"
     )
     phases = [(p, _num(summary, f"step_{p}_host_gap_pct")) for p in PHASE_COLUMNS]
     if any(v for _, v in phases):
@@ -296,8 +297,8 @@ def low_utilization(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     grade = _graded(util, "gpu_util_warn", "gpu_util_high", below=True)
     if grade is None:
         return None
-    scope = "the analysed steps" if metric == "step_utilization" else "the GPU's active span"
-    evidence = f"the GPU was busy {util:.0%} of {scope}"
+    scope = "iterations" if metric == "step_utilization" else "active_span"
+    evidence = f"the GPU was busy {util:.0%} of {of_scope(scope)}"
     rec = (
         "Remove host-side stalls first (see the other advice: data loading, synchronization, "
         "launch overhead), then raise the batch size or overlap independent work on streams."
@@ -364,7 +365,8 @@ def sync_calls(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     warn = pct >= threshold("sync_api_warn_pct")
     evidence = (
         f"{calls} cudaDeviceSynchronize/cudaStreamSynchronize calls, "
-        f"{ms(_f(summary, 'sync_api_ns'))} in total, {pct:.1f}% of step time"
+        f"{ms(_f(summary, 'sync_api_ns'))} in total, some thread in one "
+        f"{pct:.1f}% of {of_scope(summary['sync_api_scope'])}"
     )
     rec = (
         "Avoid host synchronization inside the step: .item(), .cpu(), printing CUDA tensors, "

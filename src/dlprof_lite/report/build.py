@@ -16,6 +16,7 @@ import pandas as pd
 from dlprof_lite.errors import OutputError
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
+from dlprof_lite.report.denominators import share_span
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.layers import layers_table
 from dlprof_lite.report.metrics import column_names
@@ -25,7 +26,12 @@ from dlprof_lite.report.steps import device_count, iterations_table
 from dlprof_lite.report.summary import summarize
 from dlprof_lite.report.summary_types import Communication, Summary
 from dlprof_lite.report.tables import kernels_table, ranges_table
-from dlprof_lite.report.timeline import TIMELINE_MAX_EVENTS, empty_timeline, report_timeline
+from dlprof_lite.report.timeline import (
+    TIMELINE_MAX_EVENTS,
+    empty_timeline,
+    report_timeline,
+    timeline_bounds,
+)
 from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_of
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
@@ -113,13 +119,18 @@ def build_report(
     )
     between_tables()
     timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
+    shown_from, shown_to = timeline_bounds(timeline)
     fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum()),
-              "timeline_iteration": shown}  # fmt: skip
+              "timeline_iteration": shown, "timeline_start_ns": shown_from,
+              "timeline_end_ns": shown_to}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
     between_tables()
     ranks = ranks_table(profile, window)
     between_tables()
-    communication = Communication.from_values(communication_summary(ranks, meta.duration_ns))
+    span = share_span(profile)[0]  # the summary's: its warning is the summary's
+    communication = Communication.from_values(
+        communication_summary(ranks, span.length_ns, span.scope)
+    )
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),
                     communication=communication)  # fmt: skip
     summary = replace(found, advice=tuple(advise(found, layers)))

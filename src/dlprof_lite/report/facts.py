@@ -41,11 +41,15 @@ def memcpy_facts(memops: pd.DataFrame) -> dict[str, int]:
 
 
 def sync_api_facts(
-    api: pd.DataFrame, iterations: pd.DataFrame, session: tuple[int, int]
+    api: pd.DataFrame,
+    iterations: pd.DataFrame,
+    session: tuple[int, int],
+    session_scope: str = "session",
 ) -> dict[str, object]:
     """cudaDeviceSynchronize/cudaStreamSynchronize calls (nsys cuda-sync-api): how many, the
-    time threads spent in them, and the share of the analysed steps (of the session when
-    there are no iterations) during which some thread was inside one.
+    time threads spent in them, and the share of the analysed steps (without iterations, of
+    ``session``: the session, or the events' span named by ``session_scope``) during which
+    some thread was inside one (``sync_api_scope`` names which).
 
     Time is a union of intervals, never a sum of durations: duplicated rows or calls that
     overlap (several threads, nested driver calls) count each instant once, so the share
@@ -63,13 +67,16 @@ def sync_api_facts(
     window = analysed(iterations)
     if len(window):
         t0, t1 = window["start_ns"].to_numpy(np.int64), window["end_ns"].to_numpy(np.int64)
+        scope = "iterations"
     else:
         t0, t1 = np.array([session[0]], np.int64), np.array([session[1]], np.int64)
+        scope = session_scope
     part, whole = int(covered_between(union, t0, t1).sum()), int(np.maximum(t1 - t0, 0).sum())
     return {
         "sync_api_calls": len(calls),
         "sync_api_ns": int(per_thread),
         "sync_api_pct": part / whole * 100.0 if whole else None,
+        "sync_api_scope": scope if whole else None,
     }
 
 

@@ -11,7 +11,6 @@ page frame and plotly.js: report/plotly_bundle.py.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.advice import duration, percent
@@ -30,6 +29,7 @@ from dlprof_lite.report.html_tables import (
     layer_table,
     plain,
 )
+from dlprof_lite.report.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.plotly_bundle import Chart, document, esc, section
 from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.report.timeline_chart import timeline_figure
@@ -41,24 +41,6 @@ def has_gpu(summary: Summary) -> bool:
     """The run did GPU work (kernels or memory operations)."""
     counts = (summary.number(k) for k in ("kernel_count", "memcpy_count", "memset_count"))
     return any(c for c in counts)
-
-
-def analysed_steps(iterations: pd.DataFrame) -> np.ndarray:
-    """Wall times of the analysed iterations (in the window, after warm-up), ns."""
-    if iterations.empty:
-        return np.empty(0)
-    keep = iterations["in_window"].astype(bool) & ~iterations["warmup"].astype(bool)
-    return pd.to_numeric(iterations.loc[keep, "wall_ns"], errors="coerce").dropna().to_numpy(float)
-
-
-def _step_line(report: Report) -> str:
-    steps = analysed_steps(report.iterations)
-    if not steps.size:
-        return "-"
-    p10, p50, p90 = np.percentile(steps, [10, 50, 90])
-    cv = report.summary.number("iterations_cv")
-    spread = f", CV {cv:.1%}" if cv is not None else ""
-    return f"{duration(p50)} median (p10 {duration(p10)} – p90 {duration(p90)}{spread})"
 
 
 def _window_line(s: Summary) -> str:
@@ -73,10 +55,11 @@ def _window_line(s: Summary) -> str:
 def _gpus_line(s: Summary) -> str:
     if not s.gpus:
         return s.system.gpu_names or "none with GPU work"
+    scope = s.totals.utilization_scope
     return "; ".join(
         f"{g.name or '?'} (device {g.device_id}"
         + (f", cc {g.compute_capability}" if g.compute_capability else "")
-        + (f", busy {g.utilization:.0%})" if g.utilization is not None else ")")
+        + (f", busy {share_of(g.utilization, scope)})" if g.utilization is not None else ")")
         for g in s.gpus[:8]
     ) + (f"; ... {len(s.gpus)} in all" if len(s.gpus) > 8 else "")  # fmt: skip
 
@@ -110,7 +93,7 @@ def header_rows(report: Report) -> list[tuple[str, str]]:
         ("analysed window", _window_line(s)),
         ("iterations", f"{it.iterations_count or 0} found, {it.iterations_warmup or 0} warm-up, "
                        f"{s.window.iterations_analysed or 0} analysed"),
-        ("steady step time", _step_line(report)),
+        ("steady step time", step_phrase(s)),
         ("projected epoch time", _projection_line(s)),
     ]  # fmt: skip
     cost = s.annotation_cost
@@ -124,11 +107,15 @@ def header_rows(report: Report) -> list[tuple[str, str]]:
         )
     if has_gpu(s):
         rows += [
-            ("GPU busy in the steps", percent(s.step.step_utilization)),
-            ("Tensor Core share", percent(s.tensor_cores.tc_share)),
-            ("launch overhead", f"{plain(s.launch_overhead.launch_overhead_pct)}% "
-                                f"({s.launch_overhead.launch_overhead_scope})"),
+            ("GPU busy", share_of(s.totals.gpu_utilization, s.totals.utilization_scope)),
+            ("GPU busy in the steps", share_of(s.step.step_utilization, "iterations")),
+            ("Tensor Core share", tc_phrase(s)),
+            ("launch overhead", share_of(s.launch_overhead.launch_overhead_pct,
+                                         s.launch_overhead.launch_overhead_scope, scale=1.0)),
         ]  # fmt: skip
+        coverage = s.launch_overhead.launch_coverage
+        if coverage is not None and coverage < 1:
+            rows.append(("GPU operations with their launch call", percent(coverage)))
     return [(k, v) for k, v in rows if v != "-"]
 
 
@@ -205,14 +192,20 @@ def _timeline(report: Report) -> str | None:
     frame = report.timeline
     if frame.empty:
         return None
-    it = report.summary.get("timeline_iteration")
-    fig, left = timeline_figure(frame, iteration=_iteration_bounds(report.iterations, it))
+    w = report.summary.window
+    it = w.timeline_iteration
+    bounds = _iteration_bounds(report.iterations, it)
+    if it is None and w.timeline_start_ns is not None and w.timeline_end_ns is not None:
+        bounds = (w.timeline_start_ns, w.timeline_end_ns)  # the busiest stretch's
+    fig, left = timeline_figure(frame, iteration=bounds)
     if fig is None:
         return None
-    what = f"iteration {it}" if it is not None else "one steady iteration"
+    what = f"iteration {it}" if it is not None else (
+        "no iterations: the busiest stretch of the session")  # fmt: skip
     note = f'<p class="note">{esc(what)}; the {left} shortest events are left out</p>' if left \
         else f'<p class="note">{esc(what)}; trace.json opens it in Perfetto</p>'  # fmt: skip
-    return section("timeline", "Timeline of one iteration", [Chart("timeline", fig).html(), note])
+    title = "Timeline of one iteration" if it is not None else "Timeline of the busiest stretch"
+    return section("timeline", title, [Chart("timeline", fig).html(), note])
 
 
 def _iteration_bounds(iterations: pd.DataFrame, it: object) -> tuple[int, int] | None:

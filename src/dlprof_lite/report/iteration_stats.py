@@ -3,21 +3,17 @@
 Place in the pipeline: report. Ingest found the iterations and labelled every GPU op with
 one (:mod:`dlprof_lite.ingest.iterations`); this module aggregates: wall-time statistics
 and a suggested steady window (:func:`iteration_stats`), which times fall in an iteration
-(:func:`in_iterations`), the compile phase ranges (:func:`compile_ranges`) and the
-``--key-range`` regex to suggest for a guessed key (:func:`key_regex`). Thresholds are rules
-(:mod:`dlprof_lite.rules.iterations`).
+(:func:`in_iterations`) and the compile phase ranges (:func:`compile_ranges`). Thresholds
+are rules (:mod:`dlprof_lite.rules.iterations`).
 """
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pandas as pd
 
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV, STEADY_MIN_ITERATIONS, STEADY_TOLERANCE
 from dlprof_lite.rules.names import COMPILE, DOMAIN
-from dlprof_lite.rules.steps import DIGITS_RE, step_key
 
 
 def compile_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -36,22 +32,13 @@ def in_iterations(times: np.ndarray, table: pd.DataFrame) -> np.ndarray:
     return found
 
 
-def key_regex(names: pd.Series, key: str) -> str:
-    """A ``--key-range`` regex matching the names of numbered key ``key`` (from an example:
-    a ``#`` in the key may be a literal one, as in ``Step#12`` -> ``Step##``)."""
-    for name in pd.unique(names.astype("object")):
-        if isinstance(name, str) and step_key(name) == key:
-            parts = DIGITS_RE.split(name)
-            return "^" + r"\d+".join(re.escape(p) for p in parts) + "$"
-    return "^" + re.escape(key) + "$"
-
-
 def iteration_stats(per_iter: pd.DataFrame) -> dict[str, float | int | bool | None]:
     """Wall-time statistics of the in-window, non-warm-up iterations of ``per_iter``.
 
     ``per_iter`` needs ``iteration``, ``wall_ns``, ``warmup`` and ``in_window``. Keys:
     ``count``; ``mean_ns``, ``median_ns``, ``std_ns`` (sample std, ddof=1; 0 for one
-    iteration), ``p90_ns`` (linear interpolation, numpy's default), ``cv`` (std / mean);
+    iteration), ``p10_ns`` and ``p90_ns`` (linear interpolation, numpy's default: the spread
+    shown beside a step time), ``cv`` (std / mean);
     ``high_variance`` (cv >= :data:`HIGH_VARIANCE_CV`); and, only when variance is high,
     ``steady_start``/``steady_stop`` (stop exclusive, as ``--iter-start/--iter-stop``): the
     longest run of consecutive iterations within ±:data:`STEADY_TOLERANCE` of the median, the
@@ -61,7 +48,8 @@ def iteration_stats(per_iter: pd.DataFrame) -> dict[str, float | int | bool | No
         per_iter["in_window"].to_numpy(dtype=bool) & ~per_iter["warmup"].to_numpy(dtype=bool)
     ].sort_values("iteration")
     stats: dict[str, float | int | bool | None] = dict.fromkeys(
-        ("mean_ns", "median_ns", "std_ns", "p90_ns", "cv", "steady_start", "steady_stop")
+        ("mean_ns", "median_ns", "std_ns", "p10_ns", "p90_ns", "cv", "steady_start",
+         "steady_stop")
     )
     stats["count"] = len(chosen)
     stats["high_variance"] = False
@@ -75,6 +63,7 @@ def iteration_stats(per_iter: pd.DataFrame) -> dict[str, float | int | bool | No
         mean_ns=mean,
         median_ns=median,
         std_ns=std,
+        p10_ns=float(np.percentile(wall, 10)),
         p90_ns=float(np.percentile(wall, 90)),
         cv=std / mean if mean > 0 else None,
     )

@@ -235,7 +235,8 @@ ADVICE_REPORT = _cols(
     ("citation", "", "where the rule and its threshold come from"),
 )
 
-# One iteration's events (report/timeline.py): what trace.json and the page's timeline draw.
+# One iteration's events (report/timeline.py): what trace.json and the page's timeline draw;
+# without iterations, the busiest stretch of the session's.
 TIMELINE_REPORT = _cols(
     ("kind", "", "range (NVTX), api (CUDA API call), kernel, memcpy or memset"),
     ("name", "", "range text, API function name, kernel short name, or memcpy/memset and its "
@@ -254,7 +255,8 @@ TIMELINE_REPORT = _cols(
     ("phase", "", "data, forward, backward, optimizer, compile or other, labelled the same way"),
     ("correlation_id", "", "CUPTI correlation id joining a launch call to its GPU op"),
     ("iteration", "", "iteration of the event: a GPU op's launch, a call's or range's start "
-     "(a range opened before the window: the window's first)"),
+     "(a range opened before the window: the window's first); empty: no iterations (the "
+     "busiest stretch)"),
 )  # fmt: skip
 
 # Projected epoch and training time (report/projection.py); empty when steps per epoch are
@@ -291,7 +293,10 @@ _COMMUNICATION = (
     ("exposed_comm_ns", "ns", "exposed communication per analysed step, mean over GPU "
      "timelines (no steps: the window's total)"),
     ("exposed_comm_pct", "%", "exposed communication as % of each timeline's mean step, mean "
-     "over GPU timelines (no steps: of wall x timelines)"),
+     "over GPU timelines (no steps: of the span exposed_comm_scope names x timelines)"),
+    ("exposed_comm_scope", "", "denominator of exposed_comm_pct: iterations (each timeline's "
+     "mean analysed step), or without steps session (wall_ns) or event_span (event_span_ns, "
+     "a trimmed capture)"),
     ("ranks", "", "ranks (processes) in the ranks table"),
     ("rank_imbalance", "", "max / median of the per-rank median step times (>= 2 ranks)"),
     ("straggler_rank", "", "the rank the others wait for (rules/ranks.py); empty: none"),
@@ -342,7 +347,11 @@ SUMMARY_REPORT = _cols(
      "rank's); none without the annotation"),
     ("gpu_names", "", "GPU product names, '; '-separated (summary.json: gpus list)"),
     ("devices", "", "GPU timelines (process, device) with at least one kernel or memop"),
-    ("wall_ns", "ns", "session duration (profile start to end)"),
+    ("wall_ns", "ns", "session duration: nsys's ANALYSIS_DETAILS.duration (every event lies "
+     "in [0, duration] on its clock; startTime/stopTime are on another); without the table, "
+     "the events' span"),
+    ("event_span_ns", "ns", "first event's start to the last event's end (kernels, copies, CUDA "
+     "API calls, NVTX ranges)"),
     ("kernel_ns", "ns", "sum of kernel GPU durations"),
     ("kernel_count", "", "kernel executions"),
     ("memcpy_ns", "ns", "sum of memcpy GPU durations"),
@@ -350,15 +359,30 @@ SUMMARY_REPORT = _cols(
     ("memset_ns", "ns", "sum of memset GPU durations"),
     ("memset_count", "", "memset operations"),
     ("gpu_busy_ns", "ns", "union of busy intervals (kernels and memops) per device, summed"),
-    ("gpu_utilization", "", "gpu_busy_ns / (wall_ns x devices): share of session a GPU was busy"),
+    ("gpu_utilization", "", "gpu_busy_ns / (span x devices), the span utilization_scope names: "
+     "share of the session a GPU was busy"),
+    ("utilization_scope", "", "denominator of gpu_utilization and gpus[].utilization: session "
+     "(wall_ns), or event_span (event_span_ns) when the events cover less than "
+     "trimmed_capture_share of the session (a trimmed capture)"),
     ("active_utilization", "", "busy share of each device's first-op-to-last-op span, averaged"),
     ("tc_gpu_ns", "ns", "GPU time of Tensor Core kernels"),
-    ("tc_share", "", "tc_gpu_ns / kernel_ns"),
+    ("tc_share", "", "tc_gpu_ns / GPU time of the kernels whose names tell (tc_class tc or "
+     "no_tc); the others apart in tc_unknown_share"),
+    ("tc_unknown_ns", "ns", "GPU time of kernels whose names cannot tell (tc_class unknown: "
+     "nvFuser, Triton, XLA fusions, bare CUTLASS names)"),
+    ("tc_unknown_share", "", "tc_unknown_ns / kernel_ns"),
+    ("tc_inferred_ns", "ns", "the part of tc_unknown_ns launched in layers marked 'tc "
+     "(inferred)' (layers tc_inferred: recorded dtype and GPU allow Tensor Cores): inferred, "
+     "not measured"),
     ("launch_overhead_ns", "ns", "host-bound GPU gaps inside the analysed steps (each clipped "
      "to its step); no iterations: all gaps"),
     ("launch_overhead_pct", "%", "launch_overhead_ns / (analysed steps' wall x devices) x 100; "
      "no iterations: / the devices' active spans (first op start to last op end), 0-100"),
-    ("launch_overhead_scope", "", "iterations (analysed steps) or active_span (no iterations)"),
+    ("launch_overhead_scope", "", "denominator of launch_overhead_pct: iterations (analysed "
+     "steps) or active_span (no iterations: each GPU's first op start to last op end)"),
+    ("launch_coverage", "", "share of GPU operations (kernels, memcpys, memsets) whose launch "
+     "call is in the export: launch overhead and layer attribution see only these (a warning "
+     "below launch_coverage_warn)"),
     ("compile_count", "", "torch.compile compilations ('compile' ranges) in the whole session"),
     ("compile_wall_ns", "ns", "host time of all compilations, in steps or not"),
     ("iterations_count", "", "iterations found"),
@@ -371,6 +395,8 @@ SUMMARY_REPORT = _cols(
         "ns",
         "sample standard deviation (ddof=1) of analysed iteration wall times",
     ),
+    ("iterations_p10_ns", "ns", "10th percentile (linear) of analysed iteration wall times: "
+     "p10-p90 is the spread shown beside a step time (console, page)"),
     ("iterations_p90_ns", "ns", "90th percentile (linear) of analysed iteration wall times"),
     ("iterations_cv", "", "iterations_std_ns / iterations_mean_ns (coefficient of variation)"),
     ("steady_start", "", "suggested --iter-start when variance is high (longest near-median run)"),
@@ -422,14 +448,17 @@ SUMMARY_REPORT = _cols(
     ("sync_api_calls", "", "cudaDeviceSynchronize/cudaStreamSynchronize calls"),
     ("sync_api_ns", "ns", "time threads spent in those calls: union per thread (duplicates and "
      "overlaps once), summed over threads"),
-    ("sync_api_pct", "%", "time some thread was in one, inside the analysed steps / their wall "
-     "x 100 (no iterations: of the session), 0-100"),
+    ("sync_api_pct", "%", "time some thread was in one, inside the span sync_api_scope names / "
+     "its length x 100, 0-100"),
+    ("sync_api_scope", "", "denominator of sync_api_pct: iterations (the analysed steps' wall), "
+     "or without steps session (wall_ns) or event_span (event_span_ns, a trimmed capture)"),
     ("key_range", "", "NVTX range whose instances delimit iterations"),
     (
         "key_range_source",
         "",
         "rule that chose the key range: key-range, numbered-ranges, annotation, "
-        "root-model-calls, most-repeated or none",
+        "forward-backward, root-model-calls, most-repeated or none (also when every guess "
+        "failed the step test: a warning names the candidates)",
     ),
     ("window_scope", "", "what the kernels, ranges and layers tables cover: analysed (the "
      "analysed iterations), whole-run (--all-iterations) or no-iterations (whole run, none found)"),
@@ -441,6 +470,11 @@ SUMMARY_REPORT = _cols(
     ("window_kernel_ns", "ns", "GPU time of the kernels in the window (the kernels table's)"),
     ("timeline_iteration", "", "iteration the timeline table and trace.json show: the analysed "
      "one whose wall time is nearest the median (empty without iterations)"),
+    ("timeline_start_ns", "ns", "first start of the events the timeline table and trace.json "
+     "show: timeline_iteration's, or without iterations the busiest stretch's (of the runs of "
+     "20000 events in start order, the one holding the most GPU op time; without GPU work, "
+     "top-level range and API call time)"),
+    ("timeline_end_ns", "ns", "last end of those events"),
     *_PROJECTION,
     *_COMMUNICATION,
     ("advice_count", "", "number of advice rows"),
@@ -454,7 +488,8 @@ GPU_FIELDS = _cols(
     ("sm_count", "", "number of SMs"),
     ("compute_capability", "", "major.minor"),
     ("busy_ns", "ns", "union of the busy intervals of this process on this device"),
-    ("utilization", "", "busy_ns / wall_ns"),
+    ("utilization", "", "busy_ns / the span utilization_scope names (wall_ns, or event_span_ns "
+     "for a trimmed capture)"),
 )
 
 # The lists of summary.json beside the flat row (report/summary_types.py).
@@ -557,6 +592,20 @@ THRESHOLDS: dict[str, Threshold] = {
         f"{_DLPROF} underutilized-GPU detector (DLProf 21.07 release notes)",
     ),
     "gpu_util_high": Threshold(0.20, "share of time", "same, high", _CHOICE),
+    "trimmed_capture_share": Threshold(
+        0.10,
+        "share of session",
+        "below it, the events cover too little of the session for session-based shares: "
+        "they are taken over the events' span",
+        _CHOICE,
+    ),
+    "launch_coverage_warn": Threshold(
+        0.90,
+        "share of GPU operations",
+        "below it, a warning: launch overhead and layers see only the GPU operations whose "
+        "launch call the export holds",
+        _CHOICE,
+    ),
     "sync_memcpy_min_count": Threshold(
         1,
         "operations",

@@ -258,8 +258,10 @@ def write_trace(report: Report, folder: Path, events: pd.DataFrame | None = None
     from dlprof_lite.report.trace import trace_text
 
     chosen = report.timeline if events is None else events
-    iterations = sorted(int(i) for i in pd.unique(chosen["iteration"])) if len(chosen) else []
-    meta = {"source": report.summary.get("source"), "iterations": iterations}
+    iterations = sorted(int(i) for i in pd.unique(chosen["iteration"].dropna()))
+    meta: dict[str, object] = {"source": report.summary.get("source"), "iterations": iterations}
+    if len(chosen) and not iterations:  # no iterations: the session's busiest stretch
+        meta["stretch_ns"] = [int(chosen["start_ns"].min()), int(chosen["end_ns"].max())]
     path = folder / TRACE_FILE
     atomic_write(path, trace_text(chosen, metadata=meta))
     return path

@@ -263,8 +263,12 @@ def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
     return per
 
 
-def communication_summary(frame: pd.DataFrame, wall_ns: int) -> dict[str, object]:
-    """The summary's ``Communication`` fields from the ranks table (metrics.py)."""
+def communication_summary(
+    frame: pd.DataFrame, wall_ns: int, scope: str = "session"
+) -> dict[str, object]:
+    """The summary's ``Communication`` fields from the ranks table (metrics.py); without
+    steps, exposed communication is a share of ``wall_ns``, the span ``scope`` names (the
+    session, or the events' span of a trimmed capture: report/denominators.py)."""
     out: dict[str, object] = {}  # Communication.from_values: the fields not set are None
     gpu = frame[frame["device_id"].notna()]
     if frame.empty:
@@ -278,10 +282,12 @@ def communication_summary(frame: pd.DataFrame, wall_ns: int) -> dict[str, object
         if per_step.notna().any():
             out["exposed_comm_ns"] = float(per_step.mean())
             out["exposed_comm_pct"] = float((per_step / mean * 100.0).mean())
+            out["exposed_comm_scope"] = "iterations"
         elif wall_ns:  # no steps: over the whole window
             out["exposed_comm_ns"] = float(gpu["exposed_comm_ns"].sum())
             exposed = float(gpu["exposed_comm_ns"].sum())
             out["exposed_comm_pct"] = exposed / (wall_ns * len(gpu)) * 100.0
+            out["exposed_comm_scope"] = scope
     per = _per_rank(frame)
     medians = per["step_median_ns"].dropna()
     if len(medians) >= 2 and float(medians.median()) > 0:

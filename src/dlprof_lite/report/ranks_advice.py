@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from dlprof_lite.report.denominators import of_scope
 from dlprof_lite.report.summary_types import Advice, Communication, Summary
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
 
@@ -19,8 +20,11 @@ def _ms(ns: float) -> str:
 def exposed_text(c: Communication) -> tuple[str, str, str]:
     """Problem, evidence and recommendation of exposed communication (report/advice.py
     grades it against ``exposed_comm_*_pct``)."""
-    evidence = (f"{_ms(c.exposed_comm_ns or 0.0)} of communication kernels per step run "
-                f"with no compute beside them, {c.exposed_comm_pct or 0.0:.1f}% of the step "
+    per = "per step " if c.exposed_comm_scope == "iterations" else "in all "
+    of = "each rank's mean step" if c.exposed_comm_scope == "iterations" else (
+        f"{of_scope(c.exposed_comm_scope)}")  # fmt: skip
+    evidence = (f"{_ms(c.exposed_comm_ns or 0.0)} of communication kernels {per}run "
+                f"with no compute beside them, {c.exposed_comm_pct or 0.0:.1f}% of {of} "
                 f"(mean over {c.ranks} rank(s)); communication is "
                 f"{(c.comm_share or 0.0):.0%} of kernel busy time")  # fmt: skip
     rec = ("Overlap gradient communication with the backward pass: in DDP tune "

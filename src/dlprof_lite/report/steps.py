@@ -253,7 +253,7 @@ def iteration_summary(table: pd.DataFrame) -> dict[str, object]:
         "iterations_warmup": int(table["warmup"].astype(bool).sum()) if len(table) else 0,
         "iterations_analysed": 0,
     }
-    names = ("mean_ns", "median_ns", "std_ns", "p90_ns", "cv")
+    names = ("mean_ns", "median_ns", "std_ns", "p10_ns", "p90_ns", "cv")
     if table.empty:
         out.update({f"iterations_{k}": None for k in names}, steady_start=None, steady_stop=None)
         return out

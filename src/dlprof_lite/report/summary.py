@@ -21,6 +21,7 @@ import pandas as pd
 
 from dlprof_lite.annotate.names import DOMAIN, ITERATION
 from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.report.denominators import share_span
 from dlprof_lite.report.facts import (
     fp32_gemm_facts,
     kernel_facts,
@@ -30,8 +31,8 @@ from dlprof_lite.report.facts import (
 )
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
-from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations, key_regex
-from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations
+from dlprof_lite.report.metrics import column_names, threshold
 from dlprof_lite.report.projection import ProjectionInput, outside_steps, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -44,6 +45,7 @@ from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
 from dlprof_lite.report.writers import Table
 from dlprof_lite.rules.iterations import GUESSED
+from dlprof_lite.rules.steps import key_regex
 
 
 def summarize(
@@ -61,20 +63,25 @@ def summarize(
     meta = profile.meta
     ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "pid", "device_id"])
     busy = busy_per_device(ops)
-    wall = meta.duration_ns
-    gpus = _gpus(profile.gpus, busy, wall)
+    span, span_warnings = share_span(profile)
+    gpus = _gpus(profile.gpus, busy, span.length_ns)
     busy_ns = sum(total(s) for s in busy.values())
     totals = _totals(profile)
     flat: dict[str, object] = {
         **_system(profile),
         "gpu_names": "; ".join(g.name for g in gpus if g.name),
         "devices": len(busy),
-        "wall_ns": wall,
+        "wall_ns": meta.duration_ns,
+        "event_span_ns": span.event_span_ns,
         **totals,
-        "tc_share": totals["tc_gpu_ns"] / totals["kernel_ns"] if totals["kernel_ns"] else None,
+        **_tc_shares(profile, totals, layers),
         "gpu_busy_ns": busy_ns,
-        "gpu_utilization": busy_ns / (wall * len(busy)) if wall and busy else None,
+        "gpu_utilization": busy_ns / (span.length_ns * len(busy))
+        if span.length_ns and busy else None,
+        # Named wherever a utilization is given: the summary's, or a listed GPU's.
+        "utilization_scope": span.scope if span.length_ns and gpus else None,
         "active_utilization": _active_utilization(busy),
+        "launch_coverage": launch_coverage(profile),
     }
     flat.update(_launch_overhead(profile, iterations, busy, devices))
     flat.update(_compile_totals(profile.ranges))
@@ -82,8 +89,7 @@ def summarize(
     flat.update(outside_steps(profile, iterations))
     flat.update(step_breakdown(iterations, devices))
     flat.update(memcpy_facts(profile.memops))
-    session = (meta.session_start_ns, meta.session_end_ns)
-    flat.update(sync_api_facts(profile.api, iterations, session))
+    flat.update(sync_api_facts(profile.api, iterations, (span.start_ns, span.end_ns), span.scope))
     kernels = kernel_facts(profile.kernels)
     flat.update(kernels)
     flat.update(window or {"window_scope": "whole-run", "window_kernel_ns": totals["kernel_ns"]})
@@ -102,6 +108,8 @@ def summarize(
     flat.update(projected)
     warnings = [
         *meta.warnings,
+        *span_warnings,
+        *_coverage_warnings(flat),
         *_report_warnings(profile, iterations),
         *_merged_ranks(profile, facts),
         *process_warnings,
@@ -139,6 +147,7 @@ def _totals(profile: Profile) -> dict[str, int]:
     memcpy = m["dur_ns"][(m["kind"] == "memcpy").to_numpy(dtype=bool)]
     memset = m["dur_ns"][(m["kind"] == "memset").to_numpy(dtype=bool)]
     tc = k["dur_ns"][k["uses_tensor_cores"].to_numpy(dtype=bool)]
+    unknown = k["dur_ns"][(k["tc_class"] == "unknown").to_numpy(dtype=bool)]
     return {
         "kernel_ns": int(k["dur_ns"].sum()),
         "kernel_count": len(k),
@@ -147,12 +156,54 @@ def _totals(profile: Profile) -> dict[str, int]:
         "memset_ns": int(memset.sum()),
         "memset_count": len(memset),
         "tc_gpu_ns": int(tc.sum()),
+        "tc_unknown_ns": int(unknown.sum()),
     }
+
+
+def _tc_shares(
+    profile: Profile, totals: dict[str, int], layers: pd.DataFrame
+) -> dict[str, object]:
+    """The Tensor Core share over the kernels whose names tell (tc or no_tc), the share whose
+    names cannot tell beside it, and the part of those in layers marked ``tc (inferred)``
+    (their recorded dtype and the GPU allow Tensor Cores: report/layer_kernels.py)."""
+    kernel_ns, unknown = totals["kernel_ns"], totals["tc_unknown_ns"]
+    known = kernel_ns - unknown
+    k = profile.kernels
+    inferred_layers = layers.loc[layers["tc_inferred"].notna().to_numpy(dtype=bool), "layer"]
+    mask = (k["tc_class"] == "unknown").to_numpy(dtype=bool) & k["layer"].isin(
+        set(inferred_layers.astype(str))
+    ).to_numpy(dtype=bool)
+    return {
+        "tc_share": totals["tc_gpu_ns"] / known if known else None,
+        "tc_unknown_share": unknown / kernel_ns if kernel_ns else None,
+        "tc_inferred_ns": int(k["dur_ns"][mask].sum()) if unknown else 0,
+    }
+
+
+def launch_coverage(profile: Profile) -> float | None:
+    """Share of GPU operations whose launch call the export holds (None without any)."""
+    ops = [f["api_start_ns"] for f in (profile.kernels, profile.memops)]
+    count = sum(len(o) for o in ops)
+    return sum(int(o.notna().sum()) for o in ops) / count if count else None
+
+
+def _coverage_warnings(flat: Mapping[str, object]) -> list[str]:
+    """A warning when launch calls are missing for many GPU operations (a windowed export,
+    API tracing off for a process): launch overhead and layers cover only the others."""
+    coverage = number(flat.get("launch_coverage"))
+    if coverage is None or coverage >= threshold("launch_coverage_warn"):
+        return []
+    return [
+        f"only {coverage:.1%} of the GPU operations have their launch call in the export "
+        "(launch_coverage): launch overhead, queue times and layer attribution cover those "
+        "only; the others count in kernel and busy time"
+    ]
 
 
 def _gpus(gpus: pd.DataFrame, busy: dict[Timeline, Segments], wall: int) -> list[Gpu]:
     """One entry per ``(pid, device)`` timeline that ran work, with the export's GPU info for
-    its device; a listed device no process used is one entry with ``pid`` None."""
+    its device; a listed device no process used is one entry with ``pid`` None. ``wall``:
+    the span utilization is a share of (the summary's ``utilization_scope``)."""
     listed = {int(str(r.device_id)): r for r in gpus.itertuples(index=False)}
     used = {device for _, device in busy}
     keys: list[tuple[int | None, int]] = [*busy, *((None, d) for d in listed if d not in used)]
@@ -227,7 +278,7 @@ def _launch_overhead(
     return {
         "launch_overhead_ns": gap,
         "launch_overhead_pct": gap / step * 100.0 if step else None,
-        "launch_overhead_scope": scope,
+        "launch_overhead_scope": scope if step else None,
     }
 
 
@@ -276,7 +327,9 @@ def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
     if profile.ranges.empty:
         out.append("the profile holds no NVTX ranges: no per-layer or per-range times")
     if iterations.empty:
-        out.append("no iterations found: step statistics cover the whole session")
+        # Guesses refused by the step test: one line names the candidates instead.
+        out.append(profile.meta.key_range_note
+                   or "no iterations found: step statistics cover the whole session")  # fmt: skip
     out += _outside_compile_warning(profile.ranges, iterations)
     return [*out, *_key_warnings(profile), *_compile_warnings(iterations)]
 
@@ -305,7 +358,8 @@ def _key_warnings(profile: Profile) -> list[str]:
     if meta.key_range_source not in GUESSED or meta.key_range is None:
         return []
     if meta.key_range_source == "numbered-ranges":
-        regex = key_regex(profile.ranges["name"], meta.key_range)
+        regex = key_regex(profile.ranges["name"].astype("category").cat.categories,
+                          meta.key_range)  # fmt: skip
     else:
         regex = "^" + re.escape(meta.key_range) + "$"
     return [

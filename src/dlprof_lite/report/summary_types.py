@@ -76,6 +76,7 @@ class System(_Group):
     gpu_names: str | None
     devices: int | None
     wall_ns: int | None
+    event_span_ns: int | None
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class Window(_Group):
     window_end_ns: int | None
     window_kernel_ns: int | None
     timeline_iteration: int | None
+    timeline_start_ns: int | None
+    timeline_end_ns: int | None
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class Totals(_Group):
     memset_count: int | None
     gpu_busy_ns: int | None
     gpu_utilization: float | None
+    utilization_scope: str | None
     active_utilization: float | None
     kernel_median_ns: float | None
     short_launches: int | None
@@ -149,6 +153,9 @@ class StepBreakdown(_Group):
 class TensorCores(_Group):
     tc_gpu_ns: int | None
     tc_share: float | None
+    tc_unknown_ns: int | None
+    tc_unknown_share: float | None
+    tc_inferred_ns: int | None
     eligible_non_tc_ns: int | None
     eligible_non_tc_share: float | None
     fp32_gemm_ns: int | None
@@ -160,6 +167,7 @@ class LaunchOverhead(_Group):
     launch_overhead_ns: int | None
     launch_overhead_pct: float | None
     launch_overhead_scope: str | None
+    launch_coverage: float | None
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,7 @@ class HostSync(_Group):
     sync_api_calls: int | None
     sync_api_ns: int | None
     sync_api_pct: float | None
+    sync_api_scope: str | None
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,7 @@ class Iterations(_Group):
     iterations_mean_ns: float | None
     iterations_median_ns: float | None
     iterations_std_ns: float | None
+    iterations_p10_ns: float | None
     iterations_p90_ns: float | None
     iterations_cv: float | None
     steady_start: int | None
@@ -243,6 +253,7 @@ class Communication(_Group):
     comm_share: float | None
     exposed_comm_ns: float | None
     exposed_comm_pct: float | None
+    exposed_comm_scope: str | None
     ranks: int | None
     rank_imbalance: float | None
     straggler_rank: int | None

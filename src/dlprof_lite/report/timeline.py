@@ -5,7 +5,10 @@ ranges, CUDA API calls, kernels, memcpys and memsets; marks are instants, not ev
 iterations ``[A, B)``, by default the one steady iteration :func:`steady_iteration` picks,
 and stacks them into one frame of the ``timeline`` report table (report/metrics.py). The
 report keeps at most :data:`TIMELINE_MAX_EVENTS` rows of it (:func:`capped`);
-``trace.json`` is drawn from that frame (report/trace.py).
+``trace.json`` is drawn from that frame (report/trace.py). A profile without iterations shows
+its busiest stretch instead (:func:`busiest_stretch`, :func:`timeline_between`), its events
+in no iteration (``iteration`` empty), so that ``trace.json`` is never empty while there are
+events.
 
 Which events belong to the window ``(start of A, end of B - 1]``:
 
@@ -61,15 +64,80 @@ def timeline_for(profile: Profile, iterations: tuple[int, int] | None = None) ->
     if not len(steps):
         return empty_timeline()
     ops = _gpu_events(profile, steps)
-    parts = [
+    return _stacked(
         _range_events(profile, steps, _bounds(profile.iterations, steps), ops),
         _api_events(profile, steps, ops),
-        ops.drop(columns=["range_id"]),
-    ]
+        ops,
+    )
+
+
+def _stacked(ranges: pd.DataFrame, calls: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """One typed frame of the three parts, in start order (the longer first among equal
+    starts, then ranges, calls, GPU ops)."""
+    parts = [ranges, calls, ops.drop(columns=["range_id"])]
     frame = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
     order = np.lexsort((frame["kind"].map(KINDS.index).to_numpy(), -frame["end_ns"].to_numpy(),
                         frame["start_ns"].to_numpy()))  # fmt: skip
     return _typed(frame.iloc[order])
+
+
+# -- without iterations: the busiest stretch -------------------------------------------------
+
+NO_ITERATION = -1  # while building: an event in no iteration (empty in the table)
+
+
+def busiest_stretch(profile: Profile, cap: int = TIMELINE_MAX_EVENTS) -> tuple[int, int] | None:
+    """``(t0, t1)``: the start of the first and of the last of the ``cap`` consecutive
+    events (ranges, API calls, GPU ops, by start) that hold the most GPU time (their GPU ops'
+    durations; without GPU work, the durations of the top-level ranges and API calls): the
+    whole session's events when there are no more than ``cap``; None without events."""
+    starts, weights = [], []
+    gpu = any(len(f) for f in (profile.kernels, profile.memops))
+    for frame, kind in ((profile.ranges, "range"), (profile.api, "api"),
+                        (profile.kernels, "op"), (profile.memops, "op")):  # fmt: skip
+        start = frame["start_ns"].to_numpy(dtype=np.int64)
+        dur = frame["end_ns"].to_numpy(dtype=np.int64) - start
+        if gpu:
+            weight = dur if kind == "op" else np.zeros_like(dur)
+        else:
+            weight = np.where(frame["depth"].to_numpy() == 0, dur, 0) if kind == "range" else dur
+        starts.append(start)
+        weights.append(weight)
+    start = np.concatenate(starts)
+    if not len(start):
+        return None
+    order = np.argsort(start, kind="stable")
+    start, weight = start[order], np.concatenate(weights)[order]
+    if len(start) <= cap:
+        return int(start[0]), int(start[-1])
+    held = np.concatenate([[0], np.cumsum(weight)])
+    first = int(np.argmax(held[cap:] - held[:-cap]))  # the earliest among equals
+    return int(start[first]), int(start[first + cap - 1])
+
+
+def timeline_between(profile: Profile, t0: int, t1: int) -> pd.DataFrame:
+    """Every event that starts in ``[t0, t1]`` (a range overlapping it: whole), in no
+    iteration (``iteration`` empty): the timeline of a profile without iterations, for
+    :func:`busiest_stretch`'s bounds."""
+    kept = []
+    for ops in (profile.kernels, profile.memops):
+        start = ops["start_ns"].to_numpy(dtype=np.int64)
+        keep = (start >= t0) & (start <= t1)
+        kept.append((keep, np.full(int(keep.sum()), NO_ITERATION, dtype=np.int64)))
+    ops = _gpu_rows(profile, kept)
+    call = profile.api["start_ns"].to_numpy(dtype=np.int64)
+    calls = (call >= t0) & (call <= t1)
+    r0 = profile.ranges["start_ns"].to_numpy(dtype=np.int64)
+    r1 = profile.ranges["end_ns"].to_numpy(dtype=np.int64)
+    ranges = (r0 <= t1) & (r1 >= t0)
+
+    def none(mask: np.ndarray) -> np.ndarray:
+        return np.full(int(mask.sum()), NO_ITERATION, dtype=np.int64)
+
+    frame = _stacked(_range_rows(profile, ranges, none(ranges), ops),
+                     _api_rows(profile, calls, none(calls), ops), ops)  # fmt: skip
+    frame["iteration"] = pd.array([pd.NA] * len(frame), dtype="Int64")
+    return frame
 
 
 def _steps(iterations: pd.DataFrame, chosen: tuple[int, int] | None) -> np.ndarray:
@@ -115,21 +183,32 @@ def empty_timeline() -> pd.DataFrame:
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """Declared column order and dtypes: times int64, ids nullable Int64, text categorical."""
     out = frame.reindex(columns=column_names("timeline")).reset_index(drop=True)
+    # Text as object first: a column no event has (no ranges: no domain) would otherwise
+    # become a category of float64, and read back as one of object.
+    out = out.astype({c: object for c in _TEXT})
     types: dict[str, str] = {c: "Int64" for c in _INTS}
     types.update({c: "category" for c in _TEXT}, start_ns="int64", end_ns="int64",
-                 iteration="int64")  # fmt: skip
+                 iteration="Int64")  # fmt: skip
     typed: pd.DataFrame = out.astype(types)
     return typed
 
 
 def _gpu_events(profile: Profile, steps: np.ndarray) -> pd.DataFrame:
     """Kernels and memops that ingest put in one of ``steps`` (kernels by short name)."""
-    parts = []
+    kept = []
     for ops in (profile.kernels, profile.memops):
         step = op_steps(ops)
         keep = np.isin(step, steps)
+        kept.append((keep, step[keep]))
+    return _gpu_rows(profile, kept)
+
+
+def _gpu_rows(profile: Profile, kept: list[tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """The rows of the kernels and the memops ``kept`` (a mask and the iteration of each)."""
+    parts = []
+    for ops, (keep, step) in zip((profile.kernels, profile.memops), kept, strict=True):
         part = ops.loc[keep, _OP_COLUMNS].astype({"layer": object, "phase": object})
-        part["iteration"] = step[keep]
+        part["iteration"] = step
         if ops is profile.kernels:
             part["kind"] = "kernel"
             part["name"] = ops.loc[keep, "short_name"].astype(object)
@@ -153,12 +232,18 @@ def _launched(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _api_events(profile: Profile, steps: np.ndarray, ops: pd.DataFrame) -> pd.DataFrame:
     """API calls starting in one of ``steps``; a launch call takes its op's layer/phase."""
-    api = profile.api
-    start = api["start_ns"].to_numpy(dtype=np.int64)
+    start = profile.api["start_ns"].to_numpy(dtype=np.int64)
     keep = _in_window(start, profile.iterations, steps, _bounds(profile.iterations, steps))
+    return _api_rows(profile, keep, step_of(start[keep], profile.iterations), ops)
+
+
+def _api_rows(
+    profile: Profile, keep: np.ndarray, step: np.ndarray, ops: pd.DataFrame
+) -> pd.DataFrame:
+    """The rows of the API calls ``keep`` selects (``step``: the iteration of each)."""
+    api = profile.api
     calls = api.loc[keep, ["start_ns", "end_ns", "pid", "tid", "correlation_id"]]
-    calls = calls.assign(kind="api", name=api.loc[keep, "name"].astype(object),
-                         iteration=step_of(start[keep], profile.iterations))  # fmt: skip
+    calls = calls.assign(kind="api", name=api.loc[keep, "name"].astype(object), iteration=step)
     calls["full_name"] = calls["name"]
     merged = calls.merge(_launched(ops), how="left", on=["pid", "correlation_id"],
                          validate="many_to_one")  # fmt: skip
@@ -178,12 +263,20 @@ def _range_events(
     # Overlapping the window; an instant range only when it lies in it. A range starting at
     # t1 is the next iteration's (real key ranges open after the previous one closed).
     keep = ((start < t1) & (end > t0)) | ((start == end) & starts_in)
+    step = step_of(start[keep], profile.iterations)
+    return _range_rows(profile, keep, np.where(starts_in[keep], step, steps[0]), ops)
+
+
+def _range_rows(
+    profile: Profile, keep: np.ndarray, step: np.ndarray, ops: pd.DataFrame
+) -> pd.DataFrame:
+    """The rows of the ranges ``keep`` selects (``step``: the iteration of each), labelled."""
+    ranges = profile.ranges
     cols = ["range_id", "start_ns", "end_ns", "pid", "tid", "depth", "name", "domain"]
     part = ranges.loc[keep, cols].astype({"name": object, "domain": object})
     part["kind"] = "range"
     part["full_name"] = part["name"]
-    step = step_of(start[keep], profile.iterations)
-    part["iteration"] = np.where(starts_in[keep], step, steps[0])
+    part["iteration"] = step
     # Labelled after the cut: a name is parsed once per iteration's ranges, not per profile.
     own_layer, own_phase = _own_labels(ranges.loc[keep, "name"], ranges.loc[keep, "domain"])
     by_op = ops.dropna(subset=["range_id"]).drop_duplicates("range_id").set_index("range_id")
@@ -224,14 +317,28 @@ def capped(frame: pd.DataFrame, cap: int = TIMELINE_MAX_EVENTS) -> tuple[pd.Data
 def report_timeline(
     profile: Profile, cap: int = TIMELINE_MAX_EVENTS
 ) -> tuple[pd.DataFrame, int | None, list[str]]:
-    """The report's ``timeline`` table, the iteration it shows and its warnings."""
+    """The report's ``timeline`` table, the iteration it shows (None: the busiest stretch of
+    a profile without one, :func:`busiest_stretch`) and its warnings."""
     step = steady_iteration(profile.iterations)
-    if step is None:
-        return empty_timeline(), None, []
-    frame, dropped = capped(timeline_for(profile, (step, step + 1)), cap)
+    if step is not None:
+        frame, dropped = capped(timeline_for(profile, (step, step + 1)), cap)
+        what = f"iteration {step}"
+    else:
+        stretch = busiest_stretch(profile, cap)
+        if stretch is None:
+            return empty_timeline(), None, []
+        frame, dropped = capped(timeline_between(profile, *stretch), cap)
+        what = "the busiest stretch"
     warnings = []
     if dropped:
-        warnings.append(f"timeline: iteration {step} has {len(frame) + dropped} events; "
+        warnings.append(f"timeline: {what} has {len(frame) + dropped} events; "
                         f"only the longest {len(frame)} are kept, {dropped} left out "
                         "(trace.json of --trace-iterations holds all)")  # fmt: skip
     return frame, step, warnings
+
+
+def timeline_bounds(frame: pd.DataFrame) -> tuple[int | None, int | None]:
+    """First start and last end of the timeline's events (None, None: no events)."""
+    if frame.empty:
+        return None, None
+    return int(frame["start_ns"].min()), int(frame["end_ns"].max())
