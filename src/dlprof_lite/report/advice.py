@@ -253,6 +253,36 @@ def annotation_cost(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     )
 
 
+def folded_modules(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """The modules the annotation folded after warm-up (too short to time): which, why, and
+    how to keep them (rules/folding.py)."""
+    if "folded_call_ns" not in layers.columns:
+        return None
+    calls = pd.to_numeric(layers["folded_call_ns"])
+    folded = calls.notna().to_numpy(dtype=bool)
+    if not folded.any():
+        return None
+    names = [str(n) for n in layers.loc[folded, "layer"]]
+    shown = ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more"
+                                         if len(names) > _NAMED else "")  # fmt: skip
+    low, high = float(calls[folded].min()), float(calls[folded].max())
+    evidence = (
+        f"{len(names)} modules took {ms(low)} to {ms(high)} per forward call (median, warm-up "
+        f"step), below {threshold('fold_factor'):g}x the measured cost of annotating one call: "
+        f"after warm-up they wrote no ranges, their time is in their parent's self time "
+        f"(layers folded_call_ns): {shown}"
+    )
+    rec = (
+        "To time them anyway: --annotate modules-all (every module, at the annotation's cost) "
+        "or --depth N (exactly the modules down to depth N, none folded)."
+    )
+    return _make("Modules too short to time were folded into their parent",
+                 ("info", "fold_factor"), evidence, rec, "folded_call_ns", high)  # fmt: skip
+
+
+_NAMED = 6  # folded modules named in the advice
+
+
 def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     cv = _num(summary, "iterations_cv")
     count = _i(summary, "iterations_analysed")
@@ -421,6 +451,7 @@ RULES: tuple[Rule, ...] = (
     launch_bound,
     data_stall,
     annotation_cost,
+    folded_modules,
     low_utilization,
     iteration_variance,
     sync_memcpy,

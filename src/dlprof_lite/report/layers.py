@@ -18,6 +18,9 @@ innermost module), and merges what each layer ran
   with ``--all-iterations`` events outside every iteration count in totals only.
 - Network order: ``order`` ranks layers by where their first forward call starts within
   its step (the first window step that runs it); layers without a forward range follow.
+- Folded modules (too short to time, folded into their parent after the warm-up step):
+  ``folded_call_ns`` marks them, and one without a range in the window gets a row after its
+  parent's (:mod:`dlprof_lite.report.folded_layers`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def layers_table(
     out["calls_per_step"] = out["calls_per_step"].where(out["calls"].notna().to_numpy())
     out["order"] = _network_order(calls.sums, own, window, out["layer"])
     out = out.sort_values(["order", "layer"], kind="stable")
+    out = _with_folded(out, marks)
     out = out.merge(_implementations(kernels, marks, gpus, out["layer"]), on="layer", how="left")
     out = out.join(layer_grad_sync(kernels, marks, len(window.steps)), on="layer")
     return ordered(out, "layers")
@@ -357,6 +361,19 @@ def _network_order(
                             na_position="last", kind="stable")  # fmt: skip
     order = pd.Series(np.arange(1, len(rank) + 1), index=rank.index)
     return order.sort_index().to_numpy(dtype=np.int64)
+
+
+def _with_folded(out: pd.DataFrame, marks: pd.DataFrame | None) -> pd.DataFrame:
+    """Mark the modules the annotation folded after warm-up, and list those the window has no
+    range of (report/folded_layers.py)."""
+    from dlprof_lite.report.folded_layers import with_folded
+    from dlprof_lite.report.run_facts import FOLDED_COLUMNS, folded_modules, module_facts
+
+    if marks is None or marks.empty:
+        return with_folded(out, pd.DataFrame(columns=list(FOLDED_COLUMNS)), {})
+    described = module_facts(marks)
+    types = dict(zip(described["layer"].astype(str), described["type"], strict=True))
+    return with_folded(out, folded_modules(marks), types)
 
 
 def _implementations(

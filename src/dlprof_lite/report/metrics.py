@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlprof_lite.annotate.names import PHASES
+from dlprof_lite.rules.folding import FOLD_FACTOR
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
 
 SCHEMA = "dlprof-lite/1"
@@ -162,9 +163,18 @@ LAYER_GRAD_SYNC_REPORT = _cols(
     ("step_grad_sync_ns", "ns", "grad_sync_ns per step, mean " + _STEP),
 )  # fmt: skip
 
+# Modules the annotation folded after warm-up (report/folded_layers.py, rules/folding.py).
+LAYER_FOLD_REPORT = _cols(
+    ("folded_call_ns", "ns", "a module the annotation folded after the warm-up step (too short "
+     "to time): its median forward call then, below fold_factor x the measured per-call "
+     "annotation cost; its later calls are in its parent's self time (a row without calls "
+     "when the window holds none); empty: not folded"),
+)
+
 # The layers table (report/layers.py): its own columns, what each layer ran, its gradients'
-# all-reduce.
-LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_REPORT)
+# all-reduce, its fold.
+LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_REPORT,
+                *LAYER_FOLD_REPORT)  # fmt: skip
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")
@@ -655,6 +665,10 @@ THRESHOLDS: dict[str, Threshold] = {
     "exposed_comm_high_pct": Threshold(30.0, "% of step", "same, high", _CHOICE),
     "annotation_cost_warn_pct": Threshold(
         3.0, "% of step", "estimated host time the module annotation adds per step", _CHOICE
+    ),
+    "fold_factor": Threshold(
+        FOLD_FACTOR, "x hook cost", "median forward call in the warm-up step below which the "
+        "annotation folds a module into its parent (rules/folding.py)", _CHOICE
     ),
 }
 

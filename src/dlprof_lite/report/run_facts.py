@@ -5,8 +5,9 @@ Place in the pipeline: report. The annotation layer writes each fact as an NVTX 
 and this module turns them into the summary's data-loader settings and annotation cost, so
 the advice can name the ``num_workers`` a script really used instead of guessing, and into
 one row per module (:func:`module_facts`: input shapes and dtypes of its first call) for the
-layer table (:mod:`dlprof_lite.report.layer_kernels`), and into the profiled process's torch,
-CUDA and Python versions and command (:func:`process_summary`).
+layer table (:mod:`dlprof_lite.report.layer_kernels`), one row per module folded after the
+warm-up step (:func:`folded_modules`, :mod:`dlprof_lite.report.folded_layers`), and into the
+profiled process's torch, CUDA and Python versions and command (:func:`process_summary`).
 
 A profile of several processes (one per rank) holds one set of facts per process: equal
 DataLoader facts are listed once, and the annotation cost is judged per process (the
@@ -23,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from dlprof_lite.annotate.facts import parse_fact
-from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX, ROOT_MODULE
+from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX, FOLDED, ROOT_MODULE
 from dlprof_lite.report.frames import cat_mask
 
 # The settings a summary names for each DataLoader, in this order.
@@ -109,6 +110,31 @@ def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
     return frame.astype({f: bool if f in _FLAGS else object for f in MODULE_FACT_FIELDS})
 
 
+# Columns of folded_modules: the layer, its median forward call in the warm-up step, the
+# layer whose self time holds its calls from then on (empty: none annotated above it), the
+# module first called just before it (its place in network order).
+FOLDED_COLUMNS = ("layer", "folded_call_ns", "into", "after")
+
+
+def folded_modules(marks: pd.DataFrame) -> pd.DataFrame:
+    """One row per module the ``folded`` facts name (:data:`FOLDED_COLUMNS`), in fact order
+    (network order). The first fact of a layer wins, as in :func:`module_facts`."""
+    rows: dict[str, tuple[str, int, str | None, str | None]] = {}
+    texts = fact_marks(marks)["name"].astype(str).tolist() if not marks.empty else []
+    for text in texts:
+        fact = parse_fact(text)
+        if fact is None or fact[0] != FOLDED or not isinstance(fact[1].get("modules"), list):
+            continue
+        for entry in fact[1]["modules"]:
+            if (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], str)
+                    and _number(entry[1]) is not None):  # fmt: skip
+                rows.setdefault(entry[0], (entry[0], int(entry[1]), _text(entry[2]),
+                                           _text(entry[3])))  # fmt: skip
+    frame = pd.DataFrame(list(rows.values()), columns=list(FOLDED_COLUMNS))
+    return frame.astype({"layer": object, "folded_call_ns": "int64", "into": object,
+                         "after": object})  # fmt: skip
+
+
 def _text(value: object) -> str | None:
     """A fact field as text; None for a missing or empty one."""
     return str(value) if value not in (None, "") else None
@@ -139,11 +165,13 @@ def dataloader_summary(facts: RunFacts) -> dict[str, object]:
 
 def annotation_summary(facts: RunFacts, step_ns: float | None) -> dict[str, object]:
     """Estimated host time the module annotation added per step: module_calls x
-    ns_per_call / steps, the costliest process; and its share of the mean step."""
+    ns_per_call / steps, the costliest process; and its share of the mean step. With folding
+    (the fact's warmup_calls and warmup_steps), the calls and steps after warm-up: the
+    analysed steps' own cost, not the warm-up step's."""
     costs = []
     for _, value in facts.annotation:
-        calls, per_call = _number(value.get("module_calls")), _number(value.get("ns_per_call"))
-        steps = _number(value.get("steps"))
+        calls, steps = _annotated(value)
+        per_call = _number(value.get("ns_per_call"))
         if calls is not None and per_call is not None and steps:
             costs.append(calls * per_call / steps)
     cost = max(costs) if costs else None
@@ -151,6 +179,18 @@ def annotation_summary(facts: RunFacts, step_ns: float | None) -> dict[str, obje
         "annotation_cost_ns": cost,
         "annotation_cost_pct": cost / step_ns * 100.0 if cost is not None and step_ns else None,
     }
+
+
+def _annotated(value: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Annotated module calls and steps of an ``annotation`` fact: those after warm-up where
+    it ended with folds (warmup_calls, warmup_steps), else the whole run's."""
+    calls, steps = _number(value.get("module_calls")), _number(value.get("steps"))
+    warm_calls, warm_steps = _number(value.get("warmup_calls")), _number(value.get("warmup_steps"))
+    if calls is None or steps is None or warm_calls is None or warm_steps is None:
+        return calls, steps
+    if steps <= warm_steps:
+        return calls, steps
+    return calls - warm_calls, steps - warm_steps
 
 
 def _version(value: object) -> str | None:

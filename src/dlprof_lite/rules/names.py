@@ -78,6 +78,8 @@ MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: the
 #   pin_memory, persistent_workers, length (batches per epoch, null when unsized);
 # - annotation: at exit: module_calls (hooked forward calls), ns_per_call (measured cost of
 #   one annotated module call, forward plus backward), steps (optimizer steps seen);
+#   warmup_calls, warmup_steps (module_calls and steps when warm-up ended, rules.folding;
+#   absent where nothing is folded: modules-all, --depth);
 # - process: at start: rank, local_rank, world_size (null outside a distributed launcher);
 # - module: once per module, at its first annotated call: layer (the range's qualified name),
 #   type, in_shape (the tensor inputs' shapes, ``8x3x32x32``, several joined by ``, ``),
@@ -90,9 +92,15 @@ MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: the
 # - ddp_bucket: one per DDP gradient bucket, at the end of a step whose buckets differ from
 #   the step before: id (the N of its ``ddp:bucket:N`` range), model (the DDP root's name),
 #   index (DDP's bucket index), generation (1, 2, ...: one more per new set of buckets),
-#   bytes, layers (gradient bytes per layer in the bucket).
+#   bytes, layers (gradient bytes per layer in the bucket);
+# - folded: at the end of the warm-up step, when modules were folded (rules.folding; one mark
+#   per FOLDED_PER_FACT modules): factor (FOLD_FACTOR), hook_ns (measured cost of one
+#   annotated call), threshold_ns (factor x hook_ns), modules (``[layer, median forward call
+#   ns in warm-up, the layer whose self time holds it, the module first called just before
+#   it]`` each, in network order; null where there is none).
 DDP_BUCKET = "ddp_bucket"
-FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET)
+FOLDED = "folded"
+FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET, FOLDED)
 # A DDP gradient bucket's all-reduce: a push/pop range around DDP's collective for it.
 DDP_BUCKET_PREFIX = "ddp:bucket:"
 DDP_BUCKET_RE = re.compile(r"^ddp:bucket:(?P<id>\d+)$")
