@@ -182,7 +182,7 @@ def test_lenet_in_process(recorder: Recorder) -> None:
     from dlprof_lite.annotate import install
 
     lenet = lenet_module()
-    annotation = install("modules")
+    annotation = install("modules-all")
     lenet.train(lenet.parse_args(["--steps", "3", "--batch-size", "8"]))
     annotation.remove()
     ranges = recorder.ranges
@@ -322,7 +322,7 @@ def test_activation_checkpointing_keeps_nesting(recorder: Recorder, reentrant: b
 
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    annotation = install("modules")
+    annotation = install("modules-all")
     for _ in range(2):
         model(torch.randn(2, 4, requires_grad=reentrant)).sum().backward()
         opt.step()
@@ -498,7 +498,8 @@ def nsys_profile(nsys: str, tmp_path: Path, program: list[str], *boot: str) -> l
 
 @pytest.mark.nsys
 def test_lenet_under_nsys(nsys: str, tmp_path: Path) -> None:
-    ranges = nsys_profile(nsys, tmp_path, [str(LENET), "--steps", "4", "--batch-size", "16"])
+    ranges = nsys_profile(nsys, tmp_path, [str(LENET), "--steps", "4", "--batch-size", "16"],
+                          "--annotate", "modules-all")  # every layer, every step
     parent = parents(ranges)
     for layer in LENET_LAYERS:
         mine = [r for r in ranges if r.name.startswith(("fwd:", "bwd:"))

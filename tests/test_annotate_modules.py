@@ -96,7 +96,7 @@ def run_steps(shape: str, steps: int = 3) -> None:
 def test_all_autograd_work_is_backward(recorder: Recorder, shape: str) -> None:
     from dlprof_lite.annotate import install
 
-    annotation = install("modules")
+    annotation = install("modules-all")
     run_steps(shape)
     annotation.remove()
     ranges = recorder.ranges
@@ -141,7 +141,7 @@ def test_recomputation_is_rec_inside_its_backward(recorder: Recorder, kind: str)
 
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    annotation = install("modules")
+    annotation = install("modules-all")
     for _ in range(2):
         F.mse_loss(model(torch.randn(3, 6)), torch.zeros(3, 2)).backward()
         opt.step()
@@ -240,8 +240,10 @@ def test_names_are_the_same_on_every_run(recorder: Recorder) -> None:
     assert seen[0] == seen[1]
 
 
-def test_no_reference_cycles_per_step(recorder: Recorder) -> None:
-    """Hundreds of annotated steps leave nothing for the cycle collector (no gc stalls)."""
+@pytest.mark.parametrize("level", ["modules", "modules-all"])
+def test_no_reference_cycles_per_step(recorder: Recorder, level: str) -> None:
+    """Hundreds of annotated steps leave nothing for the cycle collector (no gc stalls),
+    folded modules (``modules``, after the first step) or not (``modules-all``)."""
     from dlprof_lite.annotate import install
 
     model = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.ReLU()) for _ in range(6)))
@@ -254,7 +256,7 @@ def test_no_reference_cycles_per_step(recorder: Recorder) -> None:
             opt.step()
             opt.zero_grad()
 
-    annotation = install("modules")
+    annotation = install(level)
     steps(5)  # names learnt, caches warm
     found: list[int] = []
 
@@ -280,7 +282,7 @@ def test_annotation_fact_counts_calls_and_measures_cost(recorder: Recorder) -> N
 
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    annotation = install("modules")
+    annotation = install("modules-all")
     for _ in range(5):
         model(torch.randn(2, 3)).sum().backward()
         opt.step()
@@ -388,7 +390,7 @@ def test_each_autograd_node_runs_inside_its_own_layers(recorder: Recorder) -> No
 
     model = nn.Sequential(nn.Linear(4, 4), Twin(), nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    annotation = install("modules")
+    annotation = install("modules-all")
     Tag.seen.clear()
     for _ in range(2):
         F.mse_loss(Tag.apply(model(torch.randn(3, 4)), "outside"), torch.zeros(3, 2)).backward()

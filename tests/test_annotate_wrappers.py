@@ -82,7 +82,7 @@ def module_facts(rec: Recorder) -> dict[str, dict[str, Any]]:
 def annotated(run: Any, *args: Any) -> None:
     from dlprof_lite.annotate import install
 
-    annotation = install("modules")
+    annotation = install("modules-all")  # every module's ranges, none folded
     try:
         run(*args)
     finally:

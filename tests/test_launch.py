@@ -148,7 +148,8 @@ def digest(path: Path) -> str:
 def test_profile_lenet_and_export_again(nsys: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     run = profile_program([str(LENET), "--steps", "3", "--batch-size", "8"],
-                          out_dir=tmp_path / "out", nsys=nsys, echo=False)  # fmt: skip
+                          out_dir=tmp_path / "out", nsys=nsys, annotate="modules-all",
+                          echo=False)  # fmt: skip  (every layer's ranges, every step)
     assert run.exit_code == 0 and run.warnings == ()
     assert run.report_path == tmp_path / "out" / "profile.nsys-rep"
     assert count_annotation_ranges(run.sqlite_path) > 3 * 2 * 13
@@ -267,6 +268,9 @@ def test_cli_profiles_lenet(nsys: str, tmp_path: Path) -> None:
     with open(out / "layers.csv", newline="") as table:
         layers = {row["layer"]: row for row in csv.DictReader(table)}
     for layer in [*LENET_LAYERS, "model"]:
+        if layers[layer]["folded_call_ns"]:  # too short to time: folded into the model
+            assert layers[layer]["parent"] == "model" and not layers[layer]["calls"], layer
+            continue
         assert int(layers[layer]["forward_wall_ns"]) > 0, layer
         assert int(layers[layer]["backward_wall_ns"]) > 0, layer
     with open(out / "iterations.csv", newline="") as table:

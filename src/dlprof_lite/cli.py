@@ -162,7 +162,9 @@ def _profiling(parser: argparse.ArgumentParser) -> None:
 
     run = parser.add_argument_group("profiling").add_argument
     run("--annotate", default="auto", choices=("auto", *LEVELS),
-        help="NVTX ranges: none, phases, or modules and phases (auto: modules)")
+        help="NVTX ranges: none, phases, modules and phases (modules too short to time "
+             "are folded into their parent after the warm-up step), or modules-all (every "
+             "module, none folded); auto: modules")
     run("--depth", type=_count, metavar="N", help="annotate modules to this depth")
     run("--nsys", metavar="PATH", help="nsys executable (default: from PATH)")
     run("--nsys-args", metavar="ARGS", help=NSYS_ARGS_HELP)

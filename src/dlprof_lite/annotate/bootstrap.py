@@ -1,7 +1,7 @@
 """Run a user's Python program as ``__main__`` with annotation switched on, unchanged.
 
-    python -m dlprof_lite.annotate.bootstrap [--annotate modules|phases|none] [--depth N]
-        [--status-file PATH] (script.py | -m package | -c code) [args...]
+    python -m dlprof_lite.annotate.bootstrap [--annotate modules|modules-all|phases|none]
+        [--depth N] [--status-file PATH] (script.py | -m package | -c code) [args...]
 
 This is what ``nsys profile`` runs for ``dlprof-lite train.py``. The program sees its own
 ``sys.argv`` (``[script.py, args...]``) and ``sys.path[0]`` (the script's folder, or the
@@ -40,7 +40,7 @@ from dlprof_lite.annotate.after_import import AfterImport
 from dlprof_lite.annotate.hooks import LEVELS, Annotation, install
 
 USAGE = (
-    "usage: python -m dlprof_lite.annotate.bootstrap [--annotate modules|phases|none] "
+    "usage: python -m dlprof_lite.annotate.bootstrap [--annotate modules|modules-all|phases|none] "
     "[--depth N] [--status-file PATH] (script.py | -m module | -c code) [args...]"
 )
 

@@ -34,7 +34,10 @@ from dlprof_lite.annotate.phases import PhaseTracker, shared_tracker
 if TYPE_CHECKING:
     import torch
 
-LEVELS = ("none", "phases", "modules")
+# ``modules`` folds the modules too short to time into their parent after the warm-up step
+# (.folding); ``modules-all`` keeps a range on every module.
+LEVELS = ("none", "phases", "modules", "modules-all")
+MODULE_LEVELS = ("modules", "modules-all")
 
 
 class Annotation:
@@ -83,11 +86,13 @@ def check_depth(depth: int | None) -> int | None:
 def install(level: str = "modules", depth: int | None = None) -> Annotation:
     """Annotate every model, optimizer and DataLoader of this process (torch is imported).
 
-    ``level``: ``modules`` (phases, iterations and module ranges), ``phases`` (no module
-    ranges) or ``none``. ``depth`` limits module ranges to qualified names with at most that
-    many dots plus one (the root model is depth 0). Returns an inactive handle when no
-    profiler is attached (see :func:`~dlprof_lite.annotate.enabled`). A second call replaces
-    the first.
+    ``level``: ``modules`` (phases, iterations and module ranges; after the warm-up step the
+    modules too short to time are folded into their parent, :mod:`.folding`),
+    ``modules-all`` (the same, every module kept), ``phases`` (no module ranges) or
+    ``none``. ``depth`` limits module ranges to qualified names with at most that many dots
+    plus one (the root model is depth 0), and folds nothing: the depth is the user's choice.
+    Returns an inactive handle when no profiler is attached (see
+    :func:`~dlprof_lite.annotate.enabled`). A second call replaces the first.
     """
     global _installed
     check_level(level)
@@ -104,17 +109,24 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
 
     from dlprof_lite.annotate.modules import ModuleRanges
 
-    ranges = ModuleRanges(tracker.backend, tracker, ranges=level == "modules", depth=depth)
+    ranges = ModuleRanges(tracker.backend, tracker, ranges=level in MODULE_LEVELS, depth=depth)
+    warmup = None
+    if level == "modules" and depth is None:
+        from dlprof_lite.annotate.folding import Warmup
+
+        warmup = ranges.warmup = Warmup(ranges, tracker)  # times calls until warm-up ends
     handles = [
         nn_module.register_module_forward_pre_hook(ranges.forward_pre),
         nn_module.register_module_forward_hook(
             ranges.forward_post, with_kwargs=True, always_call=True
         ),
-        *_optimizer_hooks(torch, optim, tracker),
+        *_optimizer_hooks(torch, optim, tracker, warmup.after_step if warmup else None),
     ]
     undo: list[Callable[[], Any]] = [handle.remove for handle in handles]
     ranges.compiled.start()  # model.compile(): wraps the instance's compiled call
     undo.append(ranges.remove)
+    if warmup is not None:
+        undo.append(warmup.remove)
     undo.append(_wrap_dataloader_next(torch, tracker))
     undo.append(_watch_compilation(tracker))
     _installed = Annotation(undo, tracker)
@@ -122,8 +134,11 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
     return _installed
 
 
-def _optimizer_hooks(torch: Any, optim: Any, tracker: PhaseTracker) -> list[Any]:
-    """Global step pre/post hooks: the optimizer phase, and the end of a training step.
+def _optimizer_hooks(
+    torch: Any, optim: Any, tracker: PhaseTracker, after_step: Callable[[], None] | None = None
+) -> list[Any]:
+    """Global step pre/post hooks: the optimizer phase, and the end of a training step
+    (``after_step`` is called after each, the end of warm-up for :mod:`.folding`).
 
     The pre-hook also wraps a closure passed to ``step`` (LBFGS, Lightning): the closure runs
     forward and backward inside the step, and only its return hands the phase back to the
@@ -147,6 +162,8 @@ def _optimizer_hooks(torch: Any, optim: Any, tracker: PhaseTracker) -> list[Any]
     def post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not compiling():
             tracker.on_optimizer_end(optimizer)
+            if after_step is not None:
+                after_step()
 
     return [optim.register_optimizer_step_pre_hook(pre),
             optim.register_optimizer_step_post_hook(post)]  # fmt: skip
@@ -274,8 +291,9 @@ def annotate_model(
     """Module ranges for ``model`` alone: its forward and backward, and its submodules'.
 
     ``name`` prefixes the qualified names (default: the root is ``model``, a child
-    ``layer1.0.conv1``); ``depth`` limits the ranges as in :func:`install`. A no-op handle
-    when no profiler is attached.
+    ``layer1.0.conv1``); ``depth`` limits the ranges as in :func:`install`. Every module
+    keeps its ranges (no folding: the model and depth are the caller's choice). A no-op
+    handle when no profiler is attached.
     """
     check_depth(depth)
     backend = get_backend()

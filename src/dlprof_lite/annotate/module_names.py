@@ -19,10 +19,11 @@ from dlprof_lite.annotate.wrappers import chain, inner_of, type_name, unwrapped,
 class ModuleName:
     """A module's range names and depth (``ref`` tells a reused id apart). ``alias``: the
     module a wrapper wraps, one layer with it (its call inside the wrapper's pushes nothing);
-    ``wrapper``: the ``module`` fact's words for the wrappers around it, None without."""
+    ``wrapper``: the ``module`` fact's words for the wrappers around it, None without;
+    ``folded``: too short to time, its hooks do nothing (:mod:`.folding`)."""
 
-    __slots__ = ("alias", "bwd", "depth", "described", "fwd", "model", "qualname", "rec", "ref",
-                 "type", "wrapper")  # fmt: skip
+    __slots__ = ("alias", "bwd", "depth", "described", "folded", "fwd", "model", "qualname",
+                 "rec", "ref", "type", "wrapper")  # fmt: skip
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class ModuleName:
         self.wrapper = wrapper
         # The ``module`` fact of its first call is written (a wrapped module's is its wrapper's).
         self.described = alias
+        self.folded = False
         self.model = is_model(unwrapped(module))  # not a loss module
         self.fwd = module_range(FORWARD, qualname, type_name)
         self.bwd = module_range(BACKWARD, qualname, type_name)

@@ -56,23 +56,26 @@ backward): names are cached per module id (a weak reference tells a reused id ap
 forward call records a sequence-number interval and no hook (hooks are registered in the
 backward pass, one per node), and nothing kept after the pass starts refers to an autograd
 node, so a step leaves no reference cycle for the garbage collector. A graph no backward pass
-used is let go when the next model forward starts. The ``annotation`` fact (module calls, ns
-per call, steps) is written at exit; ns per call comes from :func:`~.calibrate.calibrate`, a
-measurement of this hook path in-process.
+used is let go when the next model forward starts. After the warm-up step the modules too
+short to time are folded (:mod:`.folding`): ``forward_pre`` returns at once for them, or
+torch does not call the hooks for them at all. The ``annotation`` fact (annotated module
+calls, ns per call, steps) is written at exit; ns per call comes from
+:func:`~.calibrate.calibrate`, a measurement of this hook path in-process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.backend import Backend
 from dlprof_lite.annotate.backward import Call, Forward, RootHook, bind
-from dlprof_lite.annotate.calibrate import calibrate
+from dlprof_lite.annotate.calibrate import CALIBRATION_ROUNDS, calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.ddp import DdpBuckets
 from dlprof_lite.annotate.describe import MAX_MODULE_FACTS, describe
@@ -82,12 +85,16 @@ from dlprof_lite.annotate.nodehooks import BackwardCall, NodeHooks
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, generated
 
+if TYPE_CHECKING:
+    from dlprof_lite.annotate.folding import Warmup
+
 _NO_TASK = -1
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: _NO_TASK)
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _engine = torch.autograd.Variable._execution_engine
 _TENSOR = torch.Tensor
+_clock = time.perf_counter_ns
 # The calling thread's next autograd sequence number (None: an older torch; every module
 # call is then hooked as its forward returns, as during recomputation).
 _sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
@@ -160,6 +167,10 @@ class ModuleRanges:
         self._described = 0  # ``module`` facts written
         self._queued = _NO_TASK  # the graph task whose end is queued for the tracker
         self._reported = False
+        self._cost: int | None = None  # measured ns per annotated call (hook_cost)
+        # Times module calls until the warm-up step ends (set by install; see .folding).
+        self.warmup: Warmup | None = None
+        self.warm_up: dict[str, int] = {}  # calls and steps when warm-up ended (the fact's)
         self._pending: list[Forward] = []  # root forwards recorded, not yet bound
         self._watch = BackwardWatch(self._backward_entered) if tracker is not None else None
         self.compiled = CompiledRoots(self)
@@ -195,10 +206,14 @@ class ModuleRanges:
             if generated(module):
                 return  # compiled code run eagerly: part of its compiled root's range
             name = self.names.learn(module, None if root else _innermost_module(frame.stack))
+        if name.folded:
+            return  # too short to time: its parent's (see .folding)
         self.calls += 1
         grad = _grad_enabled()
         recompute = _graph_task_id() != _NO_TASK  # a forward run by a backward pass
         if root and not recompute:
+            if self.warmup is not None:
+                self.warmup.root_starts(module)  # may end warm-up: before this step's events
             if self._pending and name.model:
                 # A model's forward while the last graphs wait for a backward pass: one that
                 # may never come (evaluation with grad on); bind them now rather than hold
@@ -232,12 +247,18 @@ class ModuleRanges:
         frame.forwards += 1
         if pushed:  # last: the range holds the module's own work, not this bookkeeping
             self._backend.push(name.rec if recompute else name.fwd)
+        warmup = self.warmup
+        if warmup is not None:
+            warmup.started(module)
 
     def _describe(self, module: torch.nn.Module, name: ModuleName, args: Any) -> None:
         name.described = True
         if self._described < MAX_MODULE_FACTS:
             self._described += 1
+            start = _clock()
             self._backend.mark(describe(module, name.qualname, name.type, args, name.wrapper))
+            if self.warmup is not None:  # first-call work inside the modules that enclose it
+                self.warmup.annotated(_clock() - start)
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         """Forward hook, with or without kwargs (torch drops them when forward raised)."""
@@ -247,6 +268,9 @@ class ModuleRanges:
         if frame.forwards > 1 and not self._ranges:
             frame.forwards -= 1
             return
+        warmup = self.warmup
+        if warmup is not None:
+            warmup.ended(module)
         entry = self._pop_to(frame, module)
         if entry is None:
             return
@@ -279,6 +303,8 @@ class ModuleRanges:
             tracker = self._tracker
             if tracker is not None and not in_backward:
                 tracker.on_root_forward_end(module)
+                if self.warmup is not None:
+                    self.warmup.root_done(module, grad)
                 if grad:
                     self._watch.arm()  # type: ignore[union-attr]
 
@@ -460,9 +486,19 @@ class ModuleRanges:
         if self.calls and not self._reported:
             self._reported = True
             steps = self._tracker.steps if self._tracker is not None else None
-            cost = calibrate(ModuleRanges)
-            facts.record("annotation", {"module_calls": self.calls, "ns_per_call": cost,
-                                        "steps": steps})  # fmt: skip
+            facts.record("annotation", {"module_calls": self.calls,
+                                        "ns_per_call": self.hook_cost(), "steps": steps,
+                                        **self.warm_up})  # fmt: skip
+
+    def hook_cost(self, rounds: int = CALIBRATION_ROUNDS) -> int:
+        """Measured ns of one annotated module call (:func:`~.calibrate.calibrate`); the
+        exit fact's full measurement is made once. Warm-up's end (:mod:`.folding`), inside the
+        run, asks for fewer ``rounds``."""
+        if rounds != CALIBRATION_ROUNDS:
+            return calibrate(ModuleRanges, rounds)
+        if self._cost is None:
+            self._cost = calibrate(ModuleRanges)
+        return self._cost
 
     def remove(self) -> None:
         """Undo what is not a hook handle: the compiled-call wrappers."""

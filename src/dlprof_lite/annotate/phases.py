@@ -94,6 +94,7 @@ class PhaseTracker(StepBook):
         self._manual = 0
         self.iterations = 0
         self.steps = 0
+        self.inference_calls = 0  # inference iterations ended (read by .folding)
         self._depth = 0  # nesting of optimizer steps
         self._outer: int | None = None  # the optimizer of the outermost step
         self._stepped: list[int] = []  # optimizers that stepped in the open iteration
@@ -252,6 +253,7 @@ class PhaseTracker(StepBook):
                 if self._last_source is not None:
                     self._inference_sources.add(self._last_source)
                 self._end_iteration()
+                self.inference_calls += 1
 
     def _training_forward(self) -> None:
         if self._kind == INFER and not self._manual:
