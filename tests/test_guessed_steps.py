@@ -6,8 +6,9 @@ first hold >= 50 % of the GPU busy time (CPU-only: of the main thread's annotate
 a median >= 100 µs and a CV <= 1, and are no library's own ranges. Real cases: cuDF's
 ``null_count`` (libcudf), nvFuser's compile-time ``FusionCache::get``, cuBLAS's
 ``cublasSgemmEx``, TensorRT's ``ExecutionContext::enqueue``. A user's own numbered ranges
-still count: edited copies of the TensorRT export (in ``tmp_path``) add ``iteration N`` ranges
-around its whole run (accepted) or ``step N`` ranges around its first moments (refused).
+still count, whatever their timing (only a library's are refused): edited copies of the
+TensorRT export (in ``tmp_path``) add ``iteration N`` ranges around its whole run, ``step N``
+ranges around its first moments, and the same in TensorRT's own domain (refused).
 Oracles: our own SQL on the exports and plain Python arithmetic, never the code under test.
 """
 
@@ -189,14 +190,16 @@ def _gpu_span(path: Path) -> tuple[int, int]:
     return min(lo), max(hi)
 
 
-def _with_numbered(tmp_path: Path, word: str, lo: int, hi: int, count: int) -> Path:
+def _with_numbered(
+    tmp_path: Path, word: str, lo: int, hi: int, count: int, domain: int = 0
+) -> Path:
     """A copy of the TensorRT export with ``count`` ranges ``<word> N`` tiling [lo, hi] on
-    its TensorRT thread, in the default domain."""
-    path = tmp_path / f"{word}.sqlite"
+    its TensorRT thread, in the default domain (``domain`` 1: TensorRT's own)."""
+    path = tmp_path / f"{word}-{domain}.sqlite"
     shutil.copyfile(TRT, path)
     tid, ranges = _thread_ranges(TRT)
     bounds = [_outside(int(t), ranges) for t in np.linspace(lo, hi, count + 1)]
-    rows = [(a, b - 1, 59, f"{word} {i + 17}", tid, 0)
+    rows = [(a, b - 1, 59, f"{word} {i + 17}", tid, domain)
             for i, (a, b) in enumerate(pairwise(bounds))]  # fmt: skip
     with closing(sqlite3.connect(path)) as con:
         con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, "
@@ -231,21 +234,32 @@ def test_a_users_numbered_steps_still_count(corpus_dir: Path, tmp_path: Path) ->
 
 
 @pytest.mark.corpus
-def test_numbered_ranges_that_hold_little_gpu_time_are_refused(
-    corpus_dir: Path, tmp_path: Path
-) -> None:
+def test_numbered_ranges_count_whatever_their_timing(corpus_dir: Path, tmp_path: Path) -> None:
+    """Five steps over the first 2 % of the GPU's span: they hold little of its time, but the
+    user named them steps, so they are the steps (the timing test is for unnamed guesses)."""
     lo, hi = _gpu_span(TRT)
-    # Five steps over the first 2 % of the GPU's span: numbered, but not where the work is.
     path = _with_numbered(tmp_path, "step", lo - 1000, lo + (hi - lo) // 50, 5)
+    profile = dlprof_lite.load(path)
+    assert (profile.meta.key_range, profile.meta.key_range_source) == ("step #",
+                                                                       "numbered-ranges")  # fmt: skip
+    table = profile.iterations
+    t0, t1 = int(table["start_ns"].iloc[1]), int(table["end_ns"].iloc[-1])
+    assert _busy_share(path, t0, t1) < 0.5
+
+
+@pytest.mark.corpus
+def test_a_librarys_numbered_ranges_are_refused(corpus_dir: Path, tmp_path: Path) -> None:
+    """The same numbered ranges in TensorRT's own domain (around the whole run, so they hold
+    its enqueue ranges): a library's, refused; the candidates are named in one warning."""
+    lo, hi = _gpu_span(TRT)
+    path = _with_numbered(tmp_path, "step", lo - 1000, hi + 1000, 10, domain=1)
     verdicts = rejected(path)
-    assert verdicts["step #"].coverage < 0.5 and verdicts["step #"].library is None
-    assert verdicts["ExecutionContext::enqueue"].library == "TensorRT"
+    assert verdicts["step #"].library == "TensorRT" and not verdicts["step #"].accepted
+    assert verdicts["step #"].coverage >= 0.5  # timing alone would take them
     report = dlprof_lite.analyze(path)
     assert report.iterations.empty
     line = one_warning(report)
-    # The user's own range comes first among the candidates, with its --key-range.
-    assert line.index("'step #'") < line.index("'ExecutionContext::enqueue'")
-    assert "--key-range '^step\\ \\d+$'" in line
+    assert "'step #' (TensorRT's own range;" in line and "--key-range '^step\\ \\d+$'" in line
 
 
 # -- the library list: every entry on a real name ---------------------------------------------

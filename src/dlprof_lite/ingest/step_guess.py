@@ -12,6 +12,9 @@ the first (the key-node rule's, from the end of the first instance to the end of
   variation of at most :data:`GUESS_MAX_CV`;
 - and are not a library's own ranges (:mod:`dlprof_lite.rules.libraries`).
 
+A script's own numbered ranges (``iteration 17``, ``step 3``) still count whatever their
+timing: their names say they are steps (a five-step CPU run whose first step is half of it
+holds less than half of the time after its first step); only a library's own are refused.
 Otherwise the profile has no iterations, and one warning names the best candidates with the
 ``--key-range`` that would choose each (:func:`rejected_note`).
 """
@@ -113,6 +116,9 @@ class Verdict:
 
     @property
     def accepted(self) -> bool:
+        if self.source == "numbered-ranges":
+            # The user named them steps (``iteration 17``): they count unless a library's.
+            return self.library is None
         return (
             self.library is None
             and self.coverage >= GUESS_MIN_COVERAGE
