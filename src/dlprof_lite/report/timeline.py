@@ -190,6 +190,9 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     types.update({c: "category" for c in _TEXT}, start_ns="int64", end_ns="int64",
                  iteration="Int64")  # fmt: skip
     typed: pd.DataFrame = out.astype(types)
+    # A negative correlation id is none (ingest reads a NULL one as -1; nsys writes ids >= 0).
+    corr = typed["correlation_id"]
+    typed["correlation_id"] = corr.mask(corr < 0)
     return typed
 
 
