@@ -16,7 +16,7 @@ import pandas as pd
 from dlprof_lite.errors import OutputError
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
-from dlprof_lite.report.denominators import share_span
+from dlprof_lite.report.denominators import of_scope, share_span
 from dlprof_lite.report.frames import empty_report
 from dlprof_lite.report.layers import layers_table
 from dlprof_lite.report.metrics import column_names
@@ -154,7 +154,8 @@ def describe(report: Report) -> list[str]:
     s = report.summary
     gpus = ", ".join(
         f"{g.name or '?'} (device {g.device_id}" + (f", pid {g.pid}" if g.pid is not None else "")
-        + (f", busy {g.utilization:.0%})" if g.utilization is not None else ")")
+        + (f", busy {g.utilization:.0%} of {of_scope(s.totals.utilization_scope)})"
+           if g.utilization is not None else ")")
         for g in s.gpus[:4]
     ) + (f", ... ({len(s.gpus)} in all)" if len(s.gpus) > 4 else "")  # fmt: skip
     it = s.iterations
