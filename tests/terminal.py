@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 
 def run_on_a_terminal(
-    args: list[str], *, stream: str = "stderr", cwd: Path | None = None
-) -> tuple[int, str]:
-    """Exit code and what reached the terminal; ``stream`` (stdout or stderr) is the pty."""
+    args: list[str], *, stream: str = "stderr", cwd: Path | None = None,
+    columns: int | None = None,
+) -> tuple[int, str]:  # fmt: skip
+    """Exit code and what reached the terminal; ``stream`` (stdout or stderr) is the pty,
+    ``columns`` wide when given (as a terminal window of that size reports itself)."""
     leader, follower = pty.openpty()
+    if columns is not None:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: follower}
     proc = subprocess.Popen([sys.executable, "-m", "dlprof_lite", *args], cwd=cwd, **streams)
     os.close(follower)

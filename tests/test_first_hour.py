@@ -8,6 +8,7 @@ run form runs the real nsys.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,3 +157,37 @@ def test_repeat_prints_one_combined_summary(tmp_path: Path, nsys: str) -> None:
     assert "15 analysed steps" in done.stdout  # 3 runs x (6 steps - 1 warm-up)
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning")]
     assert len(warnings) == len(set(warnings)), done.stderr
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("columns", [80, 120])
+def test_console_names_are_readable_and_distinct(
+    corpus_dir: Path, tmp_path: Path, columns: int
+) -> None:
+    """A DLProf export on a terminal of 80 and 120 columns: ranges are shown by the layer
+    their payload names (never the raw dict text), every line fits, and the shortened names
+    of different layers stay different."""
+    from terminal import run_on_a_terminal
+
+    export = corpus_dir / "MohanadOdema__DLProf__nsys_profile.sqlite"
+    env_free = ["analyze", str(export), "-o", str(tmp_path / "r"), "--no-db", "--top", "10"]
+    code, screen = run_on_a_terminal(env_free, stream="stdout", columns=columns)
+    assert code == 0, screen
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", screen)  # colours are no width
+    lines = [line.rstrip("\r") for line in plain.split("\n")]
+    assert "{'traceMarker'" not in screen and "{'mod'" not in screen, screen
+    assert max(len(line) for line in lines) <= columns, max(lines, key=len)
+    layers = _table_rows(lines, "Top layers")
+    assert len(layers) == len(set(layers)) and len(layers) >= 2, layers
+
+
+def _table_rows(lines: list[str], title: str) -> list[str]:
+    """The first cells of a console table's rows (after its ━ rule, up to a blank line)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rule = next(i for i in range(start, len(lines)) if "━" in lines[i])
+    rows = []
+    for line in lines[rule + 1:]:
+        if not line.strip():
+            break
+        rows.append(line.split("│")[0].strip())
+    return rows

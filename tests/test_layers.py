@@ -20,11 +20,11 @@ from dlprof_lite.ingest.layers import (
     _nearest_many,
     assign_layers,
     classify_range_names,
-    layer_from_funcstack,
     module_direction_codes,
 )
 from dlprof_lite.rules.gemm import is_tc_eligible, tc_eligible_family
 from dlprof_lite.rules.names import DIRECTIONS, ModuleRange, parse_module_range
+from dlprof_lite.rules.payloads import layer_from_funcstack
 
 NA = pd.NA
 OURS = {"domain": "dlprof-lite"}

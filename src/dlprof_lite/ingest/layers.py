@@ -50,6 +50,7 @@ import pandas as pd
 from dlprof_lite.ingest.columns import categorical_from_codes, used_categorical
 from dlprof_lite.ingest.nvtx import range_positions
 from dlprof_lite.rules.names import DDP_BUCKET_RE, DIRECTIONS, DOMAIN, PHASES, parse_module_range
+from dlprof_lite.rules.payloads import payload_layer
 
 PHASE_VALUES = (*PHASES, "other")
 
@@ -57,30 +58,6 @@ PHASE_VALUES = (*PHASES, "other")
 # "aten::addmm, seq = 8, op_id = 3", "AddmmBackward0, seq = 8", "AddBackward, stashed seq=3"
 _SEQ_RE = re.compile(r"^(?P<op>[^,]+), (?P<stashed>stashed )?seq ?= ?(?P<seq>\d+)")
 _BACKWARD_NODE_RE = re.compile(r"Backward\d*$")
-_FUNCSTACK_RE = re.compile(r"""['"]funcStack['"]:\s*['"](?P<stack>[^'"]*)['"]""")
-_FRAME_RE = re.compile(r"^(?:(?P<cls>[^:]+)::)?(?P<fn>.+?)(?P<suffix>\(\d+\))?$")
-
-
-def layer_from_funcstack(stack: str) -> tuple[str, str] | None:
-    """DLProf funcStack -> (layer, type) of the innermost module ``forward``, else None."""
-    labels: list[str] = []
-    since: list[tuple[str | None, str]] = []  # frames since the previous module forward
-    for frame in stack.split("/"):
-        m = _FRAME_RE.match(frame)
-        if m is None or frame == "<module>":
-            continue
-        cls, suffix = m["cls"], m["suffix"] or ""
-        if cls is not None and m["fn"] == "forward":
-            # The module's own call frame (Conv2d::_call_impl(2)) carries the call-site index.
-            labels.append(cls + next((s for c, s in since if c == cls), suffix))
-            since = []
-        else:
-            since.append((cls, suffix))
-    if not labels:
-        return None
-    return "/".join(labels), labels[-1].split("(")[0]
-
-
 _NAME_COLUMNS = (
     "module_direction", "module_layer", "module_type",
     "seq_kind", "seq", "op_name", "pyprof_layer", "pyprof_type",
@@ -101,8 +78,7 @@ def classify_range_names(names: Sequence[str]) -> pd.DataFrame:
         if seq is not None:
             backward = seq["stashed"] is not None or _BACKWARD_NODE_RE.search(seq["op"])
             kind = "backward" if backward else "op"
-        stack = _FUNCSTACK_RE.search(text) if text.startswith("{") else None
-        pyprof = layer_from_funcstack(stack["stack"]) if stack else None
+        pyprof = payload_layer(text)
         rows.append(
             (
                 *(module if module else (None, None, None)),

@@ -20,6 +20,7 @@ from dlprof_lite.report.build import Report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.summary_types import Summary, number
+from dlprof_lite.rules.payloads import display_name
 from dlprof_lite.safe_text import printable
 
 TOP = 5
@@ -190,12 +191,16 @@ def _table(
         return None
     table = RichTable(title=title, title_justify="left", show_edge=False, pad_edge=False)
     name_width = max(16, width - 12 * (len(columns) - 1))
+    frame = frame.head(top)
+    first = next(iter(columns))
+    names = [str(v) for v in frame[first].tolist()]
+    frame = frame.assign(**{first: distinct_short(names, name_width)})
     for i, heading in enumerate(columns.values()):
         if i == 0:
             table.add_column(heading, overflow="ellipsis", no_wrap=True, max_width=name_width)
         else:
             table.add_column(heading, justify="right", no_wrap=True)
-    for values in frame.head(top).to_dict("records"):
+    for values in frame.to_dict("records"):
         cells = []
         for col in columns:
             v = values[col]
@@ -211,6 +216,38 @@ def _table(
                 cells.append("-" if v is None or v is pd.NA else str(v))
         table.add_row(*(_text(c) for c in cells))  # names as Text: never markup
     return table
+
+
+def distinct_short(names: Sequence[str], width: int) -> list[str]:
+    """Each name cut to ``width`` characters so that distinct names stay distinct: the
+    distinguishing tail kept, the shared middle elided (``dummy_n…Conv2d(2)``); where two
+    cut names would still read the same, the tail alone (``…work/Conv2d(2)``)."""
+    width = max(width, 8)
+
+    def cut(name: str, head: int) -> str:
+        if len(name) <= width:
+            return name
+        return name[:head] + "…" + name[len(name) - (width - head - 1):]
+
+    out = [cut(n, min(width // 3, 12)) for n in names]
+    seen: dict[str, set[str]] = {}
+    for full, short in zip(names, out, strict=True):
+        seen.setdefault(short, set()).add(full)
+    return [cut(full, 0) if len(seen[short]) > 1 else short
+            for full, short in zip(names, out, strict=True)]  # fmt: skip
+
+
+def _shown_paths(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Range paths as people read them: a PyProf/DLProf payload (a dict's text) by the layer
+    or op it names (rules/payloads.py), its parents elided."""
+    paths = ranges["path"].astype(str)
+    payload = paths.str.contains("{", regex=False)
+    if not payload.any():
+        return ranges
+    shown = [("…/" if depth else "") + display_name(name) if is_payload else path
+             for path, name, depth, is_payload in zip(paths, ranges["name"].astype(str),
+                                                      ranges["depth"], payload, strict=True)]
+    return ranges.assign(path=shown)
 
 
 def _layers_table(layers: pd.DataFrame, width: int, top: int = TOP) -> RichTable | None:
@@ -251,6 +288,7 @@ def _layers_table(layers: pd.DataFrame, width: int, top: int = TOP) -> RichTable
 
 def _ranges_table(ranges: pd.DataFrame, width: int) -> RichTable | None:
     """Ranges by GPU time; by wall time, without the empty GPU columns, on a CPU run."""
+    ranges = _shown_paths(ranges)
     if len(ranges) and int(pd.to_numeric(ranges["gpu_ns"]).sum()) == 0:
         walls = ranges.sort_values("wall_ns", ascending=False, kind="stable")
         columns = {"path": "range", "instances": "calls", "wall_ns": "wall"}
