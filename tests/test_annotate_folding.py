@@ -288,6 +288,33 @@ def test_accumulation_without_a_step_folds_at_the_second_forward(recorder: Recor
     assert calls["fwd:model:Net"] == 3 and calls["fwd:fc:Linear"] == 3  # the first forward's
 
 
+class FakeNode:
+    def __init__(self) -> None:
+        self.hooks: list[Any] = []
+
+    def register_prehook(self, hook: Any) -> None:
+        self.hooks.append(hook)
+
+
+def test_backward_hooks_only_where_the_owner_changes() -> None:
+    """Autograd runs a graph's nodes in descending sequence number on a thread: a node needs
+    the owner's pre-hook only where the owner differs from the node run before it, or where
+    that node (reached from a side output only) may not run."""
+    from dlprof_lite.annotate.backward import Call, _hook_owners
+
+    root = Call("bwd:model:Net", None, 0)
+    child = Call("bwd:fc:Linear", root, 3)
+    # sequence numbers 0..7: root owns 0-2 and 5-7, the child 3-4; 6 only from a side output
+    owner = [root, root, root, child, child, root, root, root]
+    nodes = [FakeNode() for _ in owner]
+    found = [(seq, seq != 6, node) for seq, node in enumerate(nodes)]
+    _hook_owners(None, found, owner, 0, {})  # type: ignore[arg-type]
+    hooked = [seq for seq, node in enumerate(nodes) if node.hooks]
+    # 7 first; 6 side-only, 5 after it; 4 the child's first; 2 back to the root
+    assert hooked == [2, 4, 5, 6, 7]
+    assert [nodes[s].hooks[0].owner for s in hooked] == [root, child, root, root, root]
+
+
 # --- the shortcut: a folded call skips torch's hook dispatch, and nothing else -------------
 
 

@@ -76,6 +76,12 @@ class Backend:
                 self._attributes[name] = attrs
         return attrs
 
+    def prepare(self, *names: str) -> None:
+        """Make the event attributes of ``names`` now (a module's first call, timed as the
+        annotation's own work: see .folding), not at their first push."""
+        for name in names:
+            self._attrs(name)
+
     def push(self, name: str) -> None:
         """Open a push/pop range on the calling thread."""
         self._push(self._attrs(name), self._handle)

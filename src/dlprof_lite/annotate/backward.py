@@ -14,13 +14,16 @@ gets its owner (the innermost call whose interval holds the node's sequence numb
 pre-hook, and the nodes with no successor in the forward (the last ones to run) a post-hook.
 
 In backward, a node's pre-hook makes the thread's open backward ranges its owner's chain,
-outermost first: ranges of calls outside the chain are popped, missing ones pushed. A node's
-work runs inside exactly the ranges of the calls that created it, whatever order the engine
-picks (branches, residuals, two models in one pass). When the last nodes have run, the
-forward's ranges still open on that thread are popped.
+outermost first: ranges of calls outside the chain are popped, missing ones pushed. The
+engine runs a graph's nodes on a thread in descending sequence number (:func:`_hook_owners`),
+so only a node whose owner differs from the node before it in that order needs the hook: a
+node's work runs inside exactly the ranges of the calls that created it (branches,
+residuals, two models in one pass). When the last nodes have run, the forward's ranges
+still open on that thread are popped.
 
-Cost: one pre-hook per node (~0.8 us to register, in torch's Python code), registered in the
-backward pass; the forward pays a sequence-number read and a small object per call. Nothing
+Cost: one pre-hook per owner change (~0.8 us to register, in torch's Python code),
+registered in the backward pass, and a visit of each node; the forward pays a
+sequence-number read and a small object per call. Nothing
 here refers to a node once bound, so a step leaves no reference cycle.
 """
 
@@ -114,7 +117,8 @@ class EndHook:
 
 
 def bind(ranges: ModuleRanges, forward: Forward) -> None:
-    """Hook the nodes ``forward`` created: owners in pre-hooks, the final nodes' post-hooks."""
+    """Hook the nodes ``forward`` created: owners in pre-hooks where the owner changes, the
+    final nodes' post-hooks."""
     walks = ((True, forward.root_outputs), (False, forward.outputs))
     forward.root_outputs, forward.outputs = [], []
     root_hooks, forward.root_hooks = forward.root_hooks, {}
@@ -125,8 +129,8 @@ def bind(ranges: ModuleRanges, forward: Forward) -> None:
     for call in forward.calls:  # enclosing calls first: the innermost call paints last
         if call.end > call.start:
             owner[call.start - base : call.end - base] = [call] * (call.end - call.start)
-    hooks: dict[int, SyncHook] = {}
     seen: set[int] = set()
+    found: list[tuple[int, bool, Any]] = []  # (sequence number, from the root's outputs, node)
     finals = 0
     end_hook = EndHook(ranges, forward)
     todo: list[Any] = []
@@ -139,15 +143,7 @@ def bind(ranges: ModuleRanges, forward: Forward) -> None:
                 todo.append(first)
         while todo:
             node = todo.pop()
-            call = owner[node._sequence_nr() - base]
-            root_hook = root_hooks.get(id(node))
-            if root_hook is not None:
-                root_hook.owner = call
-            elif call is not None:
-                hook = hooks.get(id(call))
-                if hook is None:
-                    hook = hooks[id(call)] = SyncHook(ranges, call)
-                node.register_prehook(hook)
+            found.append((node._sequence_nr(), counted, node))
             inside = False
             for successor, _ in node.next_functions:
                 # AccumulateGrad (a parameter) has the largest sequence number: never inside.
@@ -161,3 +157,36 @@ def bind(ranges: ModuleRanges, forward: Forward) -> None:
                 node.register_hook(end_hook)
                 finals += 1
     forward.finals = forward.remaining = finals
+    _hook_owners(ranges, found, owner, base, root_hooks)
+
+
+def _hook_owners(
+    ranges: ModuleRanges,
+    found: list[tuple[int, bool, Any]],
+    owner: list[Call | None],
+    base: int,
+    root_hooks: dict[int, RootHook],
+) -> None:
+    """A pre-hook on each node whose owner differs from the node run before it.
+
+    On a thread, autograd's engine runs the ready node with the largest sequence number
+    first, and a node is ready once the nodes that use its output (all made after it: larger
+    numbers) have run; so it runs a graph's nodes in descending sequence number, and the
+    ranges a node's pre-hook opened hold every node after it until the owner changes. A
+    model whose modules are folded (.folding) is mostly one owner: its root's. Nodes reached
+    only from side outputs may not run: they, and the node after each, are always hooked.
+    """
+    hooks: dict[int, SyncHook] = {}
+    before: Call | None = None
+    side = True  # the first node: nothing known ran before it
+    for seq, counted, node in sorted(found, key=lambda f: f[0], reverse=True):
+        call = owner[seq - base]
+        root_hook = root_hooks.get(id(node))
+        if root_hook is not None:
+            root_hook.owner = call
+        elif call is not None and (call is not before or side or not counted):
+            hook = hooks.get(id(call))
+            if hook is None:
+                hook = hooks[id(call)] = SyncHook(ranges, call)
+            node.register_prehook(hook)
+        before, side = call, not counted

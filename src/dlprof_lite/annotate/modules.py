@@ -257,6 +257,9 @@ class ModuleRanges:
             self._described += 1
             start = _clock()
             self._backend.mark(describe(module, name.qualname, name.type, args, name.wrapper))
+            prepare = getattr(self._backend, "prepare", None)
+            if prepare is not None:
+                prepare(name.fwd, name.bwd)  # the first push's work, here
             if self.warmup is not None:  # first-call work inside the modules that enclose it
                 self.warmup.annotated(_clock() - start)
 
