@@ -157,3 +157,34 @@ def test_the_page_is_written_unless_left_out(runs) -> None:
     assert main(["compare", str(runs["a"]), str(runs["slow"]), "-o", str(target), "--quiet",
                  "--formats", "csv"]) == 0  # fmt: skip
     assert sorted(p.name for p in target.iterdir()) == ["compare.csv"]
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_compare_and_runs_read_at_80_columns(runs, columns: int) -> None:
+    """On a terminal of 80 columns (a pipe, a CI log) nothing is cut to an ellipsis: the
+    step table stacks its rows, ``runs list`` keeps every report path whole (``-2`` and
+    ``-3`` tell apart) and shows durations in their unit (never ``0.00``)."""
+    import re
+
+    from terminal import run_on_a_terminal
+
+    db = ["--db", f"sqlite:///{runs['db']}"]
+    target = runs["root"] / f"cmp-narrow-{columns}"
+    code, screen = run_on_a_terminal(
+        ["compare", str(runs["a"]), str(runs["slow"]), "-o", str(target), *db],
+        stream="stdout", columns=columns,
+    )  # fmt: skip
+    assert code == 0, screen
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", screen).replace("\r", "")
+    lines = plain.split("\n")
+    assert max(len(line) for line in lines) <= columns, max(lines, key=len)
+    steps = plain[plain.index("step time per side"):].split("\n")[1:6]
+    assert not any("…" in line for line in steps), steps  # stacked or whole: never cut
+    if columns == 80:
+        assert any(line.strip().startswith("runs 1 · steps") for line in steps), steps
+    code, screen = run_on_a_terminal(["runs", "list", *db], stream="stdout", columns=columns)
+    assert code == 0, screen
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", screen).replace("\r", "")
+    for name in ("a", "same", "slow"):
+        assert str(runs[name]) in plain.replace("\n  ", "").replace("\n", ""), plain
+    assert " 0.00" not in plain and re.search(r"\d (ms|µs|s)\b", plain), plain

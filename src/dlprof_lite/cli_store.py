@@ -194,7 +194,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _ms(ns: object) -> str:
-    return f"{float(ns) / 1e6:.2f}" if isinstance(ns, int | float) else ""
+    """A duration in the unit it reaches (``1.5 µs``, ``12.30 ms``), never ``0.00``."""
+    from dlprof_lite.report.advice import ms
+
+    return ms(float(ns)) if isinstance(ns, int | float) else ""
 
 
 def _print_runs(infos: Sequence[RunInfo]) -> None:
@@ -203,8 +206,9 @@ def _print_runs(infos: Sequence[RunInfo]) -> None:
     from rich.text import Text
 
     table = Table(box=None, header_style="bold")
-    for name in ("id", "time", "tag", "script", "steps", "median ms", "git", "report"):
-        table.add_column(name, justify="right" if name in ("id", "steps", "median ms") else "left")
+    right = ("id", "steps", "median step")
+    for name in ("id", "time", "tag", "script", "steps", "median step", "git", "report"):
+        table.add_column(name, justify="right" if name in right else "left")
     for i in infos:
         git = (i.git_commit or "")[:8] + ("*" if i.git_dirty else "")
         when = i.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
@@ -216,7 +220,9 @@ def _print_runs(infos: Sequence[RunInfo]) -> None:
     if not infos:
         console.print("no runs recorded (yet)")
         return
-    console.print(table)
+    from dlprof_lite.narrow import print_fitting
+
+    print_fitting(console, table)  # stacked on a narrow terminal: no report path cut
 
 
 def _show_run(store: RunStore, run_id: int, *, as_json: bool) -> int:
@@ -241,7 +247,7 @@ def _show_run(store: RunStore, run_id: int, *, as_json: bool) -> int:
             lines.append(f"  {key:<14}{printable(str(value))}")
     if len(steps):
         median = _ms(float(np.median(steps)))
-        lines.append(f"  {'steps':<14}{len(steps)} analysed, median {median} ms")
+        lines.append(f"  {'steps':<14}{len(steps)} analysed, median {median}")
     print("\n".join(lines))
     return 0
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
 from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
+from dlprof_lite.narrow import print_fitting
 from dlprof_lite.report.advice import ms
 from dlprof_lite.safe_text import printable
 
@@ -50,8 +51,7 @@ def _new_table(headings: Sequence[str]) -> RichTable:
 
 def _print(console: Console, titled: Titled) -> None:
     title, table = titled
-    console.print(_t(title, "bold"))  # labels in it: Text
-    console.print(table)
+    print_fitting(console, table, title)  # stacked when it does not fit (80 columns, a log)
 
 
 def _steps_table(sides: Sequence[StepStats]) -> Titled:

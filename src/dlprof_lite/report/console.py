@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from dlprof_lite.narrow import distinct_short
 from dlprof_lite.report.advice import duration as _t
 from dlprof_lite.report.advice import percent as _pct
 from dlprof_lite.report.build import Report
@@ -216,25 +217,6 @@ def _table(
                 cells.append("-" if v is None or v is pd.NA else str(v))
         table.add_row(*(_text(c) for c in cells))  # names as Text: never markup
     return table
-
-
-def distinct_short(names: Sequence[str], width: int) -> list[str]:
-    """Each name cut to ``width`` characters so that distinct names stay distinct: the
-    distinguishing tail kept, the shared middle elided (``dummy_n…Conv2d(2)``); where two
-    cut names would still read the same, the tail alone (``…work/Conv2d(2)``)."""
-    width = max(width, 8)
-
-    def cut(name: str, head: int) -> str:
-        if len(name) <= width:
-            return name
-        return name[:head] + "…" + name[len(name) - (width - head - 1):]
-
-    out = [cut(n, min(width // 3, 12)) for n in names]
-    seen: dict[str, set[str]] = {}
-    for full, short in zip(names, out, strict=True):
-        seen.setdefault(short, set()).add(full)
-    return [cut(full, 0) if len(seen[short]) > 1 else short
-            for full, short in zip(names, out, strict=True)]  # fmt: skip
 
 
 def _shown_paths(ranges: pd.DataFrame) -> pd.DataFrame:
