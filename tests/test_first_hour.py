@@ -191,3 +191,24 @@ def _table_rows(lines: list[str], title: str) -> list[str]:
             break
         rows.append(line.split("│")[0].strip())
     return rows
+
+
+def test_each_dataloader_is_named_in_the_settings() -> None:
+    """A training and a validation loader with the same settings read apart: each is named
+    by its dataset's class and length (the annotation's dataloader fact)."""
+    from builders import build_marks, fact_mark
+    from dlprof_lite.report.run_facts import dataloader_summary, read_run_facts
+
+    same = {"num_workers": 0, "batch_size": 32, "pin_memory": False,
+            "persistent_workers": False}  # fmt: skip
+    marks = build_marks([
+        fact_mark("dataloader", {"dataset": "CIFAR10", "length": 1563, **same}, 100),
+        fact_mark("dataloader", {"dataset": "CIFAR10", "length": 313, **same}, 200),
+    ])  # fmt: skip
+    settings = str(dataloader_summary(read_run_facts(marks))["dataloader_settings"])
+    assert settings.split("; ") == [
+        "CIFAR10 loader (1563 batches): num_workers=0, batch_size=32, pin_memory=False, "
+        "persistent_workers=False",
+        "CIFAR10 loader (313 batches): num_workers=0, batch_size=32, pin_memory=False, "
+        "persistent_workers=False",
+    ]

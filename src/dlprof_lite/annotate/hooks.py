@@ -268,7 +268,9 @@ def _loader_fact(iterator: Any) -> dict[str, Any]:
         length: int | None = len(iterator)
     except TypeError:
         length = None
+    dataset = getattr(iterator, "_dataset", None)
     return {
+        "dataset": type(dataset).__name__ if dataset is not None else None,
         "num_workers": getattr(iterator, "_num_workers", None),
         "batch_size": batch_size,
         "pin_memory": getattr(iterator, "_pin_memory", None),

@@ -26,6 +26,7 @@ import pandas as pd
 from dlprof_lite.annotate.facts import parse_fact
 from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX, FOLDED, ROOT_MODULE
 from dlprof_lite.report.frames import cat_mask
+from dlprof_lite.safe_text import printable
 
 # The settings a summary names for each DataLoader, in this order.
 LOADER_SETTINGS = ("num_workers", "batch_size", "pin_memory", "persistent_workers")
@@ -147,8 +148,16 @@ def _number(value: object) -> float | None:
 
 
 def loader_settings(loader: dict[str, Any]) -> str:
-    """``num_workers=4, batch_size=64, pin_memory=True, persistent_workers=False``."""
-    return ", ".join(f"{k}={loader.get(k)}" for k in LOADER_SETTINGS if k in loader)
+    """``TensorDataset loader (24 batches): num_workers=4, batch_size=64, pin_memory=True,
+    persistent_workers=False``: which loader (its dataset's class and length, where the
+    annotation recorded them: a training and a validation loader read apart), then its
+    settings."""
+    settings = ", ".join(f"{k}={loader.get(k)}" for k in LOADER_SETTINGS if k in loader)
+    dataset, length = loader.get("dataset"), loader.get("length")
+    if not isinstance(dataset, str) or not dataset:
+        return settings
+    batches = f" ({length} batches)" if isinstance(length, int) and length > 0 else ""
+    return f"{printable(dataset)} loader{batches}: {settings}"
 
 
 def dataloader_summary(facts: RunFacts) -> dict[str, object]:

@@ -74,8 +74,9 @@ UPDATE_MARK = "update:"  # + the optimizer's number: the end of one optimizer up
 BACKWARD_END_MARK = "backward-end"  # the end of one top-level backward pass
 MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: they are the steps
 # What a fact mark may hold (one top-level key per mark, value a JSON object):
-# - dataloader: one per DataLoader that fed a data phase: num_workers, batch_size,
-#   pin_memory, persistent_workers, length (batches per epoch, null when unsized);
+# - dataloader: one per DataLoader that fed a data phase: dataset (its class name),
+#   num_workers, batch_size, pin_memory, persistent_workers, length (batches per epoch, null
+#   when unsized);
 # - annotation: at exit: module_calls (hooked forward calls), ns_per_call (measured cost of
 #   one annotated module call, forward plus backward), steps (optimizer steps seen);
 #   warmup_calls, warmup_steps (module_calls and steps when warm-up ended, rules.folding;
