@@ -1,8 +1,8 @@
 """Adaptive depth (issue 25): after the warm-up step, modules too short to time are folded.
 
 The rule on hand-made numbers (:func:`choose_folds`), then in-process with the recording
-backend of ``test_annotate`` on models whose modules take known times: ``Wait`` sleeps (far
-above the threshold of 20x the measured hook cost, ~200 µs here), ``Tag`` is a few µs and
+backend of ``test_annotate`` on models whose modules take known times: ``Wait`` works 3 ms
+(far above the threshold of 20x the measured hook cost, ~200 µs here), ``Tag`` is a few µs and
 writes a ``tag`` range in its forward and its backward, the oracle for "its time is in the
 parent's": after warm-up the innermost module range around each ``tag`` is its parent's.
 """
@@ -79,13 +79,20 @@ class Tag(nn.Module):
         return TagFn.apply(x)
 
 
+def busy(ns: int) -> None:
+    """Work for ``ns`` (the warm-up times the thread's CPU time: a sleep would be no work)."""
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
 class Wait(nn.Module):
     def __init__(self, seconds: float) -> None:
         super().__init__()
-        self.seconds = seconds
+        self.ns = int(seconds * 1e9)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.seconds)
+        busy(self.ns)
         return x * 1.0
 
 
@@ -209,9 +216,7 @@ class Busy(nn.Module):
     """About 20 µs of work a call: short, but called 300 times a step."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        end = time.perf_counter_ns() + 20_000
-        while time.perf_counter_ns() < end:
-            pass
+        busy(20_000)
         return x * 1.0
 
 

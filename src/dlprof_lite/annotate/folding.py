@@ -2,7 +2,8 @@
 
 The rule and its numbers are in :mod:`dlprof_lite.rules.folding`. While warming up, the
 module-range hooks (:class:`~.modules.ModuleRanges`) hand each call to :class:`Warmup`,
-which reads ``perf_counter_ns`` as its forward starts and ends, so each module's forward
+which reads the thread's CPU clock as its forward starts and ends (not the wall clock: on a
+loaded machine one call's wall time may be another process's), so each module's forward
 call durations are known when the warm-up step ends (nothing is timed after; the samples are
 a few ints per module, no object per call). The hooks registered with torch stay the same:
 Dynamo guards on the global hooks, so swapping them would recompile compiled code. Warm-up
@@ -64,7 +65,9 @@ if TYPE_CHECKING:
     from dlprof_lite.annotate.modules import ModuleRanges
     from dlprof_lite.annotate.phases import PhaseTracker
 
-_clock = time.perf_counter_ns
+# The calling thread's CPU time: a call's own work, not the time another process held the
+# core (on a loaded machine a wall-clock sample of one call may be preemption). Warm-up only.
+_clock = time.thread_time_ns
 _compiling = torch.compiler.is_compiling
 _tracing = torch._C._get_tracing_state
 _grad_enabled = torch.is_grad_enabled
@@ -151,6 +154,7 @@ class Warmup:
         self._totals: dict[int, int] = {}
         self._counts: dict[int, int] = {}
         self._extra: dict[int, int] = {}  # annotation work timed inside each module's calls
+        self._clock_ns = _clock_cost()  # one clock read: two of them time each inner call
         # Each module's parent at its first call, in first-call (network) order.
         self._parents: dict[int, int | None] = {}
         self._forwards: dict[int, int] = {}  # grad-on forwards of each root model
@@ -182,9 +186,14 @@ class Warmup:
                 del modules[index:], stack.starts[index:]
                 return
 
-    def annotated(self, ns: int) -> None:
-        """``ns`` of the annotation's own first-call work (a ``module`` fact) ran inside the
-        modules whose forward runs on this thread: not theirs."""
+    @staticmethod
+    def now() -> int:
+        return _clock()
+
+    def annotated(self, start: int) -> None:
+        """The annotation's own first-call work (a ``module`` fact) ran since ``start``
+        (:meth:`now`) inside the modules whose forward runs on this thread: not theirs."""
+        ns = _clock() - start + self._clock_ns
         extra = self._extra
         for module in self._stack.modules:
             key = id(module)
@@ -269,7 +278,8 @@ class Warmup:
             module = name.ref() if name is not None else None
             if not samples or name is None or module is None:
                 continue
-            annotation = inner.get(key, 0) * hook_ns + self._extra.get(key, 0)  # all calls
+            per_call = hook_ns + 2 * self._clock_ns
+            annotation = inner.get(key, 0) * per_call + self._extra.get(key, 0)  # all calls
             median = sorted(samples)[len(samples) // 2] - annotation // self._counts[key]
             total = self._totals[key] - annotation
             kept = parent is None or name.alias or name.depth == 0 or _gpu_matmul(module, name)
@@ -310,6 +320,18 @@ class Warmup:
             if isinstance(module.__dict__.get("_compiled_call_impl"), _Folded):
                 del module.__dict__["_compiled_call_impl"]
         self._shortcuts = weakref.WeakSet()
+
+
+def _clock_cost(reads: int = 200) -> int:
+    """ns of one read of the warm-up clock (a system call where the C library has no faster
+    path): the median of three batches."""
+    batches = []
+    for _ in range(3):
+        start = _clock()
+        for _ in range(reads):
+            _clock()
+        batches.append((_clock() - start) // (reads + 1))
+    return sorted(batches)[1]
 
 
 def _qualname(names: dict[int, ModuleName], key: int | None) -> str | None:

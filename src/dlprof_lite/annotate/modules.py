@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -94,7 +93,6 @@ _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _engine = torch.autograd.Variable._execution_engine
 _TENSOR = torch.Tensor
-_clock = time.perf_counter_ns
 # The calling thread's next autograd sequence number (None: an older torch; every module
 # call is then hooked as its forward returns, as during recomputation).
 _sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
@@ -255,13 +253,14 @@ class ModuleRanges:
         name.described = True
         if self._described < MAX_MODULE_FACTS:
             self._described += 1
-            start = _clock()
+            warmup = self.warmup
+            start = warmup.now() if warmup is not None else 0
             self._backend.mark(describe(module, name.qualname, name.type, args, name.wrapper))
             prepare = getattr(self._backend, "prepare", None)
             if prepare is not None:
                 prepare(name.fwd, name.bwd)  # the first push's work, here
-            if self.warmup is not None:  # first-call work inside the modules that enclose it
-                self.warmup.annotated(_clock() - start)
+            if warmup is not None:  # first-call work inside the modules that enclose it
+                warmup.annotated(start)
 
     def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None:
         """Forward hook, with or without kwargs (torch drops them when forward raised)."""

@@ -4,8 +4,9 @@ Read by the annotation (:mod:`dlprof_lite.annotate.folding`, which applies the r
 profiled process) and by the report (the advice that names the folded modules). Plain
 numbers, no imports.
 
-The rule: after the warm-up step, a module whose median forward call (less the annotation
-of the calls inside it: a container's calls hold its children's hooks) is shorter than
+The rule: after the warm-up step, a module whose median forward call (the thread's CPU
+time, less the annotation of the calls inside it: a container's calls hold its children's
+hooks) is shorter than
 :data:`FOLD_FACTOR` times the measured cost of annotating one call is *folded* into its
 parent: its hooks do nothing from then on, so its time is in the parent's self time. Roots,
 modules whose calls add up to :data:`DOMINANT_SHARE` of the warm-up step's forward time,
