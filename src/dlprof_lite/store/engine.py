@@ -250,6 +250,9 @@ def translated(display: str, hidden: Sequence[str] = ()) -> Iterator[None]:
         raise StoreError(f"run database {display}: {_first_line(err, hidden)}") from err
     except OSError as err:  # the file vanished, a disk failed under SQLite
         raise StoreError(f"run database {display}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:  # sqlite3 decoding a damaged file's text
+        raise StoreError(f"run database {display}: text that is not UTF-8 at byte "
+                         f"{err.start} of a value (a damaged or foreign file)") from err
 
 
 def _first_line(err: BaseException | None, hidden: Sequence[str] = ()) -> str:

@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.report import read_schema as rs
@@ -45,9 +47,34 @@ def valid_id(run_id: int) -> bool:
     return 0 < run_id <= MAX_ID
 
 
+class _BoundedText(FunctionElement[Any]):
+    """A text column cut at ``limit`` + 1 characters by the database (see :func:`text`)."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "bounded_text"
+
+
+@compiles(_BoundedText)
+def _bounded(element: _BoundedText, compiler: Any, **kw: Any) -> str:
+    column, limit = (compiler.process(c, **kw) for c in element.clauses)
+    return f"substr(CAST({column} AS TEXT), 1, {limit})"
+
+
+@compiles(_BoundedText, "sqlite")
+def _bounded_sqlite(element: _BoundedText, compiler: Any, **kw: Any) -> str:
+    # SQLite keeps any type in any column: only text is cut (a CAST would turn a BLOB or a
+    # number into text and hide it); anything else comes back as it is, and is refused.
+    column, limit = (compiler.process(c, **kw) for c in element.clauses)
+    return (f"CASE WHEN typeof({column}) = 'text' THEN substr({column}, 1, {limit}) "
+            f"ELSE {column} END")
+
+
 def text(column: sa.ColumnElement[Any], limit: int) -> sa.ColumnElement[Any]:
-    """``column`` as text, cut at ``limit`` + 1 characters by the database."""
-    return sa.func.substr(sa.cast(column, sa.Text), 1, limit + 1)
+    """``column``'s text, cut at ``limit`` + 1 characters by the database (a longer one is
+    refused here without being fetched whole); on SQLite a value that is not text comes
+    back as it is (and is refused as not text)."""
+    return _BoundedText(column, sa.literal(limit + 1, sa.Integer))
 
 
 def raw(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
@@ -109,7 +136,7 @@ def _time(value: object, where: str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _text(value: object, limit: int, where: str) -> Any:
+def _text(value: object, limit: int, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
@@ -158,21 +185,19 @@ def json_value(value: str | None, where: str, budget: int = rs.MAX_JSON_VALUES) 
 # --- a whole run ----------------------------------------------------------------------------
 
 
-def summary(value: str | None, where: str) -> Summary:
-    if value is not None and len(value) > SMALL_LIMIT:
-        raise StoreError(f"{where}: summary: larger than dlprof-lite writes")
+def summary(value: object, where: str) -> Summary:
+    text = _text(value, SMALL_LIMIT, f"{where}: summary")
     try:
-        doc = json_value(value, f"{where}: summary", rs.MAX_JSON_VALUES // 8)
+        doc = json_value(text, f"{where}: summary", rs.MAX_JSON_VALUES // 8)
         return rs.summary(doc, f"{where}: summary")
     except InputError as err:
         raise StoreError(str(err)) from None
 
 
-def layouts(value: str | None, where: str) -> dict[str, tuple[dict[str, str], dict[str, Any]]]:
+def layouts(value: object, where: str) -> dict[str, tuple[dict[str, str], dict[str, Any]]]:
     """Each row table's dtypes and categories as ``rows.layout`` stored them."""
-    if value is not None and len(value) > SMALL_LIMIT:
-        raise StoreError(f"{where}: tables: larger than dlprof-lite writes")
-    doc = json_value(value, f"{where}: tables", rs.MAX_JSON_VALUES // 8)
+    text = _text(value, SMALL_LIMIT, f"{where}: tables")
+    doc = json_value(text, f"{where}: tables", rs.MAX_JSON_VALUES // 8)
     if not isinstance(doc, dict) or set(doc) != set(ROW_TABLES):
         raise StoreError(f"{where}: tables: not the layout of {', '.join(ROW_TABLES)}")
     out = {}
@@ -210,10 +235,10 @@ def table(
     for column, dtype in dtypes.items():
         if dtype == "category" and categories.get(column) is None:
             # rows.layout leaves out the common categories: the sorted distinct values.
-            values = {row.get(column) for row in data if isinstance(row, dict)} - {None}
-            if not all(isinstance(v, str) for v in values):
+            cells = [row.get(column) for row in data if isinstance(row, dict)]
+            if not all(v is None or isinstance(v, str) for v in cells):
                 raise StoreError(f"{at}: column {column!r}: a category that is not text")
-            categories[column] = sorted(values)
+            categories[column] = sorted(set(cells) - {None})
     try:
         return rs.typed_frame(name, dtypes, categories, data, at)
     except InputError as err:
