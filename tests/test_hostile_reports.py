@@ -28,6 +28,7 @@ import pandas as pd
 import pytest
 
 import dlprof_lite
+from conftest import CORPUS, missing
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError
 from dlprof_lite.report import read_schema as rs
@@ -36,6 +37,12 @@ from dlprof_lite.report.metrics import REPORTS, column_names
 from example_profiles import training_profile
 
 Edit = Callable[[Path], None]
+# Real exports whose reports hold every table with rows of every kind (layers, ranks, ...).
+CORPUS_SOURCES = (
+    "MohanadOdema__DLProf__nsys_profile.sqlite",
+    "GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite",
+    "amir-ghz__DynamicViT__nsys_profile.sqlite",
+)
 
 
 @pytest.fixture(scope="module")
@@ -426,25 +433,26 @@ def test_too_many_rows_and_list_entries_are_refused() -> None:
 # --- the schema is the writer's ------------------------------------------------------------
 
 
-def test_column_kinds_are_the_written_dtypes(corpus_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", ["example", *CORPUS_SOURCES])
+def test_column_kinds_are_the_written_dtypes(source: str, tmp_path: Path) -> None:
     """Every column the registry declares has the kind the writer's dtypes say, in the
     example and real corpus reports (a new text or true/false column must be named in
     read_schema); every real report reads back through the checks equal to itself."""
-    reports = [build_report(training_profile())]
-    reports += [dlprof_lite.analyze(corpus_dir / name) for name in (
-        "MohanadOdema__DLProf__nsys_profile.sqlite",
-        "GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite",
-        "amir-ghz__DynamicViT__nsys_profile.sqlite")]  # fmt: skip
-    for i, report in enumerate(reports):
-        for table in REPORTS:
-            if table in ("summary", "runs"):
-                continue
-            for column, dtype in report.table(table).dtypes.items():
-                kind = rs.kind(str(column))
-                assert str(dtype) in rs.DTYPES[kind], (table, column, dtype)
-                if kind == "number" and str(dtype) != "object":
-                    assert pd.api.types.is_numeric_dtype(dtype), (table, column, dtype)
-        back = dlprof_lite.open_report(report.save(tmp_path / f"r{i}", formats=("json",)))
-        assert back.summary == report.summary
-        for table in ("kernels", "ranges", "layers", "iterations", "advice", "timeline", "ranks"):
-            pd.testing.assert_frame_equal(back.table(table), report.table(table))
+    if source == "example":
+        report = build_report(training_profile())
+    else:
+        if not (CORPUS / source).is_file():
+            missing(f"no corpus export {source}")
+        report = dlprof_lite.analyze(CORPUS / source)
+    for table in REPORTS:
+        if table in ("summary", "runs"):
+            continue
+        for column, dtype in report.table(table).dtypes.items():
+            kind = rs.kind(str(column))
+            assert str(dtype) in rs.DTYPES[kind], (table, column, dtype)
+            if kind == "number" and str(dtype) != "object":
+                assert pd.api.types.is_numeric_dtype(dtype), (table, column, dtype)
+    back = dlprof_lite.open_report(report.save(tmp_path / "r", formats=("json",)))
+    assert back.summary == report.summary
+    for table in ("kernels", "ranges", "layers", "iterations", "advice", "timeline", "ranks"):
+        pd.testing.assert_frame_equal(back.table(table), report.table(table))

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report import read_schema as rs
-from dlprof_lite.report.summary_types import Summary, scalar
+from dlprof_lite.report.summary_types import LISTS, Summary, scalar
 from dlprof_lite.report.writers import unquote_cell
 
 _CHUNK_ROWS = 65_536  # rows converted to columns at a time (bounds the rows held as text)
@@ -175,14 +175,9 @@ def csv_summary(text: str, advice: pd.DataFrame, where: str) -> Summary:
     flat = {name: _scalar(cell, specs[name], f"{where}: {name!r}")
             for name, cell in zip(header, rows[0], strict=True)}  # fmt: skip
     warnings = str(flat.get("warnings") or "")
-    doc: dict[str, Any] = {
-        **flat,
-        "gpus": [],
-        "warnings": [w for w in warnings.split("; ") if w],
-        "advice": [{str(k): scalar(v) for k, v in r.items()} for r in advice.to_dict("records")],
-        "dataloaders": [],
-        "fp32_gemm_kernels": [],
-    }
+    doc: dict[str, Any] = {**flat, **{name: [] for name in LISTS}}  # the CSV has no lists
+    doc["warnings"] = [w for w in warnings.split("; ") if w]
+    doc["advice"] = [{str(k): scalar(v) for k, v in r.items()} for r in advice.to_dict("records")]
     return rs.summary(doc, where)
 
 

@@ -401,7 +401,7 @@ def _list(value: object, name: str, where: str) -> list[Any]:
     if not set(map(type, value)) <= {dict}:
         raise refuse(at, "an entry that is not an object")
     check: Callable[[dict[str, Any], str], None]
-    if name == "dataloaders":
+    if name not in _list_fields():  # DataLoader settings, or a list without a dataclass
         check = _dataloader
     else:
         specs = _list_fields()[name]
@@ -418,6 +418,7 @@ def _list(value: object, name: str, where: str) -> list[Any]:
 
 
 def _dataloader(entry: dict[str, Any], place: str) -> None:
+    """An entry of plain settings: text keys, scalar values (no nesting)."""
     if len(entry) > MAX_LIST_ITEMS:
         raise refuse(place, "more settings than dlprof-lite records")
     for key, setting in entry.items():
