@@ -240,8 +240,8 @@ def test_numbered_ranges_count_whatever_their_timing(corpus_dir: Path, tmp_path:
     lo, hi = _gpu_span(TRT)
     path = _with_numbered(tmp_path, "step", lo - 1000, lo + (hi - lo) // 50, 5)
     profile = dlprof_lite.load(path)
-    assert (profile.meta.key_range, profile.meta.key_range_source) == ("step #",
-                                                                       "numbered-ranges")  # fmt: skip
+    meta = profile.meta
+    assert (meta.key_range, meta.key_range_source) == ("step #", "numbered-ranges")
     table = profile.iterations
     t0, t1 = int(table["start_ns"].iloc[1]), int(table["end_ns"].iloc[-1])
     assert _busy_share(path, t0, t1) < 0.5
