@@ -312,8 +312,8 @@ def test_backward_hooks_only_where_the_owner_changes() -> None:
     # sequence numbers 0..7: root owns 0-2 and 5-7, the child 3-4; 6 only from a side output
     owner = [root, root, root, child, child, root, root, root]
     nodes = [FakeNode() for _ in owner]
-    found = [(seq, seq != 6, node) for seq, node in enumerate(nodes)]
-    _hook_owners(None, found, owner, 0, {})  # type: ignore[arg-type]
+    main = bytearray(seq != 6 for seq in range(len(nodes)))
+    _hook_owners(None, nodes, main, owner, {})  # type: ignore[arg-type]
     hooked = [seq for seq, node in enumerate(nodes) if node.hooks]
     # 7 first; 6 side-only, 5 after it; 4 the child's first; 2 back to the root
     assert hooked == [2, 4, 5, 6, 7]

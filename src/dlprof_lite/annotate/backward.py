@@ -9,9 +9,10 @@ created (its children's included) and no other. A root forward's calls make a
 The forward is *bound* when the backward pass that consumes it is about to run
 (``torch.autograd.backward`` entered, else the pre-hook of a root output node), or when the
 next root forward starts on a thread (a graph that may be used later): :func:`bind` walks
-the forward's graph once from the calls' outputs, visiting the nodes it created; each node
-gets its owner (the innermost call whose interval holds the node's sequence number) in one
-pre-hook, and the nodes with no successor in the forward (the last ones to run) a post-hook.
+the forward's graph once from the calls' outputs, visiting the nodes it created; a node
+gets its owner (the innermost call whose interval holds the node's sequence number) in a
+pre-hook where the owner changes, and the last one to run (the smallest sequence number) a
+post-hook.
 
 In backward, a node's pre-hook makes the thread's open backward ranges its owner's chain,
 outermost first: ranges of calls outside the chain are popped, missing ones pushed. The
@@ -100,7 +101,7 @@ class RootHook:
 
 
 class EndHook:
-    """Post-hook of a forward's final nodes: when all have run, its ranges are popped."""
+    """Post-hook of a forward's last node: when it has run, its ranges are popped."""
 
     __slots__ = ("forward", "ranges")
 
@@ -125,49 +126,53 @@ def bind(ranges: ModuleRanges, forward: Forward) -> None:
     base, end = forward.root.start, forward.root.end
     if end <= base:
         return
-    owner: list[Call | None] = [None] * (end - base)
+    size = end - base
+    owner: list[Call | None] = [None] * size
     for call in forward.calls:  # enclosing calls first: the innermost call paints last
         if call.end > call.start:
             owner[call.start - base : call.end - base] = [call] * (call.end - call.start)
-    seen: set[int] = set()
-    found: list[tuple[int, bool, Any]] = []  # (sequence number, from the root's outputs, node)
-    finals = 0
-    end_hook = EndHook(ranges, forward)
-    todo: list[Any] = []
-    # The root's outputs first: the final nodes are counted on that walk only (a side output
-    # the loss does not use never runs, and would hold the ranges open).
+    # The node reached at each sequence number (one thread hands each number out once), and
+    # whether it was reached from the root's outputs.
+    nodes: list[Any] = [None] * size
+    main = bytearray(size)
+    # The root's outputs first: the last node is found on that walk only (a side output the
+    # loss does not use never runs, and would hold the ranges open).
     for counted, firsts in walks:
+        todo: list[Any] = []
+        pop, push = todo.pop, todo.append  # the loop below runs once per node: kept lean
         for first in firsts:
-            if id(first) not in seen and base <= first._sequence_nr() < end:
-                seen.add(id(first))
-                todo.append(first)
+            at = first._sequence_nr() - base
+            if 0 <= at < size and nodes[at] is None:
+                nodes[at] = first
+                main[at] = counted
+                push(first)
         while todo:
-            node = todo.pop()
-            found.append((node._sequence_nr(), counted, node))
-            inside = False
-            for successor, _ in node.next_functions:
-                # AccumulateGrad (a parameter) has the largest sequence number: never inside.
-                if successor is None or not base <= successor._sequence_nr() < end:
-                    continue
-                inside = True
-                if id(successor) not in seen:
-                    seen.add(id(successor))
-                    todo.append(successor)
-            if not inside and counted:
-                node.register_hook(end_hook)
-                finals += 1
-    forward.finals = forward.remaining = finals
-    _hook_owners(ranges, found, owner, base, root_hooks)
+            for successor, _ in pop().next_functions:
+                if successor is not None:
+                    at = successor._sequence_nr() - base
+                    # AccumulateGrad (a parameter) has the largest number: never inside.
+                    if 0 <= at < size and nodes[at] is None:
+                        nodes[at] = successor
+                        main[at] = counted
+                        push(successor)
+    # Nodes run in descending sequence number (_hook_owners): the smallest reached from the
+    # root's outputs runs last, and its post-hook ends the forward's ranges.
+    last = main.find(1)
+    forward.finals = forward.remaining = 1 if last >= 0 else 0
+    if last >= 0:
+        nodes[last].register_hook(EndHook(ranges, forward))
+    _hook_owners(ranges, nodes, main, owner, root_hooks)
 
 
 def _hook_owners(
     ranges: ModuleRanges,
-    found: list[tuple[int, bool, Any]],
+    nodes: list[Any],
+    main: bytearray,
     owner: list[Call | None],
-    base: int,
     root_hooks: dict[int, RootHook],
 ) -> None:
-    """A pre-hook on each node whose owner differs from the node run before it.
+    """A pre-hook on each node whose owner differs from the node run before it (``nodes``,
+    ``main`` and ``owner`` by sequence number less the forward's first).
 
     On a thread, autograd's engine runs the ready node with the largest sequence number
     first, and a node is ready once the nodes that use its output (all made after it: larger
@@ -179,8 +184,11 @@ def _hook_owners(
     hooks: dict[int, SyncHook] = {}
     before: Call | None = None
     side = True  # the first node: nothing known ran before it
-    for seq, counted, node in sorted(found, key=lambda f: f[0], reverse=True):
-        call = owner[seq - base]
+    for at in range(len(nodes) - 1, -1, -1):
+        node = nodes[at]
+        if node is None:
+            continue
+        call, counted = owner[at], main[at]
         root_hook = root_hooks.get(id(node))
         if root_hook is not None:
             root_hook.owner = call
