@@ -122,7 +122,7 @@ def test_console_prints_no_phase_the_step_does_not_hold() -> None:
     host = next(line for line in text.splitlines() if line.startswith("step (mean, host)"))
     assert "data" not in gpu and "data" not in host
     assert "compile 50 ns" in gpu and "compile 300 ns" in host and "other 100 ns" in host
-    assert "steps: instances of 'iteration'" in text
+    assert "steps: dlprof-lite's annotation: one per optimizer update" in text
 
 
 def test_a_profile_without_phase_ranges_shows_other_only() -> None:

@@ -599,6 +599,9 @@ def _run_once(
         # while analysing it; report the error after.
         except (DlprofError, KeyboardInterrupt) as err:
             failure = err
+    if failure is not None:  # the run's own warnings (a hung nsys stage) come first
+        for warning in run.warnings:
+            _warn(warning)
     if isinstance(failure, KeyboardInterrupt):
         name = f" by {failure}" if getattr(failure, "signum", None) else ""
         _error(f"interrupted{name} while analysing the profile (the profile is kept in "
