@@ -296,10 +296,11 @@ def test_runs_rm_of_a_missing_run_is_one_line(store: Path) -> None:
     assert digest(store.parent) == before
 
 
+@pytest.mark.parametrize("columns", ["400", "40"])  # a table; stacked on a narrow terminal
 def test_stored_tags_reach_the_terminal_as_text(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    columns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "400")  # no wrapping: the tag on one line
+    monkeypatch.setenv("COLUMNS", columns)
     path = tmp_path / "runs.db"
     tag = "\x1b]0;owned\x07[red]x[/red]\x1b[2J"
     with RunStore(f"sqlite:///{path}") as opened:
@@ -307,7 +308,7 @@ def test_stored_tags_reach_the_terminal_as_text(
     code, out, err = cli("runs", "list", "--db", f"sqlite:///{path}")
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out
-    assert "\\x1b]0;owned\\x07[red]x[/red]\\x1b[2J" in out
+    assert "\\x1b]0;owned\\x07[red]x[/red]\\x1b[2J" in out and "\\x1b[31mtrain.py" in out
     code, out, _ = cli("runs", "--json", "--db", f"sqlite:///{path}")
     assert "\x1b" not in out and json.loads(out)[0]["tag"] == tag
 
