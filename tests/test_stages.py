@@ -1,9 +1,9 @@
 """Imports follow the pipeline: annotate < launch < ingest < report < pipeline/cli/batch.
 
 DESIGN.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
-modules (``errors``, ``rules``, ``progress``, ``safe_text``, ``user_dirs``), which import no stage
-themselves. ``report`` imports only the ``Profile`` type from ``ingest``. Every import
-statement counts, inside functions and under ``TYPE_CHECKING`` too: each is read with
+modules (``errors``, ``rules``, ``progress``, ``safe_text``, ``user_dirs``, ``narrow``), which
+import no stage themselves. ``report`` imports only the ``Profile`` type from ``ingest``.
+Every import statement counts, inside functions and under ``TYPE_CHECKING`` too: each is read with
 ``ast``, nothing is imported.
 """
 
@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dlprof_lite"
 STAGES = ("annotate", "launch", "ingest", "report")
 TOP = len(STAGES)  # pipeline, cli, batch, memory, the package itself: right of every stage
 # Leaves: any module may import them.
-SHARED = ("errors", "rules", "progress", "safe_text", "user_dirs")
+SHARED = ("errors", "rules", "progress", "safe_text", "user_dirs", "narrow")
 BOTTOM = ("errors", "safe_text")  # leaves the other leaves may import (they import nothing)
 REPORT_MAY_IMPORT_FROM_INGEST = {"dlprof_lite.ingest.profile"}
 

@@ -82,8 +82,9 @@ def csv_table(table: str, text: str, where: str) -> pd.DataFrame:
         for name, cells in zip(header, zip(*chunk, strict=True), strict=True):
             parts[name].append(_cells(name, cells, where, offset))
         offset += len(chunk)
-    return pd.DataFrame({name: _column(table, name, parts[name], where) for name in names},
-                        columns=names)  # fmt: skip
+    frame = pd.DataFrame({name: _column(table, name, parts[name], where) for name in names},
+                         columns=names)  # fmt: skip
+    return rs.complete(table, frame)
 
 
 def _cells(name: str, cells: tuple[str, ...], where: str, offset: int) -> Any:

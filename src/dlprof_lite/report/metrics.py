@@ -16,6 +16,19 @@ from dlprof_lite.rules.folding import FOLD_FACTOR
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
 
 SCHEMA = "dlprof-lite/1"
+# Columns and summary fields added to SCHEMA since its first release: a report folder or a
+# stored run written before lacks them, and reads back with them empty (None), never refused
+# (`compare` against last month's runs must work). Any other missing column is refused.
+ADDED_LATER: dict[str, frozenset[str]] = {
+    "summary": frozenset({
+        "event_span_ns", "utilization_scope", "tc_unknown_ns", "tc_unknown_share",
+        "tc_inferred_ns", "launch_coverage", "iterations_p10_ns", "between_steps_ns",
+        "after_training_ns", "sync_api_scope", "timeline_start_ns", "timeline_end_ns",
+        "exposed_comm_scope",
+    }),
+    "layers": frozenset({"wrapper", "folded_call_ns"}),
+    "iterations": frozenset({"between_before_ns"}),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

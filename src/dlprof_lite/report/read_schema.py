@@ -38,7 +38,13 @@ import pandas as pd
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.report import summary_types as st
-from dlprof_lite.report.metrics import GPU_FIELDS, REPORTS, SUMMARY_REPORT, column_names
+from dlprof_lite.report.metrics import (
+    ADDED_LATER,
+    GPU_FIELDS,
+    REPORTS,
+    SUMMARY_REPORT,
+    column_names,
+)
 
 MiB = 1 << 20
 # One table file (JSON or CSV). The largest real table we know (the ranges of a 19,000-path
@@ -140,16 +146,21 @@ def check_numbers(values: np.ndarray, name: str, unit: str, where: str) -> None:
 
 
 def check_columns(table: str, names: Sequence[str], where: str) -> list[str]:
-    """``names`` must be the table's columns, each once; returns them in registry order."""
+    """``names`` must be the table's columns, each once (those added since the schema's
+    first release may be absent: :data:`ADDED_LATER`); returns them in registry order."""
     expected = column_names(table)
     if len(names) == len(expected) and set(names) == set(expected):
         return expected
+    later = ADDED_LATER.get(table, frozenset())
+    present = [n for n in expected if n in set(names)]
+    if len(names) == len(present) and set(expected) - set(names) <= later:
+        return present  # an older writer's table: complete() adds the newer columns
     extra = [n for n in names if n not in set(expected)]
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise refuse(where, f"column {str(extra[0])[:100]!r}{more} is not one of the "
                             f"{len(expected)} columns dlprof-lite writes in {table}")  # fmt: skip
-    missing = [n for n in expected if n not in set(names)]
+    missing = [n for n in expected if n not in set(names) and n not in later]
     if missing:
         raise refuse(where, f"no column {missing[0]!r} (a {table} table has "
                             f"{len(expected)} columns)")  # fmt: skip
@@ -184,7 +195,16 @@ def typed_frame(
                              categories.get(name), where)  # fmt: skip
     if set(categories) - set(names):
         raise refuse(where, "categories of a column the table does not have")
-    return pd.DataFrame(data, columns=names)
+    return complete(table, pd.DataFrame(data, columns=names))
+
+
+def complete(table: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every registry column: one an older writer did not write is empty."""
+    expected = column_names(table)
+    if list(frame.columns) == expected:
+        return frame
+    return frame.reindex(columns=expected).astype(
+        {n: object for n in expected if n not in frame.columns})
 
 
 def _cells(rows: object, names: list[str], table: str, where: str) -> list[tuple[Any, ...]]:
@@ -370,6 +390,9 @@ def summary(doc: object, where: str) -> st.Summary:
         raise refuse(where, "the summary is not an object")
     flat = summary_fields()
     expected = set(flat) | set(st.LISTS)
+    older = expected - set(doc)
+    if older and older <= ADDED_LATER["summary"] and set(doc) <= expected:
+        doc = {**doc, **dict.fromkeys(older)}  # written before those fields existed
     if set(doc) != expected:
         extra = sorted(set(doc) - expected, key=str)
         what = (f"{str(extra[0])[:100]!r} is not a summary field" if extra
