@@ -3,6 +3,12 @@
     .venv/bin/python scripts/bench_annotation.py [--repeats 3] [--device cpu] [--no-nsys]
     .venv/bin/python scripts/bench_annotation.py --hooks-only   # in-process hook cost only
 
+In-process (``--hooks-only`` runs only this): deep400, mlp400, a small transformers GPT-2 and
+the examples, each with annotation off, ``phases``, ``modules`` (the default: modules too
+short to time folded after the warm-up step) and ``modules-all`` (no folding), alternated:
+step time and its ratio to the plain step, µs per module call (forward, backward) and the
+garbage collector's full collections and longest pause, median of ``--repeats`` (at least 5).
+
 Each configuration runs the example in a fresh process (``examples/lenet.py``,
 ``examples/resnet.py``) and reads the ``ms/step`` it prints (steps 2..N); configurations
 are interleaved and repeated (one intra-op thread unless ``--threads``), and the median is
@@ -100,90 +106,148 @@ def bench_examples(args: argparse.Namespace, nsys: str | None) -> None:
 
 
 HOOK_COST = """
-import statistics, sys, time
+import gc, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, lenet, resnet
 from torch import nn
 from torch.nn.modules import module as nn_module
 from dlprof_lite import annotate
+from dlprof_lite.annotate import facts
 torch.manual_seed(0)
+folds = []  # modules named by the folded facts of the running configuration
+record = facts.record
+def recording(key, value):
+    if key == "folded":
+        folds.extend(value["modules"])
+    record(key, value)
+facts.record = recording
 deep = nn.Sequential(*(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.LayerNorm(16),
                                      nn.Dropout(0.0)) for _ in range(100)), nn.Linear(16, 10))
 wide = nn.Sequential(*(nn.Sequential(nn.LayerNorm(256), nn.Linear(256, 1024), nn.GELU(),
                                      nn.Linear(1024, 256), nn.Dropout(0.0), nn.ReLU(),
                                      nn.LayerNorm(256)) for _ in range(50)), nn.Linear(256, 10))
-cases = {"deep400": (deep, nn.CrossEntropyLoss(), (16,), 8),
-         "mlp400": (wide, nn.CrossEntropyLoss(), (256,), 64),
-         "lenet": (lenet.LeNet(), lenet.CategoricalCrossEntropy(), (1, 28, 28), 1),
-         "resnet": (resnet.ResNet(), nn.CrossEntropyLoss(), (3, 32, 32), 1)}
-clock = time.perf_counter
-for name, (model, loss_fn, shape, batch) in cases.items():
+def classify(model, loss_fn):
+    return lambda x, y: loss_fn(model(x), y)
+cases = {"deep400": (deep, classify(deep, nn.CrossEntropyLoss()), (16,), 8),
+         "mlp400": (wide, classify(wide, nn.CrossEntropyLoss()), (256,), 64)}
+try:
+    from transformers import GPT2Config, GPT2LMHeadModel
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000,
+                                      n_positions=64))
+    cases["gpt2"] = (gpt2, lambda x, y: gpt2(input_ids=x, labels=x).loss, 32, 8)
+except ImportError:
+    print("SKIP gpt2: transformers is not installed")
+cases["lenet"] = (m := lenet.LeNet(), classify(m, lenet.CategoricalCrossEntropy()), (1, 28, 28), 1)
+cases["resnet"] = (r := resnet.ResNet(), classify(r, nn.CrossEntropyLoss()), (3, 32, 32), 1)
+clock = time.thread_time  # CPU time of this thread (one intra-op thread): robust to load
+wall = time.perf_counter
+pauses = []  # (generation, seconds) of each collection while an epoch is timed
+started = [0.0]
+def collected(phase, info):
+    if phase == "start":
+        started[0] = wall()
+    elif phase == "stop":
+        pauses.append((info["generation"], wall() - started[0]))
+gc.callbacks.append(collected)
+LEVELS = ("off", "phases", "modules", "modules-all")
+for name, (model, step_loss, shape, batch) in cases.items():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = (torch.randint(0, 1000, (20 * batch, shape)) if isinstance(shape, int)
+              else torch.rand(20 * batch, *shape))
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
-        torch.rand(20 * batch, *shape), torch.randint(0, 10, (20 * batch,))), batch_size=batch)
+        inputs, torch.randint(0, 10, (20 * batch,))), batch_size=batch)
+    def step(x, y):
+        opt.zero_grad()
+        t0 = clock()
+        loss = step_loss(x, y)
+        t1 = clock()
+        loss.backward()
+        t2 = clock()
+        opt.step()
+        return t1 - t0, t2 - t1
     def epoch():
-        fwd = bwd = 0.0
-        start = clock()
-        for x, y in data:
-            opt.zero_grad()
-            t0 = clock()
-            loss = loss_fn(model(x), y)
-            t1 = clock()
-            loss.backward()
-            t2 = clock()
-            opt.step()
-            fwd += t1 - t0
-            bwd += t2 - t1
-        n = len(data)
-        return (clock() - start) / n, fwd / n, bwd / n
+        # Per-step medians over an epoch (a step another process slowed does not count), its
+        # full collections and its longest collection.
+        batches = iter(data)
+        step(*next(batches))  # the warm-up step: with --annotate modules, folds at its end
+        del pauses[:]
+        times = []
+        for x, y in batches:
+            start, start_wall = clock(), wall()
+            f, b = step(x, y)
+            times.append((clock() - start, f, b, wall() - start_wall))
+        full = [p for g, p in pauses if g == 2]
+        step_s, fwd, bwd, step_wall = (statistics.median(t[i] for t in times) for i in range(4))
+        return (step_s, fwd, bwd, len(full), max((p for _, p in pauses), default=0.0),
+                step_wall)
     epoch()
     calls = []
     counter = nn_module.register_module_forward_pre_hook(lambda m, a: calls.append(1))
     epoch()
     counter.remove()
     per_step = len(calls) / len(data)
-    trials = {level: [] for level in ("off", "phases", "modules")}
-    for _ in range(int(sys.argv[2])):
-        for level in trials:
+    trials = {level: [] for level in LEVELS}
+    folded = {}  # level -> modules folded in each trial
+    for trial in range(int(sys.argv[2])):
+        for level in LEVELS[trial % 4:] + LEVELS[:trial % 4]:  # rotated: no level always last
             handle = annotate.install(level) if level != "off" else None
+            del folds[:]
             trials[level].append(epoch())
+            folded.setdefault(level, []).append(len(folds))
             if handle is not None:
                 handle.remove()
-    off = [statistics.median(t[i] for t in trials["off"]) for i in range(3)]
+    off = [statistics.median(t[i] for t in trials["off"]) for i in range(6)]
     for level, values in trials.items():
-        step, fwd, bwd = (statistics.median(t[i] for t in values) for i in range(3))
-        extra = step - off[0]
-        print(f"HOOK {name} {per_step:.0f} {level} {1e6 * step:.0f} {1e6 * extra:.0f} "
-              f"{step / off[0]:.3f} {1e6 * extra / per_step:.2f} "
-              f"{1e6 * (fwd - off[1]) / per_step:.2f} {1e6 * (bwd - off[2]) / per_step:.2f}")
+        step_s, fwd, bwd, full, pause, step_wall = (statistics.median(t[i] for t in values)
+                                                    for i in range(6))
+        extra = step_s - off[0]
+        print(f"HOOK {name} {per_step:.0f} {level} {statistics.median(folded[level]):.0f} "
+              f"{1e6 * step_s:.0f} {step_s / off[0]:.3f} {step_wall / off[5]:.3f} "
+              f"{1e6 * extra / per_step:.2f} "
+              f"{1e6 * (fwd - off[1]) / per_step:.2f} {1e6 * (bwd - off[2]) / per_step:.2f} "
+              f"{full:.0f} {1e3 * pause:.1f}")
 """
 _HOOK = re.compile(
-    r"HOOK (\w+) (\d+) (\w+) (\d+) (-?\d+) ([\d.]+) (-?[\d.]+) (-?[\d.]+) (-?[\d.]+)"
+    r"HOOK (\w+) (\d+) ([\w-]+) (\d+) (\d+) ([\d.]+) ([\d.]+) (-?[\d.]+) (-?[\d.]+) "
+    r"(-?[\d.]+) (\d+) ([\d.]+)"
 )
 
 
 def bench_hook_cost(trials: int) -> None:
-    """Per-step cost of the hooks, in one process: annotation off/phases/modules alternated.
+    """Per-step cost of the hooks, in one process: annotation off, phases, modules (folding
+    after the warm-up step) and modules-all (no folding), alternated in a rotating order; each
+    epoch's first step is its warm-up and is not timed.
 
     ``deep400``: 401 modules (100 blocks of Linear 16x16, ReLU, LayerNorm, Dropout), batch
     8: every module is ~2 us of work, the worst case for hooks; ``mlp400``: 401 modules of
     a realistic width (50 blocks of LayerNorm, Linear 256->1024, GELU, Linear 1024->256,
-    Dropout, ReLU, LayerNorm), batch 64; the examples at batch 1 (their hooks weigh most).
-    ``ratio`` is annotated/plain wall time per step; ``us/call`` the added time per module
-    call (both passes), ``fwd us`` / ``bwd us`` the added time per module call in the
-    forward pass (model and loss) and in the backward pass (``loss.backward()``) alone.
+    Dropout, ReLU, LayerNorm), batch 64; ``gpt2``: transformers' GPT2LMHeadModel from
+    ``GPT2Config(n_layer=2, n_embd=64)`` (vocabulary 1000, batch 8 x 32 tokens, loss from
+    its labels): a framework model of small modules; the examples at batch 1.
+    Times are the main thread's CPU time (one intra-op thread: all of a step's work), which
+    another process on the machine inflates less than wall time (``wall``: the wall-time
+    ratio beside), each trial's the median step of its epoch.
+    ``folded``: modules folded (``modules``); ``ratio``: annotated/plain time per step;
+    ``us/call``: added time per module call (both passes), ``fwd us`` / ``bwd us``: added
+    time per module call in the forward pass and in ``loss.backward()``; ``gc2``: full
+    (generation 2) collections in a timed epoch, ``gc ms``: its longest collection (wall).
     """
     done = subprocess.run(
         [sys.executable, "-c", HOOK_COST, str(ROOT / "examples"), str(trials)],
-        capture_output=True, text=True, timeout=1800,
+        capture_output=True, text=True, timeout=3600,
         env={**os.environ, **THREADS, "DLPROF_LITE_NVTX": "on"},
     )  # fmt: skip
     print(f"\nhooks in-process, no tool attached (median of {trials} alternated trials)")
-    print(f"  {'model':<8} {'calls':>6} {'level':<8} {'us/step':>8} {'added us':>9} "
-          f"{'ratio':>6} {'us/call':>8} {'fwd us':>7} {'bwd us':>7}")  # fmt: skip
-    for name, calls, level, step, extra, ratio, call, fwd, bwd in _HOOK.findall(done.stdout):
-        print(f"  {name:<8} {calls:>6} {level:<8} {step:>8} {extra:>9} {ratio:>6} {call:>8} "
-              f"{fwd:>7} {bwd:>7}")  # fmt: skip
+    print(f"  {'model':<8} {'calls':>6} {'level':<12} {'folded':>6} {'us/step':>8} {'ratio':>6} "
+          f"{'wall':>6} {'us/call':>8} {'fwd us':>7} {'bwd us':>7} {'gc2':>4} "
+          f"{'gc ms':>6}")  # fmt: skip
+    for row in _HOOK.findall(done.stdout):
+        name, calls, level, folded, step, ratio, ratio_wall, call, fwd, bwd, full, pause = row
+        print(f"  {name:<8} {calls:>6} {level:<12} {folded:>6} {step:>8} {ratio:>6} "
+              f"{ratio_wall:>6} {call:>8} {fwd:>7} {bwd:>7} {full:>4} {pause:>6}")  # fmt: skip
+    for line in done.stdout.splitlines():
+        if line.startswith("SKIP"):
+            print(f"  {line}")
     if done.returncode != 0:
         print(done.stderr[-2000:])
 
