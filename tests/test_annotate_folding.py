@@ -318,6 +318,10 @@ def test_backward_hooks_only_where_the_owner_changes() -> None:
     # 7 first; 6 side-only, 5 after it; 4 the child's first; 2 back to the root
     assert hooked == [2, 4, 5, 6, 7]
     assert [nodes[s].hooks[0].owner for s in hooked] == [root, child, root, root, root]
+    # A graph on several devices runs on several engine threads: every node is hooked.
+    nodes = [FakeNode() for _ in owner]
+    _hook_owners(None, nodes, main, owner, {}, every=True)  # type: ignore[arg-type]
+    assert all(node.hooks for node in nodes)
 
 
 # --- the shortcut: a folded call skips torch's hook dispatch, and nothing else -------------

@@ -161,7 +161,12 @@ def bind(ranges: ModuleRanges, forward: Forward) -> None:
     forward.finals = forward.remaining = 1 if last >= 0 else 0
     if last >= 0:
         nodes[last].register_hook(EndHook(ranges, forward))
-    _hook_owners(ranges, nodes, main, owner, root_hooks)
+    # Several devices (several engine threads) among the root's outputs, the last node and a
+    # few of its annotated calls' outputs (a node's device costs ~1 µs: not every node's).
+    firsts, others = walks[0][1], walks[1][1]
+    ends = [*firsts, *others[:: max(1, len(others) // _SAMPLED)]]
+    ends += [nodes[last]] if last >= 0 else []
+    _hook_owners(ranges, nodes, main, owner, root_hooks, every=len(_devices(ends)) > 1)
 
 
 def _hook_owners(
@@ -170,16 +175,20 @@ def _hook_owners(
     main: bytearray,
     owner: list[Call | None],
     root_hooks: dict[int, RootHook],
+    every: bool = False,
 ) -> None:
     """A pre-hook on each node whose owner differs from the node run before it (``nodes``,
-    ``main`` and ``owner`` by sequence number less the forward's first).
+    ``main`` and ``owner`` by sequence number less the forward's first); ``every``: on each
+    node (a graph on several devices).
 
     On a thread, autograd's engine runs the ready node with the largest sequence number
     first, and a node is ready once the nodes that use its output (all made after it: larger
     numbers) have run; so it runs a graph's nodes in descending sequence number, and the
-    ranges a node's pre-hook opened hold every node after it until the owner changes. A
-    model whose modules are folded (.folding) is mostly one owner: its root's. Nodes reached
-    only from side outputs may not run: they, and the node after each, are always hooked.
+    ranges a node's pre-hook opened hold every node after it on that thread until the owner
+    changes. Each device has its own engine thread (the CPU's is the caller's), so a graph
+    on several devices is hooked at every node. A model whose modules are folded (.folding)
+    is mostly one owner: its root's. Nodes reached only from side outputs may not run: they,
+    and the node after each, are always hooked.
     """
     hooks: dict[int, SyncHook] = {}
     before: Call | None = None
@@ -192,9 +201,30 @@ def _hook_owners(
         root_hook = root_hooks.get(id(node))
         if root_hook is not None:
             root_hook.owner = call
-        elif call is not None and (call is not before or side or not counted):
+        elif call is not None and (every or side or call is not before or not counted):
             hook = hooks.get(id(call))
             if hook is None:
                 hook = hooks[id(call)] = SyncHook(ranges, call)
             node.register_prehook(hook)
         before, side = call, not counted
+
+
+_SAMPLED = 8  # annotated calls' outputs whose device is read
+
+
+def _devices(nodes: list[Any]) -> set[Any]:
+    """The devices whose engine threads run ``nodes``."""
+    return {_device(node) for node in nodes}
+
+
+def _device(node: Any) -> Any:
+    """The device whose engine thread runs ``node``: its inputs' first one that is not the
+    CPU, else the CPU (None where the node says nothing)."""
+    metadata = getattr(node, "_input_metadata", None)
+    if not metadata:
+        return None
+    for item in metadata:
+        device = item.device
+        if device.type != "cpu":
+            return device
+    return metadata[0].device
