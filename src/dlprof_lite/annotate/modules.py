@@ -51,10 +51,11 @@ Compiled modules: see :mod:`.compiled` (hooks do nothing while Dynamo traces). D
 root forward remembers them, the first backward pass hooks their gradient buckets
 (:mod:`.ddp`).
 
-Cost (the hot path runs twice per module call in forward, once per autograd node in
-backward): names are cached per module id (a weak reference tells a reused id apart), a
-forward call records a sequence-number interval and no hook (hooks are registered in the
-backward pass, one per node), and nothing kept after the pass starts refers to an autograd
+Cost (the hot path runs twice per module call in forward, once per owner change of the
+autograd nodes in backward): names are cached per module id (a weak reference tells a reused
+id apart), a forward call records a sequence-number interval and no hook (hooks are
+registered in the backward pass, where a node's owner changes: :mod:`.backward`), and
+nothing kept after the pass starts refers to an autograd
 node, so a step leaves no reference cycle for the garbage collector. A graph no backward pass
 used is let go when the next model forward starts. After the warm-up step the modules too
 short to time are folded (:mod:`.folding`): ``forward_pre`` returns at once for them, or
