@@ -383,7 +383,8 @@ def test_dataloader_fact_once_per_loader_that_fed_a_data_phase(annotate, recorde
     annotate.close()
     found = [facts.parse_fact(text) for _, text in recorder.marks]
     found = [fact for fact in found if fact and fact[0] == "dataloader"]
-    assert found == [("dataloader", {"num_workers": 0, "batch_size": 4, "pin_memory": False,
+    assert found == [("dataloader", {"dataset": "TensorDataset", "num_workers": 0,
+                                     "batch_size": 4, "pin_memory": False,
                                      "persistent_workers": False, "length": 3})]  # fmt: skip
     tiled(recorder.ranges, 6)
 
