@@ -85,32 +85,16 @@ class SyncHook:
         self.ranges.sync(self.owner)
 
 
-class LeaveHook:
-    """Post-hook of the last node of a call's own graph: the thread's open backward ranges
-    become the enclosing call's chain (:func:`_bind_local`)."""
-
-    __slots__ = ("owner", "ranges")
-
-    def __init__(self, ranges: ModuleRanges, owner: Call) -> None:
-        self.ranges = ranges
-        self.owner = owner
-
-    def __call__(self, grad_inputs: Any, grad_outputs: Any) -> None:
-        self.ranges.sync(self.owner)
-
-
 class RootHook:
     """Pre-hook of a root's output node, registered in forward: the start of its backward
-    (phase events for a top-level root) and, once bound, the node's owner chain; ``closes``:
-    the root call whose ranges end with the backward pass (:func:`_bind_local`)."""
+    (phase events for a top-level root) and, once bound, the node's owner chain."""
 
-    __slots__ = ("closes", "owner", "ranges", "top_level")
+    __slots__ = ("owner", "ranges", "top_level")
 
     def __init__(self, ranges: ModuleRanges, top_level: bool) -> None:
         self.ranges = ranges
         self.top_level = top_level
         self.owner: Call | None = None
-        self.closes: Call | None = None
 
     def __call__(self, grad_outputs: Any) -> None:
         self.ranges.root_backward(self)
@@ -141,8 +125,6 @@ def bind(ranges: ModuleRanges, forward: Forward) -> None:
     root_hooks, forward.root_hooks = forward.root_hooks, {}
     base, end = forward.root.start, forward.root.end
     if end <= base:
-        return
-    if _bind_local(ranges, forward, walks[0][1], walks[1][1], root_hooks):
         return
     size = end - base
     owner: list[Call | None] = [None] * size
@@ -246,81 +228,3 @@ def _device(node: Any) -> Any:
         if device.type != "cpu":
             return device
     return metadata[0].device
-
-
-_LOCAL_CALLS = 16  # a forward with more annotated calls is walked whole (their walks nest)
-
-
-def _bind_local(
-    ranges: ModuleRanges,
-    forward: Forward,
-    firsts: list[Any],
-    outputs: list[Any],
-    root_hooks: dict[int, RootHook],
-) -> bool:
-    """Hook a forward of few annotated calls on the CPU without walking its whole graph;
-    False where it does not apply (the caller walks it whole).
-
-    The CPU runs a graph on the thread that called backward, in descending sequence number
-    (:func:`_hook_owners`), so a call's own nodes (its interval's) run together: it is
-    entered at its outputs (a pre-hook each) and left after its last node (the smallest
-    number reached from its outputs inside its interval: a post-hook that makes the
-    enclosing call's chain the open one). The root's ranges end with the backward pass (an
-    engine callback queued by its output nodes' hooks, run on that thread). Only the calls'
-    subgraphs are walked: a model whose modules are folded is mostly its root's nodes.
-    """
-    calls = forward.calls
-    if len(calls) > _LOCAL_CALLS or not calls or any(
-        getattr(d, "type", None) != "cpu"
-        for d in _devices([*firsts, *outputs[:: max(1, len(outputs) // _SAMPLED)]])
-    ):
-        return False
-    root = forward.root
-    owner = {id(call): call for call in calls}
-    for node in firsts:  # bound inside a root hook's own run: it opens the owner's chain
-        root_hook = root_hooks.get(id(node))
-        if root_hook is not None:
-            root_hook.owner = _innermost(calls, node._sequence_nr()) or root
-            root_hook.closes = root
-    hooks: dict[int, SyncHook] = {}
-    for node in dict.fromkeys(outputs):  # entering: each annotated call's outputs
-        call = _innermost(calls, node._sequence_nr())
-        if call is not None and call is not root and id(node) not in root_hooks:
-            hook = hooks.get(id(call))
-            if hook is None:
-                hook = hooks[id(call)] = SyncHook(ranges, call)
-            node.register_prehook(hook)
-    for call in reversed(calls[1:]):  # leaving: innermost first (one last node may be two's)
-        last = _last_node(outputs, call.start, call.end)
-        if last is not None and call.parent is not None and id(call.parent) in owner:
-            last.register_hook(LeaveHook(ranges, call.parent))
-    forward.finals = forward.remaining = 0
-    return True
-
-
-def _innermost(calls: list[Call], seq: int) -> Call | None:
-    """The last call (innermost: calls come enclosing first) whose interval holds ``seq``."""
-    for call in reversed(calls):
-        if call.start <= seq < call.end:
-            return call
-    return None
-
-
-def _last_node(outputs: list[Any], start: int, end: int) -> Any:
-    """The node of smallest sequence number in ``[start, end)`` reached from ``outputs``
-    without leaving that interval."""
-    todo = [n for n in outputs if start <= n._sequence_nr() < end]
-    seen = {n._sequence_nr() for n in todo}
-    last, lowest = None, end
-    while todo:
-        node = todo.pop()
-        seq = node._sequence_nr()
-        if seq < lowest:
-            last, lowest = node, seq
-        for successor, _ in node.next_functions:
-            if successor is not None:
-                at = successor._sequence_nr()
-                if start <= at < end and at not in seen:
-                    seen.add(at)
-                    todo.append(successor)
-    return last

@@ -66,6 +66,7 @@ calls, ns per call, steps) is written at exit; ns per call comes from
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -141,7 +142,6 @@ class _Frame(threading.local):
         # tables above is never reused by a new node. Cleared then: no node outlives the
         # forward through us, and nothing of ours refers back to a node (no cycles).
         self.nodes: list[Any] = []
-        self.closing: list[Call] = []  # roots whose backward ranges end with this pass
 
 
 class ModuleRanges:
@@ -164,9 +164,7 @@ class ModuleRanges:
         self._frame = _Frame()
         self.calls = 0  # hooked forward calls, for the ``annotation`` fact
         self._described = 0  # ``module`` facts written
-        self._queued = _NO_TASK  # the graph task whose end is queued (_pass_end)
-        self._told = _NO_TASK  # the graph task whose end the tracker is to hear of
-        self._tell_end = False
+        self._queued = _NO_TASK  # the graph task whose end is queued for the tracker
         self._reported = False
         self._cost: int | None = None  # measured ns per annotated call (hook_cost)
         # Times module calls until the warm-up step ends (set by install; see .folding).
@@ -383,9 +381,6 @@ class ModuleRanges:
         if self.ddp is not None and self.ddp.pending:
             self.ddp.arm()
         frame = self._frame
-        if hook.closes is not None:  # its ranges end with this pass (backward._bind_local)
-            frame.closing.append(hook.closes)
-            self._queue_end(_graph_task_id())
         if hook.top_level:
             task = _graph_task_id()
             self._top_level_started(task)
@@ -397,32 +392,11 @@ class ModuleRanges:
     def _top_level_started(self, task: int) -> None:
         if self._tracker is not None:
             self._tracker.on_backward()
-            if task != self._told:
+            if task != self._queued:
                 # Once per graph task: two root models (a GAN's G and D) in one backward
                 # pass each start it, and the pass ends once.
-                self._told = task
-                self._tell_end = self._queue_end(task)
-
-    def _queue_end(self, task: int) -> bool:
-        """Queue :meth:`_pass_end` once per graph task (called inside the engine); False
-        where there is no graph task on this thread (a hook run by hand)."""
-        if task != self._queued:
-            try:
-                _engine.queue_callback(self._pass_end)
-            except RuntimeError:
-                return False
-            self._queued = task
-        return True
-
-    def _pass_end(self) -> None:
-        """A graph task ended (an engine callback, on the thread that started it): end the
-        ranges of the roots bound to close with it, then report the end to the tracker."""
-        closing = self._frame.closing
-        while closing:
-            self.end_forward(closing.pop())
-        if self._tell_end:
-            self._tell_end = False
-            self._tracker.on_backward_end()  # type: ignore[union-attr]
+                self._queued = task
+                _queue_backward_end(self._tracker)
 
     def sync(self, owner: Call) -> None:
         """Make the backward ranges open on this thread ``owner``'s chain (a node's pre-hook)."""
@@ -532,6 +506,14 @@ class ModuleRanges:
     def remove(self) -> None:
         """Undo what is not a hook handle: the compiled-call wrappers."""
         self.compiled.remove()
+
+
+def _queue_backward_end(tracker: PhaseTracker) -> None:
+    """Report the end of this graph task to the tracker (called inside the engine: once per
+    top-level backward pass, from the pre-hook of the root's output nodes)."""
+    # RuntimeError: no graph task on this thread (a hook run by hand): no end to report.
+    with contextlib.suppress(RuntimeError):
+        _engine.queue_callback(tracker.on_backward_end)
 
 
 def _innermost_module(stack: list[_Open]) -> torch.nn.Module | None:
