@@ -21,6 +21,7 @@ library): :func:`decode_png` and :func:`blank_reasons`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,22 +43,6 @@ RENDER_TIMEOUT_MS = 30_000
 VIEWPORT = {"width": 1280, "height": 900}
 INLINE_SCHEMES = ("data:", "blob:", "about:")
 
-# Set before any page script runs: the time (ms after navigation start) at which the page
-# sets body.dataset.rendered or .error, seen by a MutationObserver, so a render time is the
-# page's own clock rather than the driver's polling interval.
-RENDER_CLOCK = """
-new MutationObserver(() => {
-  const b = document.body;
-  if (b && (b.dataset.rendered === "true" || b.dataset.error) && !window.__doneAt) {
-    window.__doneAt = performance.now();
-  }
-}).observe(document, {attributes: true, subtree: true,
-                      attributeFilter: ["data-rendered", "data-error"]});
-"""
-
-DONE = """() => document.body
-  && (document.body.dataset.rendered === "true" || !!document.body.dataset.error)"""
-
 # Plotly's SVG data elements, by trace type; a path Plotly hides (a zero-size bar, a point
 # off the axes) has an empty path or "M0,0Z" and is not counted.
 DRAWN_SELECTOR = ", ".join([
@@ -70,17 +55,66 @@ DRAWN_SELECTOR = ", ".join([
     ".heatmaplayer image",  # heatmaps
 ])  # fmt: skip
 
+# In the page, before any of its scripts: ``__drawn(el)`` counts the data elements drawn in
+# ``el``; the time (ms after navigation start) at which the page sets body.dataset.rendered
+# or .error, seen by a MutationObserver, so a render time is the page's own clock rather than
+# the driver's polling interval; and each chart's drawn elements at the ``load`` event, what
+# a screenshot, a print or ``chromium --screenshot`` taken then shows.
+RENDER_CLOCK = """
+window.__drawn = (el) => [...el.querySelectorAll(SELECTOR)].filter((e) => {
+  if (e.tagName === "image") return true;
+  const d = e.getAttribute("d") || "";
+  return d !== "" && d !== "M0,0Z" && !d.includes("NaN");
+}).length;
+new MutationObserver(() => {
+  const b = document.body;
+  if (b && (b.dataset.rendered === "true" || b.dataset.error) && !window.__doneAt) {
+    window.__doneAt = performance.now();
+  }
+}).observe(document, {attributes: true, subtree: true,
+                      attributeFilter: ["data-rendered", "data-error"]});
+window.addEventListener("load", () => {
+  window.__atLoad = Object.fromEntries([...document.querySelectorAll("div.chart")]
+    .map((el) => [el.id, window.__drawn(el)]));
+});
+""".replace("SELECTOR", json.dumps(DRAWN_SELECTOR))
+
+DONE = """() => document.body
+  && (document.body.dataset.rendered === "true" || !!document.body.dataset.error)"""
+
 READ_PAGE = """
-(selector) => {
-  const drawn = (el) => [...el.querySelectorAll(selector)].filter((e) => {
-    if (e.tagName === "image") return true;
-    const d = e.getAttribute("d") || "";
-    return d !== "" && d !== "M0,0Z" && !d.includes("NaN");
-  }).length;
+() => {
+  // Every piece of text Plotly drew in a chart (titles, axis and tick labels, legend, notes,
+  // buttons, text on bars), hover labels left out: what it says, what it is, where it is.
+  const kinds = [["g.legend", "legend"], ["g.updatemenu-container", "button"],
+                 ["g.annotation", "annotation"], ["g.xtick", "x tick"], ["g.ytick", "y tick"],
+                 ["g.y2tick", "y2 tick"], ["text.gtitle", "title"], ["text.xtitle", "x title"],
+                 ["text.ytitle", "y title"], ["text.y2title", "y2 title"],
+                 [".bartext", "bar text"], [".shapelayer", "shape label"]];
+  const chartTexts = (el) => [...el.querySelectorAll("svg text")].flatMap((t) => {
+    if (t.closest(".hoverlayer")) return [];
+    const b = t.getBoundingClientRect();
+    const words = t.textContent.trim();
+    if (!words || b.width < 1 || b.height < 1) return [];
+    const kind = (kinds.find(([sel]) => t.matches(sel) || t.closest(sel)) || [0, "text"])[1];
+    return [{text: words, kind, box: [b.left, b.top, b.right, b.bottom]}];
+  });
+  // Table cells holding a number (and its unit) shown on more than one line.
+  const wrappedNumbers = () => [...document.querySelectorAll("table td")].flatMap((td) => {
+    const words = td.textContent.trim();
+    if (td.children.length || !/^[-+\\u2212]?\\d[\\d.,]*( ?[^\\s\\d]+)?$/.test(words)) return [];
+    const range = document.createRange();
+    range.selectNodeContents(td);
+    const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+    return lines > 1 ? [words] : [];
+  });
+  const drawn = window.__drawn;
+  const atLoad = window.__atLoad || {};
   const charts = [...document.querySelectorAll("div.chart")].map((el) => {
     const box = el.getBoundingClientRect();
     const section = el.closest("section");
     return {id: el.id, points: el.dataset.points ?? null, drawn: drawn(el),
+            atLoad: atLoad[el.id] ?? 0, texts: chartTexts(el),
             section: section ? section.id : null,
             traces: (el._fullData || []).length, plotly: el.classList.contains("js-plotly-plot"),
             width: box.width, height: box.height};
@@ -90,7 +124,8 @@ READ_PAGE = """
     return {id: s.id, title: h2 ? h2.textContent.trim() : null,
             height: s.getBoundingClientRect().height};
   });
-  return {charts, sections, rendered: document.body.dataset.rendered === "true",
+  return {charts, sections, wrapped: wrappedNumbers(),
+          rendered: document.body.dataset.rendered === "true",
           error: document.body.dataset.error || null, doneAt: window.__doneAt ?? null};
 }
 """
@@ -100,7 +135,9 @@ READ_PAGE = """
 class Chart:
     """One ``div.chart``: ``points`` is its ``data-points`` attribute (None when absent or not
     a whole number), ``drawn`` the SVG data elements Plotly drew in it, ``traces`` the traces
-    Plotly holds for it, ``plotly`` whether Plotly rendered into it at all."""
+    Plotly holds for it, ``plotly`` whether Plotly rendered into it at all; ``drawn_at_load``
+    the data elements drawn at the page's ``load`` event (what a screenshot taken then shows),
+    ``texts`` every piece of text drawn in it."""
 
     id: str
     points: int | None
@@ -110,6 +147,8 @@ class Chart:
     width: float
     height: float
     section: str | None  # the id of the <section> holding it
+    drawn_at_load: int = 0
+    texts: tuple[Text, ...] = ()
 
     def problems(self) -> list[str]:
         found = []
@@ -117,9 +156,69 @@ class Chart:
             found.append(f"chart {self.id!r}: data-points is {self.points}, want > 0")
         if not self.plotly or self.drawn <= 0:
             found.append(f"chart {self.id!r}: nothing drawn ({self.drawn} data elements)")
+        elif self.drawn_at_load <= 0:
+            found.append(f"chart {self.id!r}: nothing drawn at the load event")
         if self.width <= 0 or self.height <= 0:
             found.append(f"chart {self.id!r}: no size ({self.width} x {self.height})")
+        found += [f"chart {self.id!r}: {p}" for p in overlaps(self.texts) + odd_ticks(self.texts)]
         return found
+
+
+@dataclass(frozen=True)
+class Text:
+    """A piece of text drawn in a chart: its words, what it is (``x tick``, ``legend``,
+    ``title``, ...) and its box on the page (left, top, right, bottom) in CSS px."""
+
+    text: str
+    kind: str
+    box: tuple[float, float, float, float]
+
+
+OVERLAP_PX = 1.0  # two boxes sharing less than this in either direction only touch
+
+
+def overlaps(texts: Sequence[Text]) -> list[str]:
+    """Every pair of texts whose boxes overlap, one sentence each."""
+    found = []
+    for i, a in enumerate(texts):
+        for b in texts[i + 1 :]:
+            wide = min(a.box[2], b.box[2]) - max(a.box[0], b.box[0])
+            high = min(a.box[3], b.box[3]) - max(a.box[1], b.box[1])
+            if wide > OVERLAP_PX and high > OVERLAP_PX:
+                found.append(f"{a.kind} {a.text!r} overlaps {b.kind} {b.text!r}")
+    return found
+
+
+ROUND_STEPS = (1.0, 2.0, 2.5, 5.0)  # a round tick step is one of these times a power of ten
+SI = {"k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3, "µ": 1e-6, "μ": 1e-6}
+
+
+def tick_value(label: str) -> float | None:
+    """A numeric tick label as plotly writes it (``1.5k``, ``−2``, ``25%``), else None."""
+    text = label.replace("\u2212", "-").replace(",", "").rstrip("%").strip()
+    scale = SI.get(text[-1:], 1.0) if text else 1.0
+    try:
+        return float(text[:-1] if scale != 1.0 else text) * scale
+    except ValueError:
+        return None
+
+
+def odd_ticks(texts: Sequence[Text]) -> list[str]:
+    """Numeric axes whose tick step is not round (``23.3, 46.6, 69.9``)."""
+    found = []
+    for kind in ("x tick", "y tick", "y2 tick"):
+        labels = [t.text for t in texts if t.kind == kind]
+        values = [tick_value(t) for t in labels]
+        if len(values) < 3 or any(v is None for v in values):
+            continue
+        steps = np.diff(np.sort(np.asarray(values, dtype=float)))
+        step = float(np.median(steps))
+        if step <= 0:
+            continue
+        mantissa = step / 10 ** np.floor(np.log10(step))
+        if not any(abs(mantissa - r) < 1e-6 * r for r in (*ROUND_STEPS, 10.0)):
+            found.append(f"{kind}s {labels} are not round (step {step:g})")
+    return found
 
 
 @dataclass(frozen=True)
@@ -149,6 +248,7 @@ class PageResult:
     screenshot: bytes
     render_ms: float | None
     extra: object = None
+    wrapped: tuple[str, ...] = ()  # table cells whose number is shown on several lines
 
     @property
     def section_ids(self) -> list[str]:
@@ -169,6 +269,7 @@ class PageResult:
         found += [f"network request: {u}" for u in self.requests]
         for chart in self.charts:
             found += chart.problems()
+        found += [f"table cell {w!r} wraps inside its number" for w in self.wrapped]
         found += [f"section {s.id!r} has no <h2>" for s in self.sections if not s.title]
         found += [f"section {s.id!r} is empty (0 px high)" for s in self.sections if s.height <= 0]
         found += [f"screenshot: {r}" for r in blank_reasons(decode_png(self.screenshot))]
@@ -215,7 +316,7 @@ class Chromium:
         try:
             page.goto(path.as_uri(), wait_until="load", timeout=timeout_ms)
             timed_out = _wait_done(page, timeout_ms)
-            state = page.evaluate(READ_PAGE, DRAWN_SELECTOR)
+            state = page.evaluate(READ_PAGE)
             shot = page.screenshot(full_page=True, type="png")
             extra = then(page) if then is not None else None
         finally:
@@ -233,6 +334,7 @@ class Chromium:
             screenshot=shot,
             render_ms=state["doneAt"],
             extra=extra,
+            wrapped=tuple(state["wrapped"]),
         )
 
 
@@ -256,8 +358,10 @@ def _wait_done(page: Any, timeout_ms: int) -> str | None:
 def _chart(raw: dict[str, Any]) -> Chart:
     text = raw["points"]
     points = int(text) if isinstance(text, str) and text.strip().isdigit() else None
+    texts = tuple(Text(t["text"], t["kind"], tuple(t["box"])) for t in raw["texts"])
     return Chart(raw["id"], points, int(raw["drawn"]), int(raw["traces"]), bool(raw["plotly"]),
-                 float(raw["width"]), float(raw["height"]), raw["section"])  # fmt: skip
+                 float(raw["width"]), float(raw["height"]), raw["section"],
+                 int(raw["atLoad"]), texts)  # fmt: skip
 
 
 def chromium_path() -> str | None:

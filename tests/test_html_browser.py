@@ -156,6 +156,109 @@ def test_a_page_that_never_finishes_or_reports_an_error(chromium: Chromium, tmp_
     assert "page error: DecompressionStream failed" in result.problems()
 
 
+def test_a_chart_drawn_after_the_load_event_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    """A chart drawn later (as plotly unpacked by DecompressionStream was) is blank in a
+    screenshot taken at ``load``: the harness says so even though it is drawn by the end."""
+    import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs
+
+    figure = json.dumps(go.Figure(go.Bar(x=["a", "b"], y=[1, 2])).to_plotly_json(), default=list)
+    page = tmp_path / "late.html"
+    page.write_text(f"""<!doctype html><html><head><script>{get_plotlyjs()}</script></head><body>
+<section id="steps"><h2>Steps</h2><div class="chart" id="chart-steps" data-points="2"></div>
+</section><script>window.addEventListener("load", () => setTimeout(() => {{
+  const fig = {figure};
+  Plotly.newPlot("chart-steps", fig.data, fig.layout)
+    .then(() => {{ document.body.dataset.rendered = "true"; }});
+}}, 50));</script></body></html>""", encoding="utf-8")
+    result = chromium.open_page(page)
+    assert result.chart("chart-steps").drawn == 2
+    assert "chart 'chart-steps': nothing drawn at the load event" in result.problems()
+
+
+def test_overlapping_text_and_odd_ticks_are_caught(chromium: Chromium, tmp_path: Path) -> None:
+    """A legend laid over the axis labels and a tick step of 23.3 are each named; the same
+    chart with its legend where plotly puts it and round ticks passes."""
+    import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs
+
+    def page(name: str, **layout: Any) -> Path:
+        fig = go.Figure(go.Bar(x=["a", "b", "c"], y=[10, 50, 90], name="forward"))
+        fig.update_layout(title={"text": "Layers"}, showlegend=True, **layout)
+        body = json.dumps(fig.to_plotly_json(), default=list)
+        path = tmp_path / f"{name}.html"
+        path.write_text(f"""<!doctype html><html><head><script>{get_plotlyjs()}</script></head>
+<body><section id="layers"><h2>Layers</h2><div class="chart" id="chart-layers" data-points="3">
+</div></section><script>const fig = {body};
+Plotly.newPlot("chart-layers", fig.data, fig.layout)
+  .then(() => {{ document.body.dataset.rendered = "true"; }});</script></body></html>""",
+                        encoding="utf-8")  # fmt: skip
+        return path
+
+    over = {"x": 0.5, "xanchor": "center", "y": 0, "yanchor": "top"}  # on the x tick labels
+    bad = chromium.open_page(page("bad", legend=over, yaxis={"tick0": 0, "dtick": 23.3}))
+    problems = bad.problems()
+    assert "chart 'chart-layers': x tick 'b' overlaps legend 'forward'" in problems, problems
+    assert any("y ticks ['0', '23.3', '46.6', '69.9'" in p and "not round" in p
+               for p in problems), problems  # fmt: skip
+    assert chromium.open_page(page("good")).problems() == []
+
+
+def test_a_number_wrapped_in_a_table_cell_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    page = tmp_path / "wrap.html"
+    page.write_text('<!doctype html><body><p>Run facts, and a table with a narrow column.</p>'
+                    '<table><tr><td style="width:2em;max-width:2em">51.8 µs</td>'
+                    '<td>12.3 ms</td></tr></table>'
+                    '<script>document.body.dataset.rendered = "true"</script></body>',
+                    encoding="utf-8")  # fmt: skip
+    assert chromium.open_page(page).wrapped == ("51.8 µs",)
+
+
+GZIP_CASES = {
+    "text": b"forward backward optimizer " * 5000,
+    "random": np.random.default_rng(1).integers(0, 256, 70_000, dtype=np.uint8).tobytes(),
+    "short": b"conv1",
+    "empty": b"",
+}
+
+
+def test_the_page_gunzip_reads_what_python_writes(chromium: Chromium, tmp_path: Path) -> None:
+    """The page's synchronous gzip reader (report/inflate_js.py) gives back, byte for byte,
+    what Python's gzip packed: stored blocks (level 0, incompressible data), fixed and
+    dynamic Huffman blocks, long back-references, a header with a file name."""
+    import base64
+    import gzip
+    import io
+
+    from dlprof_lite.report.inflate_js import GUNZIP
+
+    cases = {}
+    for name, data in GZIP_CASES.items():
+        for level in (0, 1, 6, 9):
+            cases[f"{name}-{level}"] = gzip.compress(data, compresslevel=level, mtime=0)
+    named = io.BytesIO()
+    with gzip.GzipFile("layers.js", "wb", fileobj=named, mtime=0) as fh:
+        fh.write(GZIP_CASES["text"])
+    cases["text-named"] = named.getvalue()
+    page = tmp_path / "gunzip.html"
+    page.write_text(f"<!doctype html><body><script>{GUNZIP}</script>"
+                    '<script>document.body.dataset.rendered = "true"</script></body>')  # fmt: skip
+
+    def unpack(p: Any) -> dict[str, str]:
+        packed = {k: base64.b64encode(v).decode() for k, v in cases.items()}
+        return p.evaluate("""(packed) => Object.fromEntries(Object.entries(packed).map(([k, v]) => {
+          const raw = atob(v), bytes = Uint8Array.from(raw, (c) => c.charCodeAt(0));
+          const out = gunzip(bytes);
+          return [k, btoa(Array.from(out, (b) => String.fromCharCode(b)).join(""))];
+        }))""", packed)  # fmt: skip
+
+    result = chromium.open_page(page, then=unpack)
+    got: dict[str, str] = result.extra  # type: ignore[assignment]
+    for key in cases:
+        want = GZIP_CASES.get(key.rsplit("-", 1)[0], GZIP_CASES["text"])
+        assert base64.b64decode(got[key]) == want, key
+
+
 def test_png_decoder_against_known_pixels(chromium: Chromium, tmp_path: Path) -> None:
     """Chromium's own PNG of four coloured blocks of known size decodes to those colours."""
     page = tmp_path / "blocks.html"

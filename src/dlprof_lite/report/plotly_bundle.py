@@ -4,9 +4,10 @@ Place in the pipeline: report (rendering; report/html.py and compare/page.py bui
 pages). A page must open from disk with no network, so plotly.js (from the ``plotly``
 package, ``plotly.offline.get_plotlyjs()``, 4.8 MB) is inlined gzip-compressed and
 base64-encoded (about 2 MB; packed once per plotly release and cached on disk:
-report/plotly_cache.py) and decompressed in the browser with
-``DecompressionStream("gzip")``. Each chart is a ``<div class="chart" id="chart-NAME"
-data-points="N">`` with its figure, built in Python as plotly's figure JSON
+report/plotly_cache.py) and decompressed in the browser synchronously, while the page loads
+(report/inflate_js.py), so every chart is drawn before the ``load`` event: screenshots,
+printing and PDF export taken then show the charts. Each chart is a ``<div class="chart"
+id="chart-NAME" data-points="N">`` with its figure, built in Python as plotly's figure JSON
 (report/figures.py), in a ``<script type="application/json">`` block beside it; the loader
 draws them with ``Plotly.newPlot`` and then sets ``document.body.dataset.rendered`` (any
 failure: ``dataset.error`` and ``console.error``). No chart code is written by hand.
@@ -25,29 +26,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlprof_lite.report.figures import Figure
+from dlprof_lite.report.inflate_js import GUNZIP
 
-# The browser-side loader (not chart code): decompress plotly.js, run it, draw every figure.
+# The browser-side loader (not chart code), run while the page loads: unpack plotly.js with
+# ``gunzip`` (report/inflate_js.py, synchronous), run it, draw every figure. Plotly draws SVG
+# charts synchronously inside ``newPlot``, so they are on screen before the ``load`` event;
+# the rendered flag waits for newPlot's promises (anything plotly still finishes later).
 _LOADER = """
-(async () => {
-  try {
-    const packed = document.getElementById("plotly-gz").textContent.trim();
-    const raw = atob(packed);
-    const bytes = new Uint8Array(raw.length);
-    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
-    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-    const code = await new Response(stream).text();
-    const tag = document.createElement("script");
-    tag.textContent = code;
-    document.head.appendChild(tag);
-    if (typeof Plotly === "undefined") throw new Error("plotly.js did not load");
-    for (const div of document.querySelectorAll("div.chart")) {
-      const fig = JSON.parse(document.getElementById(div.id + "-figure").textContent);
-      await Plotly.newPlot(div, fig.data, fig.layout, {displaylogo: false, responsive: true});
-    }
-    document.body.dataset.rendered = "true";
-  } catch (err) {
+(() => {
+  const fail = (err) => {
     document.body.dataset.error = String((err && err.message) || err);
     console.error(err);
+  };
+  try {
+    const raw = atob(document.getElementById("plotly-gz").textContent.trim());
+    const bytes = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const tag = document.createElement("script");
+    tag.textContent = new TextDecoder().decode(gunzip(bytes));
+    document.head.appendChild(tag);  // an inline script runs as it is inserted
+    if (typeof Plotly === "undefined") throw new Error("plotly.js did not load");
+    const drawn = [...document.querySelectorAll("div.chart")].map((div) => {
+      const fig = JSON.parse(document.getElementById(div.id + "-figure").textContent);
+      return Plotly.newPlot(div, fig.data, fig.layout, {displaylogo: false, responsive: true});
+    });
+    Promise.all(drawn).then(() => { document.body.dataset.rendered = "true"; }, fail);
+  } catch (err) {
+    fail(err);
   }
 })();
 """
@@ -181,7 +186,7 @@ def document(title: str, heading: str, sections: Sequence[str]) -> str:
             *sections,
             f'<script type="application/octet-stream" id="plotly-gz">{plotly_payload()}</script>',
             f"<script>{_SORTER}</script>",
-            f"<script>{_LOADER}</script>",
+            f"<script>{GUNZIP}{_LOADER}</script>",
             "</body>",
             "</html>",
             "",
