@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.annotate.names import PHASES
+from dlprof_lite.narrow import distinct_short
 from dlprof_lite.report.figures import Figure, figure, marker, text
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary
@@ -25,6 +26,7 @@ LAYER_CHART_MAX = 400  # layers in the chart (the largest, in network order); "+
 ITERATION_POINTS = 5000  # points of the iteration series (min and max of each bucket kept)
 TOP_KERNELS = 20
 NAME_CHARS = 60  # axis labels; hover shows the whole name
+LAYER_NAME_CHARS = 28  # the layers chart's rotated labels
 UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3), ("ns", 1.0))
 PHASE_COLORS = {
     "data": "#8d6e63", "forward": "#1e88e5", "backward": "#fb8c00", "optimizer": "#43a047",
@@ -53,11 +55,22 @@ def short(name: object, limit: int = NAME_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Every chart's legend sits in one row above its plot area, left-aligned: never over the
+# bars, the tick labels or the axis titles; the title sits above it (its own margin row);
+# buttons (a view toggle) go at the right end of the legend's row (:data:`BUTTONS`).
+LEGEND = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom",
+          "traceorder": "normal"}  # fmt: skip
+BUTTONS = {"type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.02,
+           "yanchor": "bottom", "pad": {"t": 0, "b": 0}}  # fmt: skip
+
+
 def _layout(title: str, unit: str, size: float, **more: object) -> dict[str, object]:
     return {
-        "title": text(title), "meta": {"unit": unit, "ns": size},
+        "title": {"text": title, "x": 0, "xref": "paper", "xanchor": "left", "y": 0.98,
+                  "yref": "container", "yanchor": "top"},
+        "meta": {"unit": unit, "ns": size},
         "margin": {"l": 60, "r": 30, "t": 90, "b": 60},
-        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
+        "legend": LEGEND,
         **more,
     }  # fmt: skip
 
@@ -111,9 +124,21 @@ def steps_figure(summary: Summary, *, gpu: bool) -> Figure | None:
                                   yaxis={"autorange": "reversed"}))  # fmt: skip
 
 
+def containers(layers: pd.DataFrame) -> pd.Series:
+    """Whether each layer holds other layers of the table (a root, a block): its inclusive
+    time repeats theirs, so the chart shows it apart from the leaves (html.py's note)."""
+    parents = set(layers["parent"].dropna().astype(str)) if "parent" in layers else set()
+    held: pd.Series = layers["layer"].astype(str).isin(parents)
+    return held
+
+
 def chart_layers(layers: pd.DataFrame, cap: int = LAYER_CHART_MAX) -> tuple[pd.DataFrame, int]:
-    """The layers the chart shows (the ``cap`` largest by inclusive time per step, in
-    network order) and how many were left out."""
+    """The layers the chart shows (the ``cap`` largest leaves by inclusive time per step, in
+    network order) and how many leaves were left out. Containers (:func:`containers`) are
+    never charted beside their own layers; a table of containers only is charted whole."""
+    held = containers(layers)
+    if not held.all():
+        layers = layers[~held.to_numpy()]
     if len(layers) <= cap:
         return layers.sort_values("order", kind="stable"), 0
     size = sum(
@@ -125,13 +150,14 @@ def chart_layers(layers: pd.DataFrame, cap: int = LAYER_CHART_MAX) -> tuple[pd.D
     return keep.sort_values("order", kind="stable"), len(layers) - cap
 
 
-def axis_labels(names: Sequence[object]) -> list[str]:
-    """Category labels, shortened, made unique (a repeat gets its position) so bars of two
-    layers never merge."""
+def axis_labels(names: Sequence[object], width: int = NAME_CHARS) -> list[str]:
+    """Category labels of at most ``width`` characters that keep distinct names distinct
+    (narrow.distinct_short: the distinguishing tail kept), made unique (a repeat of the same
+    name gets its position) so bars of two layers never merge. Hover shows the full name."""
     out: list[str] = []
     seen: set[str] = set()
-    for i, name in enumerate(names, start=1):
-        label = short(name)
+    full = ["" if n is None or n is pd.NA else str(n) for n in names]
+    for i, label in enumerate(distinct_short(full, width), start=1):
         if label in seen:
             label = f"{label} #{i}"
         seen.add(label)
@@ -168,7 +194,7 @@ def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[Figure | None, in
                                              for d in ("forward", "backward"))]  # fmt: skip
     if not views:
         return None, 0
-    x = axis_labels(shown["layer"].tolist())
+    x = axis_labels(shown["layer"].tolist(), LAYER_NAME_CHARS)
     full = shown["layer"].astype(str).tolist()
     unit, size = unit_for(
         np.concatenate(
@@ -199,16 +225,18 @@ def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[Figure | None, in
             "hovertemplate": "%{customdata}<br>Tensor Cores: %{y:.0f}%<extra></extra>",
         })  # fmt: skip
         more["yaxis2"] = {"title": text("Tensor Core share (%)"), "overlaying": "y",
-                          "side": "right", "range": [0, 105], "showgrid": False}  # fmt: skip
-    title = f"Layers in network order: forward and backward time {what} (inclusive)"
+                          "side": "right", "range": [0, 105], "showgrid": False,
+                          "tickmode": "linear", "tick0": 0, "dtick": 25}  # fmt: skip
+    title = f"Layers in network order: forward and backward time {what}"
     if left:
         title += f" — the {len(shown)} largest; +{left} more in the table"
     if len(views) > 1:
-        more["updatemenus"] = [{"type": "buttons", "direction": "right", "x": 0, "y": 1.15,
-                                "xanchor": "left", "buttons": _toggle(len(traces))}]  # fmt: skip
-    layout = _layout(title, unit, size, barmode="stack", height=460,
-                     yaxis={"title": text(f"time {what} ({unit})")},
-                     xaxis={"tickangle": -45}, **more)  # fmt: skip
+        more["updatemenus"] = [{**BUTTONS, "buttons": _toggle(len(traces))}]
+    # Names read upright from the axis (rotated a quarter turn, so neighbours never overlap),
+    # the margin grown to the longest; plotly skips labels where bars are too narrow for one.
+    layout = _layout(title, unit, size, barmode="stack", height=360 + 6 * LAYER_NAME_CHARS,
+                     yaxis={"title": text(f"time {what} ({unit})"), "automargin": True},
+                     xaxis={"tickangle": -90, "automargin": True}, **more)  # fmt: skip
     return figure(traces, layout), left
 
 
@@ -251,16 +279,49 @@ def _spans(flags: np.ndarray, x: np.ndarray, limit: int = 50) -> list[tuple[floa
     return out[:limit]
 
 
-def _band(x0: float, x1: float, color: str, label: str) -> dict[str, object]:
+def _band(x0: float, x1: float, color: str, label: str, first: bool) -> dict[str, object]:
+    """A shaded span of iterations, named in the legend (once per label), never labelled
+    inside the plot: two narrow neighbouring bands' labels would overlap."""
     return {"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0, "y1": 1,
             "fillcolor": color, "opacity": 0.15, "line": {"width": 0}, "layer": "below",
-            "name": label, "label": {"text": label, "textposition": "top left",
-                                     "font": {"size": 11}}}  # fmt: skip
+            "name": label, "showlegend": first, "legendgroup": label}  # fmt: skip
+
+
+OUTLIER_FACTOR = 3.0  # a step above this many times the median (and the p90) is an outlier
+
+
+def axis_top(values: np.ndarray) -> float | None:
+    """The y-axis top for a series with outliers, None when it has none: a step is an
+    outlier above ``OUTLIER_FACTOR`` x the median and above the p90 (a 200 ms warm-up beside
+    7 ms steps); the axis then ends a little above the highest of the others, so one step
+    does not flatten every other into a line."""
+    finite = values[np.isfinite(values)]
+    if len(finite) < 3:
+        return None
+    median, p90 = float(np.median(finite)), float(np.quantile(finite, 0.9))
+    limit = max(OUTLIER_FACTOR * median, p90)
+    rest = finite[finite <= limit]
+    if not len(rest) or finite.max() <= limit or median <= 0:
+        return None
+    return float(rest.max()) * 1.15
+
+
+def _outlier_note(x: np.ndarray, y: np.ndarray, top: float, unit: str) -> dict[str, object]:
+    """The note at the top edge naming the highest step cut off the axis (and how many)."""
+    above = np.flatnonzero(np.nan_to_num(y, nan=-np.inf) > top)
+    worst = int(above[np.argmax(y[above])])
+    more = f" (+{len(above) - 1} more off the axis)" if len(above) > 1 else ""
+    left = worst <= len(x) / 2
+    return {"x": int(x[worst]), "y": 1, "xref": "x", "yref": "paper", "yanchor": "top",
+            "xanchor": "left" if left else "right", "showarrow": False,
+            "text": f"▲ iteration {int(x[worst])}: {y[worst]:.4g} {unit}{more}",
+            "bgcolor": "rgba(255,255,255,0.85)", "font": {"size": 11}}  # fmt: skip
 
 
 def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) -> Figure | None:
     """Each iteration's wall time (and GPU busy time) in order, at most ``ITERATION_POINTS``
-    points per trace; the warm-up and the analysed window shaded (shapes)."""
+    points per trace; the warm-up and the analysed window shaded (shapes, in the legend); an
+    outlier step (:func:`axis_top`) cut off the axis and named in a note."""
     if iterations.empty:
         return None
     x = iterations["iteration"].to_numpy(dtype="int64")
@@ -280,18 +341,24 @@ def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) 
             "y": scaled(busy[keep], size), "mode": "lines", "line": {"color": "#43a047"},
             "hovertemplate": f"iteration %{{x}}: GPU busy %{{y:.4g}} {unit}<extra></extra>",
         })  # fmt: skip
-    shapes = [_band(a, b, "#fb8c00", "warm-up")
-              for a, b in _spans(iterations["warmup"].astype(bool).to_numpy(), x)]  # fmt: skip
+    warm = _spans(iterations["warmup"].astype(bool).to_numpy(), x)
+    shapes = [_band(a, b, "#fb8c00", "warm-up", i == 0) for i, (a, b) in enumerate(warm)]
     w = summary.window
     if w.window_iter_start is not None and w.window_iter_stop is not None:
         shapes.append(_band(w.window_iter_start - 0.5, w.window_iter_stop - 0.5, "#43a047",
-                            "analysed"))  # fmt: skip
+                            "analysed", True))  # fmt: skip
     title = "Iterations"
     if len(keep) < len(x):
         title += f" ({len(x)}; each bucket's min and max of {len(keep)} points shown)"
+    yaxis: dict[str, object] = {"title": text(f"time ({unit})"), "rangemode": "tozero"}
+    more: dict[str, object] = {}
+    top = axis_top(wall)
+    if top is not None:
+        yaxis["range"] = [0, top / size]
+        more["annotations"] = [_outlier_note(x, wall / size, top / size, unit)]
     return figure(traces, _layout(title, unit, size, shapes=shapes, height=360,
-                                  xaxis={"title": text("iteration")},
-                                  yaxis={"title": text(f"time ({unit})")}))  # fmt: skip
+                                  xaxis={"title": text("iteration")}, yaxis=yaxis,
+                                  **more))  # fmt: skip
 
 
 def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> Figure | None:
@@ -316,7 +383,7 @@ def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> Figure | No
     return figure([bar], _layout(f"Top {len(rows)} kernels by GPU time (purple: Tensor Cores)",
                                  unit, size, height=max(300, 24 * len(rows) + 120),
                                  xaxis={"title": text(f"GPU time ({unit})")},
-                                 yaxis={"autorange": "reversed"}))  # fmt: skip
+                                 yaxis={"autorange": "reversed", "automargin": True}))  # fmt: skip
 
 
 def plain_count(value: object) -> str:

@@ -16,6 +16,7 @@ import pandas as pd
 from dlprof_lite.report.advice import duration, percent
 from dlprof_lite.report.build import Report
 from dlprof_lite.report.charts import (
+    containers,
     iterations_figure,
     kernels_figure,
     layer_columns,
@@ -148,9 +149,26 @@ def _layers(report: Report, gpu: bool) -> str | None:
     if fig is None:
         return None
     note = f'<p class="note">+{left} smaller layers not in the chart</p>' if left else ""
-    per_step = layer_columns(report.layers)[1]
+    pattern, per_step = layer_columns(report.layers)
     table = layer_table(report.layers, gpu=gpu, per_step=per_step)
-    return section("layers", "Layers", [Chart("layers", fig).html(), note, table])
+    return section("layers", "Layers", [Chart("layers", fig).html(), note,
+                                        _containers_note(report.layers, pattern, gpu), table])
+
+
+def _containers_note(layers: pd.DataFrame, pattern: str, gpu: bool) -> str:
+    """The layers that hold others (a root, a block), shown apart from the chart's leaves:
+    their inclusive forward and backward time would repeat their layers' (charts.containers)."""
+    held = containers(layers)
+    if held.all() or not held.any():
+        return ""
+    view = "gpu" if gpu else "wall"
+    parts = []
+    for row in layers[held.to_numpy()].sort_values("order").head(20).to_dict("records"):
+        fwd, bwd = (duration(row.get(pattern.format(d=d, v=view))) for d in ("forward", "backward"))
+        parts.append(f"{esc(row['layer'])} ({esc(row['type'])}) {fwd} forward + {bwd} backward")
+    what = "per step" if "step_" in pattern else "whole run"
+    return (f'<p class="note">Containers, not charted beside the layers they hold (inclusive '
+            f"{'GPU' if gpu else 'wall'} time {what}): " + "; ".join(parts) + "</p>")
 
 
 def _iterations(report: Report, gpu: bool) -> str | None:

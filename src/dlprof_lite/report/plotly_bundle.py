@@ -87,6 +87,8 @@ h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2e
 section { margin-bottom: 2em; }
 table { border-collapse: collapse; font-size: .85em; }
 th, td { border: 1px solid #ddd; padding: .25em .5em; text-align: right; vertical-align: top; }
+td { white-space: nowrap; }  /* a number never breaks from its unit ("51.8 µs") */
+td.name, table.facts td, td.wrap { white-space: normal; }
 th { background: #f4f4f4; cursor: pointer; }
 td.name, th.name { text-align: left; min-width: 8em; max-width: 40em; overflow-wrap: anywhere; }
 table.facts th { text-align: left; cursor: default; }
