@@ -16,7 +16,7 @@ import pytest
 from dlprof_lite.report.build import Report, build_report
 from dlprof_lite.report.charts import ITERATION_POINTS, decimated
 from example_profiles import training_profile
-from test_html_page import Page, assert_plotly_figure, read, trace
+from test_html_page import Page, assert_plotly_figure, read
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,17 @@ def timeline_frame(rows: list[tuple]) -> pd.DataFrame:
     return frame
 
 
+def drawn_events(figure: dict) -> dict[str, dict]:
+    """Each bar of a timeline figure by its event's name: lane, base, width, hover data,
+    the phase trace it is in and its label."""
+    out = {}
+    for t in figure["data"]:
+        for i, c in enumerate(t["customdata"]):
+            out[c[0]] = {"lane": t["y"][i], "base": t["base"][i], "x": t["x"][i],
+                         "custom": c, "phase": t["name"], "text": t["text"][i]}  # fmt: skip
+    return out
+
+
 def test_timeline_chart_puts_threads_above_streams() -> None:
     from dlprof_lite.report.timeline_chart import timeline_figure
 
@@ -56,16 +67,29 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
     assert_plotly_figure(fig)
     data = json.loads(json.dumps(fig))
     lanes = data["layout"]["yaxis"]["categoryarray"]
-    assert lanes == ["thread 11 · level 0", "thread 11 · level 1", "thread 11 · CUDA API",
-                     "thread 12 · level 0", "GPU 0 · stream 7", "GPU 0 · stream 13"]  # fmt: skip
+    # A frame without track names (a report written before them): the ids.
+    assert lanes == ["thread 11", "thread 11 · level 1", "thread 11 · CUDA API",
+                     "thread 12", "GPU 0 · stream 7", "GPU 0 · stream 13"]  # fmt: skip
     assert data["layout"]["meta"]["origin_ns"] == 1_000_000
-    kernel = trace(data, "kernel")
-    assert kernel["y"] == ["GPU 0 · stream 7"]
-    assert kernel["base"] == [120.0] and kernel["x"] == [100.0]  # µs from the first event
-    assert kernel["customdata"] == [["gemm", "fc1", "forward", "100.000 µs"]]
-    ranges = trace(data, "range")
-    assert ranges["x"] == [900.0, 200.0, 50.0]
-    assert ranges["customdata"][0] == ["iteration", "-", "-", "900.000 µs"]
+    assert data["layout"]["meta"]["unit"] == "µs"  # the 900 µs shown
+    bars = drawn_events(data)
+    # Coloured by phase, labelled by layer (a range without one: its own name).
+    assert [t["name"] for t in data["data"]] == ["data", "forward", "no phase"]
+    gemm = bars["gemm"]
+    assert (gemm["lane"], gemm["phase"], gemm["text"]) == ("GPU 0 · stream 7", "forward", "fc1")
+    assert gemm["base"] == 120.0 and gemm["x"] == 100.0  # µs from the first event
+    assert gemm["custom"] == ["gemm", "fc1", "forward", "100.000 µs", "kernel"]
+    assert bars["iteration"]["x"] == 900.0 and bars["iteration"]["text"] == "iteration"
+    assert bars["iteration"]["custom"] == ["iteration", "-", "-", "900.000 µs", "range"]
+    assert (bars["loader"]["phase"], bars["HtoD"]["phase"]) == ("data", "data")
+    # Named tracks (the timeline table's): the thread's name on every one of its lanes.
+    named = frame.assign(track=["main", "main", "main", "DataLoader pin memory", "stream 7",
+                                "stream 13"])  # fmt: skip
+    fig, _ = timeline_figure(named)
+    assert fig is not None
+    assert fig["layout"]["yaxis"]["categoryarray"] == [
+        "main", "main · level 1", "main · CUDA API", "DataLoader pin memory",
+        "GPU 0 · stream 7", "GPU 0 · stream 13"]  # fmt: skip
     fig, left = timeline_figure(frame, cap=3)  # the 3 longest: iteration, fc1, gemm
     assert left == 3 and fig is not None
     names = sorted(c[0] for t in fig["data"] for c in t["customdata"])
@@ -77,32 +101,34 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
     data = json.loads(json.dumps(fig))
     assert data["layout"]["meta"]["origin_ns"] == 1_050_000
     assert data["layout"]["xaxis"]["range"] == [0, 170.0]  # the gemm ends at 1.22 ms
-    ranges = trace(data, "range")
-    assert ranges["base"] == [0.0, 50.0, 0.0] and ranges["x"] == [170.0, 120.0, 0.5]
-    assert ranges["customdata"][0][3] == "900.000 µs"
+    bars = drawn_events(data)
+    shown = [(bars[n]["base"], bars[n]["x"]) for n in ("iteration", "fwd:fc1:Linear", "loader")]
+    assert shown == [(0.0, 170.0), (50.0, 120.0), (0.0, 0.5)]
+    assert bars["iteration"]["custom"][3] == "900.000 µs"
 
 
 def test_example_timeline_is_one_steady_iteration(example: Report) -> None:
     page = read(example)
     fig = page.figure("timeline")
     origin = fig["layout"]["meta"]["origin_ns"]
-    kernels = trace(fig, "kernel")
+    size = fig["layout"]["meta"]["ns"]
+    assert size == 1e3  # µs: the iteration is 2000 ns long
+    bars = drawn_events(fig)
+    kernels = {n: b for n, b in bars.items() if b["custom"][4] == "kernel"}
     # Iteration 1 (2000 ns, as near the median 2500 as iteration 2, and earlier): its kernels
     # run at 3330 (gemm 100), 3530 (relu 20), 3940 (sgemm 200), 4630 (adam 50).
-    starts = sorted(origin + b * 1e3 for b in kernels["base"])
+    starts = sorted(origin + b["base"] * size for b in kernels.values())
     assert starts == pytest.approx([3330, 3530, 3940, 4630])
-    assert sorted(x * 1e3 for x in kernels["x"]) == pytest.approx([20, 50, 100, 200])
-    layers = {c[0]: (c[1], c[2]) for c in kernels["customdata"]}
-    assert layers["sm90_xmma_gemm_bf16bf16_tn"] == ("fc1", "forward")
-    assert layers["adam_kernel"][1] == "optimizer"
+    assert sorted(b["x"] * size for b in kernels.values()) == pytest.approx([20, 50, 100, 200])
+    assert kernels["sm90_xmma_gemm_bf16bf16_tn"]["custom"][1:3] == ["fc1", "forward"]
+    assert kernels["sm90_xmma_gemm_bf16bf16_tn"]["phase"] == "forward"
+    assert kernels["adam_kernel"]["phase"] == "optimizer"
     lanes = fig["layout"]["yaxis"]["categoryarray"]
-    assert lanes[-1].startswith("GPU ") and lanes[0].startswith("thread ")
-    ranges = trace(fig, "range")
-    level = {c[0]: lane for c, lane in zip(ranges["customdata"], ranges["y"], strict=True)}
+    assert lanes[-1].startswith("GPU ") and lanes[0] == "thread 10"  # the fixture: tid != pid
     # The iteration holds the phases (start/end ranges, all depth 0), forward holds fc1.
-    assert level["iteration"].endswith("level 0")
-    assert level["forward"].endswith("level 1") and level["backward"].endswith("level 1")
-    assert level["fwd:fc1:Linear"].endswith("level 2")
+    assert bars["iteration"]["lane"] == "thread 10"
+    assert bars["forward"]["lane"] == bars["backward"]["lane"] == "thread 10 · level 1"
+    assert bars["fwd:fc1:Linear"]["lane"] == "thread 10 · level 2"
 
 
 def test_decimation_keeps_every_spike() -> None:

@@ -35,6 +35,9 @@ class Meta:
     # naming the best candidates and their --key-range; None otherwise.
     key_range_note: str | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    # Each named thread of the capture, (pid, tid, OS thread name), in (pid, tid) order:
+    # what nsys recorded in ThreadNames (``python``, ``pt_autograd_0``, ``pt_data_worker``).
+    threads: tuple[tuple[int, int, str], ...] = ()
 
     @property
     def duration_ns(self) -> int:

@@ -125,10 +125,11 @@ def _read(path: Path, schema: S.ExportSchema, fetch: Checked, log: ReadLog) -> R
     frames = (kernels, memops, api, nvtx)
     meta = _meta(path, schema, fetch, frames)
     gpus = _gpus(schema, fetch)
+    threads = _threads(schema, fetch, strings)
     warnings = (*repairs.warnings(), *_replaced_warnings(log))  # after the last query
     return RawExport(
-        kernels=kernels, memops=memops, api=api, nvtx=nvtx, marks=marks,
-        gpus=gpus, meta=replace(meta, warnings=(*meta.warnings, *warnings)),
+        kernels=kernels, memops=memops, api=api, nvtx=nvtx, marks=marks, gpus=gpus,
+        meta=replace(meta, warnings=(*meta.warnings, *warnings), threads=threads),
     )  # fmt: skip
 
 
@@ -385,6 +386,24 @@ def _gpus(schema: S.ExportSchema, fetch: Checked) -> pd.DataFrame:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     frame = frame.drop_duplicates("device_id").sort_values("device_id", ignore_index=True)
     return coerce(frame, "gpus")
+
+
+def _threads(
+    schema: S.ExportSchema, fetch: Checked, strings: pd.Series
+) -> tuple[tuple[int, int, str], ...]:
+    """(pid, tid, name) of every thread ThreadNames names (the first name of a thread named
+    twice), in (pid, tid) order."""
+    query = schema.thread_names_query()
+    if query is None:
+        return ()
+    c = fetch.columns(query, nullable=True)
+    gtid = pd.to_numeric(pd.Series(c["globalTid"]), errors="coerce").dropna().astype("int64")
+    names = strings.reindex(pd.Series(c["nameId"]).loc[gtid.index].to_numpy())
+    found: dict[tuple[int, int], str] = {}
+    for g, name in zip(gtid.tolist(), names.tolist(), strict=True):
+        if isinstance(name, str) and name:
+            found.setdefault((int(S.decode_pid(g)), int(S.decode_tid(g))), name)
+    return tuple((pid, tid, name) for (pid, tid), name in sorted(found.items()))
 
 
 def _meta(

@@ -28,10 +28,11 @@ NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
 GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+THREADS_TABLE = "ThreadNames"
 # Every table the reader queries (the only ones whose columns it inspects).
 READ_TABLES = (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, DRIVER_TABLE,
                NVTX_TABLE, STRINGS_TABLE, *GPU_TABLES, *META_TABLES,
-               "ANALYSIS_DETAILS")  # fmt: skip
+               "ANALYSIS_DETAILS", THREADS_TABLE)  # fmt: skip
 
 # Tables whose presence marks a file as an nsys export: every export has StringIds, and
 # every export with any data has at least one of the others.
@@ -176,6 +177,14 @@ class ExportSchema:
                 "NULL AS cc_minor FROM TARGET_INFO_GPU"
             )
         return None
+
+    def thread_names_query(self) -> str | None:
+        """Each thread's OS name (``ThreadNames``, every nsys version that records threads):
+        its globalTid and StringIds id; None without the table."""
+        if not (self.has_column(THREADS_TABLE, "globalTid")
+                and self.has_column(THREADS_TABLE, "nameId")):  # fmt: skip
+            return None
+        return f"SELECT globalTid, nameId FROM {THREADS_TABLE} WHERE globalTid IS NOT NULL"
 
     def session_query(self) -> str | None:
         """The session's length, ns. nsys times every event from the session's start (0 on

@@ -64,7 +64,7 @@ BUTTONS = {"type": "buttons", "direction": "right", "x": 1, "xanchor": "right", 
            "yanchor": "bottom", "pad": {"t": 0, "b": 0}}  # fmt: skip
 
 
-def _layout(title: str, unit: str, size: float, **more: object) -> dict[str, object]:
+def base_layout(title: str, unit: str, size: float, **more: object) -> dict[str, object]:
     return {
         "title": {"text": title, "x": 0, "xref": "paper", "xanchor": "left", "y": 0.98,
                   "yref": "container", "yanchor": "top"},
@@ -119,7 +119,7 @@ def steps_figure(summary: Summary, *, gpu: bool) -> Figure | None:
             **marker(PHASE_COLORS.get(part)),
             "hovertemplate": f"{part}: %{{x:.4g}} {unit}<extra>%{{y}}</extra>",
         })  # fmt: skip
-    return figure(traces, _layout("Mean analysed step, by phase", unit, size, barmode="stack",
+    return figure(traces, base_layout("Mean analysed step, by phase", unit, size, barmode="stack",
                                   xaxis={"title": text(f"time per step ({unit})")}, height=320,
                                   yaxis={"autorange": "reversed"}))  # fmt: skip
 
@@ -234,7 +234,7 @@ def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[Figure | None, in
         more["updatemenus"] = [{**BUTTONS, "buttons": _toggle(len(traces))}]
     # Names read upright from the axis (rotated a quarter turn, so neighbours never overlap),
     # the margin grown to the longest; plotly skips labels where bars are too narrow for one.
-    layout = _layout(title, unit, size, barmode="stack", height=360 + 6 * LAYER_NAME_CHARS,
+    layout = base_layout(title, unit, size, barmode="stack", height=360 + 6 * LAYER_NAME_CHARS,
                      yaxis={"title": text(f"time {what} ({unit})"), "automargin": True},
                      xaxis={"tickangle": -90, "automargin": True}, **more)  # fmt: skip
     return figure(traces, layout), left
@@ -356,7 +356,7 @@ def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) 
     if top is not None:
         yaxis["range"] = [0, top / size]
         more["annotations"] = [_outlier_note(x, wall / size, top / size, unit)]
-    return figure(traces, _layout(title, unit, size, shapes=shapes, height=360,
+    return figure(traces, base_layout(title, unit, size, shapes=shapes, height=360,
                                   xaxis={"title": text("iteration")}, yaxis=yaxis,
                                   **more))  # fmt: skip
 
@@ -380,7 +380,7 @@ def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> Figure | No
         "hovertemplate": f"%{{customdata[0]}}<br>%{{x:.4g}} {unit} in %{{customdata[2]}} calls"
                          "<br>Tensor Cores: %{customdata[1]}<extra></extra>",
     }  # fmt: skip
-    return figure([bar], _layout(f"Top {len(rows)} kernels by GPU time (purple: Tensor Cores)",
+    return figure([bar], base_layout(f"Top {len(rows)} kernels by GPU time (purple: Tensor Cores)",
                                  unit, size, height=max(300, 24 * len(rows) + 120),
                                  xaxis={"title": text(f"GPU time ({unit})")},
                                  yaxis={"autorange": "reversed", "automargin": True}))  # fmt: skip

@@ -277,6 +277,9 @@ TIMELINE_REPORT = _cols(
      "range's own; empty when none"),
     ("phase", "", "data, forward, backward, optimizer, compile or other, labelled the same way"),
     ("correlation_id", "", "CUPTI correlation id joining a launch call to its GPU op"),
+    ("track", "", "the row the page's timeline and trace.json draw the event on: a range's or "
+     "call's thread (main, autograd 0, DataLoader worker 1, NCCL watchdog, thread N: "
+     "rules/threads.py), a GPU op's stream (stream 7, stream 13 · NCCL)"),
     ("iteration", "", "iteration of the event: a GPU op's launch, a call's or range's start "
      "(a range opened before the window: the window's first); empty: no iterations (the "
      "busiest stretch)"),

@@ -73,7 +73,7 @@ TEXT_COLUMNS = frozenset({
     "layer", "parent", "type", "device", "top_kernels", "in_shape", "in_dtype", "dtype",
     "tc_inferred", "wrapper", "grad_buckets",  # layers
     "problem", "severity", "evidence", "recommendation", "metric", "citation",  # advice
-    "kind", "full_name", "phase",  # timeline
+    "kind", "full_name", "phase", "track",  # timeline
 })  # fmt: skip
 BOOL_COLUMNS = frozenset({"uses_tensor_cores", "warmup", "in_window", "tc_eligible", "straggler"})
 # Numbers that may be below 0: an id meaning "none" (-1), advice values and thresholds, and

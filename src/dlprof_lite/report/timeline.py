@@ -30,12 +30,14 @@ from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.window import op_steps, step_of
+from dlprof_lite.rules.comm import is_comm_kernel
 from dlprof_lite.rules.names import DOMAIN, PHASES, parse_module_range
+from dlprof_lite.rules.threads import stream_label, thread_labels
 
 # The report's timeline table holds at most this many events (the longest, when over).
 TIMELINE_MAX_EVENTS = 20_000
 KINDS = ("range", "api", "kernel", "memcpy", "memset")
-_TEXT = ("kind", "name", "full_name", "domain", "layer", "phase")
+_TEXT = ("kind", "name", "full_name", "domain", "layer", "phase", "track")
 _INTS = ("pid", "tid", "device_id", "stream_id", "depth", "correlation_id")
 _OP_COLUMNS = ["start_ns", "end_ns", "pid", "tid", "device_id", "stream_id",
                "correlation_id", "range_id", "layer", "phase", "iteration"]  # fmt: skip
@@ -64,11 +66,35 @@ def timeline_for(profile: Profile, iterations: tuple[int, int] | None = None) ->
     if not len(steps):
         return empty_timeline()
     ops = _gpu_events(profile, steps)
-    return _stacked(
+    frame = _stacked(
         _range_events(profile, steps, _bounds(profile.iterations, steps), ops),
         _api_events(profile, steps, ops),
         ops,
     )
+    return with_tracks(frame, profile.meta.threads)
+
+
+def with_tracks(frame: pd.DataFrame, threads: tuple[tuple[int, int, str], ...]) -> pd.DataFrame:
+    """``frame`` with its ``track`` column: each event's thread or stream by name
+    (rules/threads.py); ``threads`` are the capture's (pid, tid, OS name)."""
+    gpu = frame["kind"].astype(str).isin(("kernel", "memcpy", "memset")).to_numpy()
+    pid = frame["pid"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64)
+    tid = frame["tid"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64)
+    pairs = set(zip(pid[~gpu].tolist(), tid[~gpu].tolist(), strict=True))
+    labels = thread_labels(pairs, threads)
+    track = np.empty(len(frame), dtype=object)
+    track[~gpu] = [labels[k] for k in zip(pid[~gpu].tolist(), tid[~gpu].tolist(), strict=True)]
+    if gpu.any():
+        ops = frame.loc[gpu, ["device_id", "stream_id", "full_name"]].astype(object)
+        names = pd.Series(ops["full_name"].astype(str).unique())
+        comm = set(names[names.map(is_comm_kernel).to_numpy(dtype=bool)])
+        talks = ops.assign(c=ops["full_name"].astype(str).isin(comm))
+        busy = talks.groupby(["device_id", "stream_id"], dropna=False)["c"].transform("any")
+        track[gpu] = [stream_label(int(s) if s == s and s is not None else -1, bool(c))
+                      for s, c in zip(ops["stream_id"].tolist(), busy.tolist(), strict=True)]
+    out = frame.copy()
+    out["track"] = pd.Categorical(track)
+    return out
 
 
 def _stacked(ranges: pd.DataFrame, calls: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -137,7 +163,7 @@ def timeline_between(profile: Profile, t0: int, t1: int) -> pd.DataFrame:
     frame = _stacked(_range_rows(profile, ranges, none(ranges), ops),
                      _api_rows(profile, calls, none(calls), ops), ops)  # fmt: skip
     frame["iteration"] = pd.array([pd.NA] * len(frame), dtype="Int64")
-    return frame
+    return with_tracks(frame, profile.meta.threads)
 
 
 def _steps(iterations: pd.DataFrame, chosen: tuple[int, int] | None) -> np.ndarray:

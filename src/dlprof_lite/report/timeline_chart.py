@@ -2,11 +2,13 @@
 
 Place in the pipeline: report (rendering, for report/html.py). The timeline table (one
 steady iteration's events: ranges, CUDA API calls, kernels and memory operations) becomes
-horizontal bars on lanes, CPU above GPU: per thread its ranges packed on levels (an
-enclosing range above the ranges it holds) and one lane for its CUDA API calls, then one lane
-per GPU stream. Times are µs from the iteration's first event. Hover shows the name, layer
-and phase. At most ``TIMELINE_PAGE_MAX`` events are drawn (the longest; the table keeps them
-all, trace.json shows them in Perfetto).
+horizontal bars on lanes, CPU above GPU: per thread (named: ``main``, ``autograd 0``,
+``DataLoader worker 1``, rules/threads.py) its ranges packed on levels (an enclosing range
+above the ranges it holds) and one lane for its CUDA API calls, then one lane per GPU stream.
+Bars are coloured by phase and carry their layer's name where it fits. Times are from the
+iteration's first event, in one unit. Hover shows the name, kind, layer and phase. At most
+``TIMELINE_PAGE_MAX`` events are drawn (the longest; the table keeps them all, trace.json
+shows them in Perfetto).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.charts import short
+from dlprof_lite.report.charts import PHASE_COLORS, base_layout, short, unit_for
 from dlprof_lite.report.figures import Figure, figure, marker, text
 
 TIMELINE_PAGE_MAX = 5000
 GPU_KINDS = ("kernel", "memcpy", "memset")
-KIND_COLORS = {"range": "#1e88e5", "api": "#90a4ae", "kernel": "#fb8c00", "memcpy": "#8d6e63",
-               "memset": "#a1887f"}  # fmt: skip
+PHASE_ORDER = ("data", "forward", "backward", "optimizer", "compile")
+NO_PHASE = "no phase"
+NO_PHASE_COLOR = "#b0bec5"
 
 
 def _int(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -49,15 +52,30 @@ def range_levels(frame: pd.DataFrame, thread: pd.Series) -> pd.Series:
     return level
 
 
+def tracks(frame: pd.DataFrame) -> pd.Series:
+    """Each event's named track (the timeline table's ``track``: main, autograd 0, stream 7,
+    rules/threads.py); a frame without one (an older report) falls back to the ids."""
+    gpu = frame["kind"].astype(str).isin(GPU_KINDS)
+    plain = np.where(gpu, "stream " + _int(frame, "stream_id").astype(str),
+                     "thread " + _int(frame, "tid").astype(str))  # fmt: skip
+    if "track" not in frame:
+        return pd.Series(plain, index=frame.index, dtype=object)
+    named = frame["track"].astype(object)
+    return named.where(named.notna(), pd.Series(plain, index=frame.index))
+
+
 def lanes(frame: pd.DataFrame) -> tuple[pd.Series, list[str]]:
     """Each event's lane name and every lane in display order (CPU threads first: ranges by
-    level, then API calls; then GPU streams). The process is named when there are several."""
+    level, then API calls; then GPU streams), named by thread and stream (``main``, ``main ·
+    level 1``, ``main · CUDA API``, ``GPU 0 · stream 7``). The process is named when there
+    are several."""
     kind = frame["kind"].astype(str)
     pid, tid = _int(frame, "pid"), _int(frame, "tid")
     dev, stream = _int(frame, "device_id"), _int(frame, "stream_id")
     several = pid[~kind.isin(GPU_KINDS)].nunique() > 1
     proc = ("pid " + pid.astype(str) + " · ") if several else pd.Series("", index=frame.index)
-    thread = proc + "thread " + tid.astype(str)
+    track = tracks(frame)
+    thread = proc + track.astype(str)
     is_range = kind == "range"
     level = pd.Series(0, index=frame.index, dtype="int64")
     if is_range.any():
@@ -69,9 +87,10 @@ def lanes(frame: pd.DataFrame) -> tuple[pd.Series, list[str]]:
         "a": np.where(gpu, dev, pid), "b": np.where(gpu, stream, tid),
         "c": np.where(gpu, 0, np.where(is_range, level, 1 << 20)),
     })  # fmt: skip
+    deeper = np.where(level > 0, " · level " + level.astype(str), "")
     name = np.where(
-        gpu, "GPU " + dev.astype(str) + " · stream " + stream.astype(str),
-        np.where(is_range, thread + " · level " + level.astype(str), thread + " · CUDA API"),
+        gpu, "GPU " + dev.astype(str) + " · " + track.astype(str),
+        np.where(is_range, thread + deeper, thread + " · CUDA API"),
     )  # fmt: skip
     key["name"] = name
     order = key.drop_duplicates("name").sort_values(["g", "a", "b", "c"], kind="stable")
@@ -95,11 +114,29 @@ def shown_window(frame: pd.DataFrame, iteration: tuple[int, int] | None) -> tupl
 
 
 def _customdata(part: pd.DataFrame, dur: pd.Series) -> list[list[str]]:
-    """Hover text per event: name, layer, phase and its real duration (bars are clipped)."""
+    """Hover text per event: name, layer, phase, its real duration (bars are clipped), kind."""
     none = pd.Series(None, index=part.index)
     return [list(t) for t in zip(
         _text(part["name"]), _text(part.get("layer", none)), _text(part.get("phase", none)),
-        [f"{d / 1e3:.3f} µs" for d in dur.tolist()], strict=True)]  # fmt: skip
+        [f"{d / 1e3:.3f} µs" for d in dur.tolist()], part["kind"].astype(str).tolist(),
+        strict=True)]  # fmt: skip
+
+
+def phases(frame: pd.DataFrame) -> pd.Series:
+    """Each event's colour group: its phase (data, forward, backward, optimizer, compile),
+    ``no phase`` where none is known (the iteration range, calls outside any phase)."""
+    phase = frame["phase"].astype(object) if "phase" in frame else pd.Series(None, frame.index)
+    known = phase.notna() & phase.astype(str).isin(list(PHASE_COLORS))
+    return phase.where(known, NO_PHASE).astype(str)
+
+
+def labels(frame: pd.DataFrame) -> list[str]:
+    """The text on each bar: its layer, else a range's own name (``iteration``,
+    ``forward``); plotly hides a label its bar is too narrow for (``uniformtext``)."""
+    layer = frame["layer"].astype(object) if "layer" in frame else pd.Series(None, frame.index)
+    own = frame["name"].astype(object).where(frame["kind"].astype(str) == "range")
+    text = layer.where(layer.notna(), own)
+    return ["" if v is None or v is pd.NA or v != v else short(v, 40) for v in text.tolist()]
 
 
 def timeline_figure(
@@ -108,7 +145,8 @@ def timeline_figure(
     iteration: tuple[int, int] | None = None,
 ) -> tuple[Figure | None, int]:
     """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
-    many events it leaves out. ``iteration``: its (start, end) ns; bars are clipped to
+    many events it leaves out: rows named by thread and stream (:func:`lanes`), bars coloured
+    by phase and labelled by layer. ``iteration``: its (start, end) ns; bars are clipped to
     :func:`shown_window`, the hover keeps each event's real duration."""
     if frame.empty:
         return None, 0
@@ -118,28 +156,35 @@ def timeline_figure(
         frame = frame.loc[dur.sort_values(ascending=False, kind="stable").index[:cap]]
         dur = dur.loc[frame.index]
     origin, end = shown_window(frame, iteration)
+    unit, size = unit_for([end - origin])
     begin = frame["start_ns"].astype("int64").clip(lower=origin, upper=end)
     width = frame["end_ns"].astype("int64").clip(lower=origin, upper=end) - begin
     lane, order = lanes(frame)
+    group, text_of = phases(frame), pd.Series(labels(frame), index=frame.index)
     traces = []
-    for kind in ("range", "api", *GPU_KINDS):
-        rows = frame["kind"].astype(str) == kind
+    for phase in [*PHASE_ORDER, NO_PHASE]:
+        rows = group == phase
         if not rows.any():
             continue
         traces.append({
-            "type": "bar", "name": kind, "orientation": "h", "y": lane[rows].tolist(),
-            "base": ((begin[rows] - origin) / 1e3).tolist(), "x": (width[rows] / 1e3).tolist(),
-            **marker(KIND_COLORS[kind]), "customdata": _customdata(frame[rows], dur[rows]),
-            "hovertemplate": "%{customdata[0]}<br>%{customdata[3]} (from %{base:.3f} µs)"
-                             "<br>layer: %{customdata[1]}<br>phase: %{customdata[2]}"
-                             "<extra></extra>",
+            "type": "bar", "name": phase, "orientation": "h", "y": lane[rows].tolist(),
+            "base": ((begin[rows] - origin) / size).tolist(), "x": (width[rows] / size).tolist(),
+            **marker(PHASE_COLORS.get(phase, NO_PHASE_COLOR)),
+            "text": text_of[rows].tolist(), "textposition": "inside",
+            "insidetextanchor": "start", "textfont": {"size": 10}, "cliponaxis": True,
+            "customdata": _customdata(frame[rows], dur[rows]),
+            "hovertemplate": "%{customdata[0]} (%{customdata[4]})<br>%{customdata[3]} "
+                             f"(from %{{base:.4g}} {unit})<br>layer: %{{customdata[1]}}"
+                             "<br>phase: %{customdata[2]}<extra>%{y}</extra>",
         })  # fmt: skip
-    layout = {
-        "title": text("One iteration: CPU ranges and API calls per thread, GPU work per stream"),
-        "meta": {"unit": "µs", "ns": 1e3, "origin_ns": origin},
-        "barmode": "overlay", "height": max(320, 26 * len(order) + 140),
-        "xaxis": {"title": text("µs"), "range": [0, (end - origin) / 1e3]},
-        "yaxis": {"categoryorder": "array", "categoryarray": order, "autorange": "reversed"},
-        "margin": {"l": 200, "r": 30, "t": 60, "b": 50}, "legend": {"orientation": "h", "y": -0.15},
-    }  # fmt: skip
+    layout = base_layout(
+        "One iteration: ranges and CUDA API calls per thread, GPU work per stream",
+        unit, size, barmode="overlay", height=max(320, 26 * len(order) + 160),
+        xaxis={"title": text(f"time from the first event ({unit})"),
+               "range": [0, (end - origin) / size]},
+        yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed",
+               "automargin": True},
+        uniformtext={"mode": "hide", "minsize": 9},
+    )  # fmt: skip
+    layout["meta"] = {"unit": unit, "ns": size, "origin_ns": origin}
     return figure(traces, layout), left

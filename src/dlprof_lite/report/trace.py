@@ -8,7 +8,9 @@ Place in the pipeline: report, a renderer of the ``timeline`` table (report/time
   ``origin_ns``, as floats that keep every nanosecond (``ts * 1000`` rounds back to the ns);
 - tracks: one process per profiled process (its NVTX ranges and CUDA API calls on their
   thread), one process per GPU (``GPU <device>``, process id :data:`GPU_PID_BASE` + device,
-  above any Linux pid) with one thread per stream (thread id = stream id);
+  above any Linux pid) with one thread per stream (thread id = stream id); each thread
+  named by the frame's ``track`` (``main``, ``autograd 0``, ``stream 7``: the names the
+  page's timeline shows, rules/threads.py);
 - trace viewers draw a track as a stack of properly nested slices, and Perfetto drops a
   slice that overlaps another without nesting. Events that do (concurrent kernels on one
   stream, start/end ranges crossing other ranges) move to a sub-track of their own beside
@@ -83,7 +85,8 @@ def _tracks(events: pd.DataFrame) -> pd.DataFrame:
     key, _ = pd.factorize(pd.MultiIndex.from_arrays([tpid, base]))
     start = events["start_ns"].to_numpy(dtype=np.int64)
     lane = track_lanes(key, start, events["end_ns"].to_numpy(dtype=np.int64))
-    out = pd.DataFrame({"tpid": tpid, "base": base, "lane": lane, "gpu": gpu})
+    out = pd.DataFrame({"tpid": tpid, "base": base, "lane": lane, "gpu": gpu,
+                        "label": _labels(events, gpu, base)})  # fmt: skip
     # Sub-tracks get fresh thread ids, numbered in (process, thread, lane) order.
     extra = out.loc[lane > 0, ["tpid", "base", "lane"]].drop_duplicates()
     extra = extra.sort_values(["tpid", "base", "lane"])
@@ -91,6 +94,17 @@ def _tracks(events: pd.DataFrame) -> pd.DataFrame:
     merged = out.merge(extra, how="left", on=["tpid", "base", "lane"], validate="many_to_one")
     out["ttid"] = merged["ttid"].fillna(out["base"]).to_numpy(dtype=np.int64)
     return out
+
+
+def _labels(events: pd.DataFrame, gpu: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Each event's thread name: its ``track`` (the page's row name, rules/threads.py), else
+    (a frame without one) ``thread <tid>`` / ``stream <id>``."""
+    plain: np.ndarray = np.where(gpu, "stream ", "thread ").astype(object) + base.astype(str)
+    if "track" not in events:
+        return plain
+    track = events["track"].astype(object)
+    named = track.where(track.notna(), pd.Series(plain, index=events.index))
+    return np.asarray(named.to_numpy(), dtype=object)
 
 
 def _metadata(tracks: pd.DataFrame) -> list[Event]:
@@ -102,9 +116,9 @@ def _metadata(tracks: pd.DataFrame) -> list[Event]:
         out.append(_meta("process_name", tpid, 0, {"name": name}))
         out.append(_meta("process_sort_index", tpid, 0, {"sort_index": rank}))
     threads = tracks.drop_duplicates(["tpid", "ttid"]).sort_values(["tpid", "base", "lane"])
-    rows = zip(*(threads[c].tolist() for c in ("tpid", "ttid", "base", "lane", "gpu")))
-    for rank, (tpid, ttid, base, lane, gpu) in enumerate(rows):
-        name = f"stream {base}" if gpu else f"thread {base}"
+    rows = zip(*(threads[c].tolist() for c in ("tpid", "ttid", "label", "lane", "gpu")))
+    for rank, (tpid, ttid, label, lane, gpu) in enumerate(rows):
+        name = str(label)
         if lane:
             name += f" ({'concurrent' if gpu else 'overlapping'} {lane})"
         out.append(_meta("thread_name", tpid, ttid, {"name": name}))
