@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.advice import duration, percent
-from dlprof_lite.report.charts import scaled, unit_for
+from dlprof_lite.report.charts import base_layout, scaled, unit_for
 from dlprof_lite.report.figures import Figure, figure, marker, text
 from dlprof_lite.report.html_tables import Column, table
 
@@ -65,15 +65,12 @@ def ranks_figure(ranks: pd.DataFrame) -> Figure | None:
                "y": shown["label"].tolist(), **marker(colour),
                "hovertemplate": f"%{{y}}<br>{name}: %{{x:.4g}} {unit}<extra></extra>"}
               for name, colour in PARTS]  # fmt: skip
-    layout = {
-        "title": text("Ranks: per analysed step, compute, communication (hidden and exposed) "
-                      "and data"),
-        "meta": {"unit": unit, "ns": size}, "barmode": "stack",
-        "margin": {"l": 60, "r": 30, "t": 90, "b": 60},
-        "xaxis": {"title": text(f"time per step ({unit})")},
-        "legend": {"orientation": "h", "y": -0.2, "traceorder": "normal"},
-        "yaxis": {"autorange": "reversed"}, "height": max(300, 40 * len(shown) + 160),
-    }  # fmt: skip
+    layout = base_layout(
+        "Ranks: per analysed step, compute, communication (hidden and exposed) and data",
+        unit, size, barmode="stack", xaxis={"title": text(f"time per step ({unit})")},
+        yaxis={"autorange": "reversed", "automargin": True},
+        height=max(300, 40 * len(shown) + 160),
+    )  # fmt: skip
     return figure(traces, layout)
 
 
