@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="default 64")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--slow-layer", metavar="NAME",
-                        help="a layer whose forward sleeps --slow-ms more (a known regression)")
+                        help="a layer whose forward spends --slow-ms more, busy (a regression)")
     parser.add_argument("--slow-ms", type=float, default=5.0, help="default 5")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1:
@@ -91,7 +91,9 @@ def slow_down(layer: nn.Module, ms: float) -> None:
     forward = layer.forward
 
     def slower(*args: object, **kwargs: object) -> object:
-        time.sleep(ms / 1e3)
+        until = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < until:  # busy, as slower code is (a sleep frees the CPU)
+            pass
         return forward(*args, **kwargs)
 
     layer.forward = slower  # type: ignore[method-assign]

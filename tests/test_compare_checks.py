@@ -182,20 +182,3 @@ def test_enough_steps_and_the_floor() -> None:
     # No spread at all still needs MIN_STEPS: 4 equal steps a side are too few.
     flat = _compare(side("A", run([100 * MS] * 4)), side("B", run([100 * MS] * 4)))
     assert _warnings(flat, f"needs about {rules.MIN_STEPS} steps")
-
-
-def test_warns_of_too_few_runs_when_runs_differ() -> None:
-    """5 runs of 200 steps with means 90-110 ms and 2 ms within: Kish's design effect, from
-    the generating parameters, leaves 1000 / (1 + 199 x 62.5 / 66.5) = 5.3 independent
-    steps (62.5 ms^2: the run means' variance; 4 ms^2: within)."""
-    means = (90.0, 95.0, 100.0, 105.0, 110.0)
-    runs = [run(normal_steps(m, 2.0, 200, seed=i)) for i, m in enumerate(means)]
-    c = _compare(normal_side("A", 100, 2.0, 1000, seed=9), side("tag", *runs))
-    [line] = _warnings(c, "^too few runs")
-    expected = 1000 / (1 + 199 * 62.5 / 66.5)
-    assert "tag's 5 runs differ" in line
-    assert f"its 1000 steps count as about {expected:.0f} independent ones" in line
-    # The same steps from runs that agree: no such warning.
-    alike = [run(normal_steps(100, 2.0, 200, seed=i)) for i in range(5)]
-    assert not _warnings(_compare(normal_side("A", 100, 2.0, 1000, seed=9), side("tag", *alike)),
-                         "too few")  # fmt: skip

@@ -45,6 +45,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                      "--tag", name])  # fmt: skip
         assert code == 0
         out[name] = folder
+    # Three runs a side, each a folder of report folders as --repeat writes them.
+    for name, layers, seed in (("a-runs", 6, 10), ("slow-runs", 8, 20)):
+        for i in range(3):
+            export = root / f"{name}-{i}.sqlite"
+            make_profile(export, iterations=40, layers=layers, kernels_per_layer=2,
+                         seed=seed + i)  # fmt: skip
+            code = main(["analyze", str(export), "-o", str(root / name / f"run-{i + 1}.dlprof"),
+                         "--quiet", "--no-db"])  # fmt: skip
+            assert code == 0
+        out[name] = root / name
     return out
 
 
@@ -68,26 +78,44 @@ def test_the_known_difference_is_the_estimate_and_inside_its_interval(runs, caps
     assert step["median_ns"]["value"] == pytest.approx(known, abs=1)
     assert step["median_ns"]["low"] <= known <= step["median_ns"]["high"]
     assert step["mean_ns"]["value"] == pytest.approx(b.mean() - a.mean(), rel=1e-9)
-    assert step["verdict"] == "slower" and step["p_value"] < 0.05
+    # One run a side: sized, not tested; beyond the one-run minimum effect.
+    assert step["verdict"] == "not tested (one run a side)" and step["p_value"] is None
+    assert step["median_pct"]["value"] > step["minimum_effect_pct"]
     # Its n and median per side are the generator's.
     sides = {s["label"]: s for s in doc["sides"]}
     assert sides[str(runs["a"])]["n"] == len(a)
     assert sides[str(runs["a"])]["median_ns"] == pytest.approx(np.median(a))
-    # The gate: more than 5 % slower and significant -> exit 1, and it says so.
+    # The gate: more than 5 % slower and beyond the minimum effect -> exit 1, saying why.
     assert code == 1
-    assert "gate: failed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gate: failed" in out and "not a significance test" in out
+
+
+def test_three_runs_a_side_are_tested_on_their_runs(runs, capsys) -> None:
+    code, doc = _compare(runs, str(runs["a-runs"]), str(runs["slow-runs"]), gate="5")
+    (step,) = doc["steps"]
+    assert (step["runs_baseline"], step["runs_side"]) == (3, 3)
+    assert step["verdict"] == "slower" and step["p_value"] < 0.05 and step["tested"]
+    assert step["method"].startswith("runs: Welch")
+    assert 0 <= step["power"] <= 1 and step["between_run_pct"] >= 0
+    assert code == 1 and "3 vs 3 runs" in capsys.readouterr().out
 
 
 def test_swapped_sides_are_faster_and_pass_the_gate(runs) -> None:
     code, doc = _compare(runs, str(runs["slow"]), str(runs["a"]), gate="5")
+    assert doc["steps"][0]["median_pct"]["value"] < 0
+    assert code == 0
+    code, doc = _compare(runs, str(runs["slow-runs"]), str(runs["a-runs"]), gate="5")
     assert doc["steps"][0]["verdict"] == "faster"
     assert code == 0
 
 
-def test_the_same_model_is_no_significant_change(runs) -> None:
+def test_the_same_model_is_within_the_one_run_minimum_effect(runs) -> None:
     code, doc = _compare(runs, str(runs["a"]), str(runs["same"]), gate="0")
-    assert doc["steps"][0]["verdict"] == "no significant change"
-    assert code == 0  # a gate of 0 % still needs significance
+    step = doc["steps"][0]
+    assert step["verdict"] == "not tested (one run a side)"
+    assert abs(step["median_pct"]["value"]) < step["minimum_effect_pct"]
+    assert code == 0  # a gate of 0 % still needs the minimum effect
 
 
 def test_sides_by_run_id_and_by_tag_equal_the_folders(runs) -> None:
@@ -142,7 +170,8 @@ def test_quiet_prints_the_verdict_the_gate_and_the_folder(runs, capsys) -> None:
                  "--gate", "5"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     assert code == 1 and len(lines) == 3
-    assert lines[0].startswith(f"{runs['slow']} vs {runs['a']}: slower: median +")
+    assert lines[0].startswith(
+        f"{runs['slow']} vs {runs['a']}: not tested (one run a side): median +")
     assert lines[1] == f"compare: {target}" and lines[2].startswith("gate: failed")
 
 

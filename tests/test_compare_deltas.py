@@ -19,6 +19,7 @@ from dlprof_lite.compare.deltas import (
     REMOVED,
     SUMMARY,
     Delta,
+    holm,
     renamed_layers,
     side_deltas,
 )
@@ -217,3 +218,42 @@ def test_same_names_are_never_renamed() -> None:
     a, b = side("A", run([MS] * N, layer_rows=rows)), side("B", run([MS] * N, layer_rows=rows))
     assert renamed_layers(a, b) == {}
     assert not [w for w in compare_sides([a, b]).warnings if "names changed" in w]
+
+
+def test_holm_adjusts_by_hand() -> None:
+    # Sorted 0.01, 0.03, 0.04, 0.2: x4 = 0.04, x3 = 0.09, x2 = 0.08 -> 0.09 (monotone), x1.
+    assert holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert holm([]) == []
+
+
+def _runs_with(fc_ms: float, big_ms: list[float]) -> list:
+    """One run per ``big_ms``: fc's self forward median ``fc_ms`` (the same every run),
+    big's ``big_ms[i]`` (a layer the machine's load moves from run to run)."""
+    return [run([20 * MS] * N, layer_rows=[
+        dict(layer="fc", step_self_forward_wall_median_ns=fc_ms * MS * (1 + 0.01 * i),
+             self_forward_wall_ns=fc_ms * MS * N, calls_per_step=1.0),
+        dict(layer="big", step_self_forward_wall_median_ns=b * MS,
+             self_forward_wall_ns=b * MS * N, calls_per_step=1.0),
+    ]) for i, b in enumerate(big_ms)]  # fmt: skip
+
+
+def test_a_layer_slower_in_every_run_is_flagged_and_ranked_before_a_noisy_one() -> None:
+    """fc: 1.00-1.02 ms in A's runs, 1.20-1.22 ms in B's (+20 %, +0.2 ms); big: 10 ms
+    give or take 30 % from run to run (its mean moves by +1.3 ms, more than fc's). The
+    run-level test calls fc slower and ranks it first; big is no significant change."""
+    a = side("A", *_runs_with(1.0, [10, 7, 13]))
+    b = side("B", *_runs_with(1.2, [12, 8, 14]))
+    rows = [d for d in side_deltas(a, b) if d.section == LAYER and d.direction == "forward"
+            and d.metric == "self_wall_median_ns"]  # fmt: skip
+    by_name = {d.name: d for d in rows}
+    assert by_name["big"].delta == pytest.approx(4 / 3 * MS)  # the larger raw change
+    assert by_name["fc"].delta == pytest.approx(0.202 * MS)  # 1.2 x 1.01 - 1.01 ms
+    assert by_name["fc"].verdict == "slower" and by_name["fc"].rank == 1
+    assert by_name["fc"].p_value is not None and by_name["fc"].p_value < 0.05
+    assert by_name["big"].verdict == "no significant change" and by_name["big"].rank == 2
+    # One run a side: nothing is tested, and the raw change ranks.
+    one = side_deltas(side("A", a.runs[0]), side("B", b.runs[2]))
+    ranked = [d for d in one if d.section == LAYER and d.metric == "self_wall_median_ns"
+              and d.direction == "forward"]  # fmt: skip
+    assert {d.verdict for d in ranked} == {"not tested (one run a side)"}
+    assert min(ranked, key=lambda d: d.rank).name == "big"

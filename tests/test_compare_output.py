@@ -34,14 +34,15 @@ def _tree(extra_ms: float) -> list[dict[str, object]]:
 
 @pytest.fixture(scope="module")
 def comparison() -> Comparison:
-    a = side("A", run(normal_steps(100, 4, N, 1), layer_rows=_tree(0),
-                      kernel_rows=[("gemm", N, N * 2 * MS), (HOSTILE, N, N * MS)],
-                      phases={"forward": (3 * MS, 3 * MS)},
-                      summary={"torch_version": "2.3"}))  # fmt: skip
-    b = side("B", run(normal_steps(106, 4, N, 2), layer_rows=_tree(5),
-                      kernel_rows=[("gemm", N, N * 2 * MS), (HOSTILE, N, N * 3 * MS)],
-                      phases={"forward": (5 * MS, 8 * MS)},
-                      summary={"torch_version": "2.4"}))  # fmt: skip
+    """Three runs a side (so the step change is tested), B 6 % slower."""
+    a = side("A", *(run(normal_steps(100, 4, N, 1 + 10 * i), layer_rows=_tree(0),
+                        kernel_rows=[("gemm", N, N * 2 * MS), (HOSTILE, N, N * MS)],
+                        phases={"forward": (3 * MS, 3 * MS)},
+                        summary={"torch_version": "2.3"}) for i in range(3)))  # fmt: skip
+    b = side("B", *(run(normal_steps(106, 4, N, 2 + 10 * i), layer_rows=_tree(5),
+                        kernel_rows=[("gemm", N, N * 2 * MS), (HOSTILE, N, N * 3 * MS)],
+                        phases={"forward": (5 * MS, 8 * MS)},
+                        summary={"torch_version": "2.4"}) for i in range(3)))  # fmt: skip
     return compare_sides([a, b], resamples=500)
 
 
@@ -72,7 +73,7 @@ def test_csv_holds_the_step_statistics_and_every_delta(
     assert median["verdict"] == step.verdict == "slower"
     assert median["unit"] == "ns" and median["baseline"] == "A"
     base_n = next(r for r in rows if r["side"] == "A" and r["metric"] == "n")
-    assert _num(base_n["value"]) == N and base_n["baseline"] == ""
+    assert _num(base_n["value"]) == 3 * N and base_n["baseline"] == ""
     # Every delta is a row, in the comparison's order, after the step rows.
     delta_rows = [r for r in rows if r["section"] != "step"]
     assert len(delta_rows) == len(comparison.deltas)
@@ -132,8 +133,10 @@ def test_console_shows_steps_verdict_top_changes_and_warnings(comparison: Compar
     text = console.export_text()
     assert "step time per side" in text
     assert "B vs A: slower: median +" in text
-    layers = text[text.index("layers, by change of self time") :]
-    assert layers.splitlines()[3].lstrip().startswith("model.fc")  # first row: the leaf
+    layers = text[text.index("layers, those the runs call slower or faster first") :]
+    first = layers.splitlines()[3]
+    assert first.lstrip().startswith("model.fc")  # first row: the leaf
+    assert first.rstrip().endswith("slower p = 0")  # the same +5 ms in every run: exact
     assert "kernels, by change of GPU time per step" in text
     assert "phases per step" in text
     assert "warning: different torch: A 2.3; B 2.4" in text

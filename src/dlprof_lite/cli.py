@@ -17,6 +17,7 @@ goes through :mod:`dlprof_lite.pipeline`; the report folder is printed even with
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import statistics
 import sys
@@ -46,6 +47,7 @@ from dlprof_lite.safe_text import printable
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dlprof_lite.compare.side import Side
     from dlprof_lite.cross_ranks import CrossRanks
     from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.build import Report
@@ -553,6 +555,20 @@ def _show_repeats(done: list[tuple[Report, Path]], parent: Path) -> None:
         print(f"  spread: within runs (pooled std) {duration(stats.within_run_std_ns)}, "
               f"between runs (std of run means) {duration(stats.between_run_std_ns)}",
               flush=True)  # fmt: skip
+        print(f"  {repeat_advice(side)}", flush=True)
+
+
+def repeat_advice(side: Side) -> str:
+    """How far the run medians spread, and the runs a side compare needs to tell a
+    DETECTABLE_CHANGE at that spread (the run-level test's power)."""
+    from dlprof_lite.compare.stats import run_spread, runs_needed
+    from dlprof_lite.rules.compare import DETECTABLE_CHANGE, MAX_RUNS, POWER
+
+    spread = run_spread(side)
+    needed = runs_needed(DETECTABLE_CHANGE, spread)
+    runs = f"{needed} runs a side" if needed is not None else f"more than {MAX_RUNS} runs a side"
+    return (f"run medians spread {math.expm1(spread) * 100:.1f} %: compare tells a "
+            f"{DETECTABLE_CHANGE * 100:g} % change with {POWER * 100:g} % power from {runs}")
 
 
 REPEAT_SUFFIX = ".dlprof-runs"

@@ -50,9 +50,9 @@ def _formats(text: str) -> tuple[str, ...]:
 def build_compare_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"{PROG} compare",
-        description="Compare runs: step time statistics with confidence intervals and a "
-        "Mann-Whitney U test, then what changed per phase, layer and kernel. The first side "
-        "is the baseline.",
+        description="Compare runs: the change of the step time with its interval, tested "
+        "with runs as the samples (one run a side: effect size only, no significance), then "
+        "what changed per phase, layer and kernel. The first side is the baseline.",
         epilog="A side is a report folder, a folder of report folders (--repeat), an nsys "
         "export (.sqlite, .nsys-rep), a run id of the run store (12 or '#12'), or a tag "
         "(all its runs pooled).",
@@ -68,9 +68,10 @@ def build_compare_parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="replace an existing -o folder")
     parser.add_argument("--gate", type=_percent, metavar="PCT",
                         help="exit 1 when a side's median step time is slower than the "
-                             "baseline's by more than PCT %% and the difference is "
-                             "significant (Mann-Whitney p < 0.05 and the median's 95 %% "
-                             "interval above 0)")  # fmt: skip
+                             "baseline's by more than PCT %% and, with several runs on a "
+                             "side, the run-level test says slower (p < 0.05); with one "
+                             "run a side, when the change is also beyond 2x the within-run "
+                             "interval's half-width")  # fmt: skip
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="changes listed per table in the console (default: 10)")  # fmt: skip
     parser.add_argument("--quiet", action="store_true",
@@ -88,6 +89,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from dlprof_lite.compare.resolve import resolve
     from dlprof_lite.errors import InputError
     from dlprof_lite.report import output as files
+    from dlprof_lite.rules.compare import DETECTABLE_CHANGE
 
     if len(args.sides) < 2:
         raise InputError("compare needs a baseline and at least one other side")
@@ -103,7 +105,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             return opened[0]
 
         sides = [resolve(name, store, args.nsys) for name in args.sides]
-    comparison = compare_sides(sides)
+    detectable = args.gate / 100.0 if args.gate else DETECTABLE_CHANGE
+    comparison = compare_sides(sides, detectable=detectable)
     from dlprof_lite.compare.output import write_comparison
 
     with files.staged_folder(target, force=args.force) as stage:

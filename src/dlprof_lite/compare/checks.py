@@ -7,8 +7,7 @@ runs with no kernels at all compare fine); a side with far fewer steps than the 
 (rules/compare.py ``FAR_FEWER_RATIO``). Warnings are one line each: a different machine or
 software stack, script or arguments, key range or table scope; layers whose calls per step
 changed, or that one side lacks; layer names that changed (a run named before wrappers were
-seen through); too few steps for the statistics, with how many are needed,
-and too few runs when a pooled side's runs differ (:func:`effective_steps`).
+seen through); too few steps for the statistics, with how many are needed.
 An unknown value (None) is never a difference.
 """
 
@@ -24,7 +23,6 @@ from dlprof_lite.compare.deltas import ADDED, BOTH, LAYER, REMOVED, Delta
 from dlprof_lite.compare.side import Side
 from dlprof_lite.compare.stats import StepStats
 from dlprof_lite.errors import DlprofError
-from dlprof_lite.report.advice import ms
 from dlprof_lite.report.summary_types import number
 from dlprof_lite.rules import compare as rules
 from dlprof_lite.store.record import RunRecord
@@ -212,41 +210,14 @@ def steps_needed(a: StepStats, b: StepStats) -> int:
     return max(needed, rules.MIN_STEPS)
 
 
-def effective_steps(s: StepStats) -> float:
-    """Steps worth of independent information in a side (Kish's design effect, Survey
-    Sampling 1965): ``n / (1 + (m - 1) ICC)`` with ``m`` steps per run and ICC the share of
-    the step variance that lies between runs. The run means' variance holds within-run noise
-    too (``within^2 / m``), which is taken out first. One run: ``n``."""
-    if s.runs < 2 or s.between_run_std_ns is None or s.within_run_std_ns is None:
-        return float(s.n)
-    per_run = s.n / s.runs
-    within2 = s.within_run_std_ns**2
-    between2 = max(0.0, s.between_run_std_ns**2 - within2 / per_run)
-    if between2 + within2 == 0:
-        return float(s.n)
-    icc = between2 / (between2 + within2)
-    return s.n / (1.0 + (per_run - 1.0) * icc)
-
-
 def steps_warnings(a: StepStats, b: StepStats) -> list[str]:
-    """Too few steps for the statistics; for a side of runs that differ, too few runs."""
+    """Too few steps for the within-run figures (the runs' own levels); too few runs for
+    the run-level test is the verdict line's (its power and the runs needed)."""
     needed = steps_needed(a, b)
-    out = []
-    if a.n < needed or b.n < needed:
-        out.append(
-            f"too few steps for the statistics: {a.label} {a.n}, {b.label} {b.n}; detecting a "
-            f"{rules.DETECTABLE_CHANGE:.0%} change of the mean ({rules.POWER:.0%} power, alpha "
-            f"{rules.ALPHA:g}) at the observed spread needs about {needed} steps a side"
-        )
-    for s in (a, b):
-        eff = effective_steps(s)
-        if s.runs > 1 and s.n >= needed > eff:
-            per_run = eff / s.runs  # independent steps one more run adds
-            runs = math.ceil(needed / per_run)
-            out.append(
-                f"too few runs: {s.label}'s {s.runs} runs differ (between-run spread "
-                f"{ms(s.between_run_std_ns or 0.0)}, within {ms(s.within_run_std_ns or 0.0)}), "
-                f"so its {s.n} steps count as about {eff:.0f} independent ones of the {needed} "
-                f"needed: about {runs} such runs"
-            )
-    return out
+    if a.n >= needed and b.n >= needed:
+        return []
+    return [
+        f"too few steps for the statistics: {a.label} {a.n}, {b.label} {b.n}; detecting a "
+        f"{rules.DETECTABLE_CHANGE:.0%} change of the mean ({rules.POWER:.0%} power, alpha "
+        f"{rules.ALPHA:g}) at the observed spread needs about {needed} steps a side"
+    ]

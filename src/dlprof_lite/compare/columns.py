@@ -31,16 +31,19 @@ COMPARE_REPORT = _cols(
     ("value", "", "the side's figure; a side of several runs: their steps pooled (step rows) "
      "or the runs' figures weighted by their steps"),
     ("baseline_value", "", "the baseline's figure"),
-    ("delta", "", "value - baseline_value"),
+    ("delta", "", "value - baseline_value; step mean/median rows: the comparison's estimate "
+     "(several runs: the change of the geometric mean of the run means/medians)"),
     ("delta_pct", "%", "delta as a percentage of baseline_value; empty when that is 0"),
-    ("ci_low", "", "step mean/median rows: lower end of the 95 % bootstrap interval of delta"),
-    ("ci_high", "", "step mean/median rows: upper end of the 95 % bootstrap interval of delta"),
+    ("ci_low", "", "step mean/median rows: lower end of the 95 % interval of delta (between "
+     "runs when tested, else the within-run moving-block bootstrap's)"),
+    ("ci_high", "", "step mean/median rows: upper end of the 95 % interval of delta"),
     ("ci_pct_low", "%", "step mean/median rows: lower end of the 95 % interval of delta_pct"),
     ("ci_pct_high", "%", "step mean/median rows: upper end of the 95 % interval of delta_pct"),
-    ("p_value", "", "step mean/median rows: two-sided Mann-Whitney U p-value of the side's "
-     "steps against the baseline's"),
-    ("verdict", "", "step mean/median rows: slower, faster or no significant change (p < "
-     "alpha and the median delta's interval excluding 0)"),
+    ("p_value", "", "step mean/median rows: p-value of the run-level t-test on log run "
+     "medians (empty with one run a side); layer rows of the ranked metrics: the same test "
+     "on the runs' self times, Holm-adjusted over the side's layers"),
+    ("verdict", "", "step mean/median and ranked layer rows: slower, faster (run-level p < "
+     "alpha), no significant change, or not tested (one run a side)"),
     ("rank", "", "place by absolute change within the section (1 = largest; layers by self "
      "time, forward and backward apart)"),
     ("status", "", "both; added: only on the side; removed: only on the baseline (counted 0 "
@@ -96,17 +99,36 @@ COMPARE_JSON_FIELDS = _cols(
     ("settings", "", "alpha, confidence, resamples and seed the statistics used"),
     ("sides[]", "", "each side's step statistics (fields: the 'step.' metrics, and label)"),
     ("steps[]", "", "each other side's step-time delta against the baseline"),
-    ("steps[].mean_ns", "ns", "mean B - A: {value, low, high}, low/high the 95 % bootstrap "
-     "interval (null: too few steps)"),
-    ("steps[].median_ns", "ns", "median B - A: {value, low, high}"),
-    ("steps[].mean_pct", "%", "mean B - A in % of A's mean: {value, low, high}"),
-    ("steps[].median_pct", "%", "median B - A in % of A's median: {value, low, high}"),
-    ("steps[].p_value", "", "two-sided Mann-Whitney U p-value of B's steps against A's"),
-    ("steps[].verdict", "", "slower, faster or no significant change"),
+    ("steps[].mean_ns", "ns", "mean B - A: {value, low, high}: the change of the geometric "
+     "mean of run means (one run a side: of the means), low/high its 95 % interval (between "
+     "runs when tested, else within runs; null: too few steps)"),
+    ("steps[].median_ns", "ns", "median B - A: {value, low, high}, of run medians likewise"),
+    ("steps[].mean_pct", "%", "mean B - A in % of A's: {value, low, high}"),
+    ("steps[].median_pct", "%", "median B - A in % of A's: {value, low, high}"),
+    ("steps[].within_median_ns", "ns", "median B - A with its 95 % within-run interval "
+     "(moving-block bootstrap of each run's steps, blocks of round(n^(1/3)) steps)"),
+    ("steps[].within_median_pct", "%", "the same in % of A's"),
+    ("steps[].p_value", "", "two-sided p-value of the run-level t-test on log run medians "
+     "(null with one run a side)"),
+    ("steps[].verdict", "", "slower, faster, no significant change, or not tested (one run "
+     "a side)"),
     ("steps[].significant", "", "verdict is slower or faster"),
-    ("steps[].method", "", "bootstrap (scipy, two independent samples) or hierarchical "
-     "bootstrap (runs, then steps within runs: a side pools several runs)"),
-    ("steps[].resamples", "", "bootstrap resamples behind the intervals"),
+    ("steps[].tested", "", "the run-level test was made (a side has two runs or more)"),
+    ("steps[].method", "", "how the change was judged: one run a side (within-run interval "
+     "only), Welch t-test on log run medians, or t-test of a single run against the other "
+     "side's runs"),
+    ("steps[].runs_baseline", "", "runs of the baseline side"),
+    ("steps[].runs_side", "", "runs of the side"),
+    ("steps[].between_run_pct", "%", "between-run spread the test saw: pooled sd of log run "
+     "medians, as a %"),
+    ("steps[].minimum_effect_pct", "%", "one run a side: the change the gate needs beyond "
+     "its limit (2 x the within-run interval's half-width)"),
+    ("steps[].detectable_pct", "%", "the change power is given for: the gate's, else 5 %"),
+    ("steps[].power", "", "the run-level test's power to detect detectable_pct at alpha "
+     "(noncentral t at the between-run spread)"),
+    ("steps[].runs_needed", "", "runs a side that would give 80 % power for "
+     "detectable_pct (null: more than 100)"),
+    ("steps[].resamples", "", "bootstrap resamples behind the within-run intervals"),
     ("steps[].line", "", "the verdict as the console prints it"),
     ("deltas[]", "", "every ranked delta: the CSV's columns, 'label' for 'side' (no unit)"),
     ("warnings", "", "apples-to-apples warnings, one line each"),
@@ -117,23 +139,31 @@ COMPARE_RULES: dict[str, Threshold] = {
     "compare_alpha": Threshold(
         rules.ALPHA,
         "p-value",
-        "significant when p < alpha and the median delta's interval excludes 0",
-        "the conventional 5 % level; the gate's 'significant (p < 0.05)'",
+        "a run-level test is significant when p < alpha (layers: Holm-adjusted)",
+        "the conventional 5 % level",
     ),
     "compare_confidence": Threshold(
-        rules.CONFIDENCE, "share", "level of every bootstrap interval", "1 - alpha"
+        rules.CONFIDENCE, "share", "level of every interval", "1 - alpha"
     ),
     "compare_resamples": Threshold(
         rules.RESAMPLES,
         "resamples",
-        "bootstrap resamples per interval (percentile method, fixed seed)",
+        "moving-block bootstrap resamples per within-run interval (percentile, fixed seed)",
         "Efron & Tibshirani 1993: 1000-2000 for percentile intervals",
     ),
     "compare_detectable_change": Threshold(
         rules.DETECTABLE_CHANGE,
         "share of the baseline mean",
-        "change the 'too few steps' warning sizes the steps for, at 80 % power",
+        "change the power and runs needed are given for (without --gate), and the 'too "
+        "few steps' warning sizes the steps for, at 80 % power",
         f"{_CHOICE}; 80 % power: Cohen 1988",
+    ),
+    "compare_min_effect_factor": Threshold(
+        rules.MIN_EFFECT_FACTOR,
+        "x half-width",
+        "one run a side: the gate fails only beyond its limit and beyond this many half-"
+        "widths of the within-run interval of the median's change",
+        f"{_CHOICE}; its false alarms are measured by scripts/compare_study.py",
     ),
     "compare_min_steps": Threshold(
         rules.MIN_STEPS,

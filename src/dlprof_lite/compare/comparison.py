@@ -17,7 +17,14 @@ from typing import Any
 from dlprof_lite.compare import checks
 from dlprof_lite.compare.deltas import Delta, renamed_layers, side_deltas
 from dlprof_lite.compare.side import Side
-from dlprof_lite.compare.stats import Estimate, StepDelta, StepStats, step_delta, step_stats
+from dlprof_lite.compare.stats import (
+    WELCH,
+    Estimate,
+    StepDelta,
+    StepStats,
+    step_delta,
+    step_stats,
+)
 from dlprof_lite.report.advice import ms
 from dlprof_lite.rules import compare as rules
 
@@ -53,7 +60,8 @@ class Comparison:
             },
             "sides": [asdict(s) for s in self.sides],
             "steps": [
-                {**asdict(d), "significant": d.significant, "line": verdict_line(d)}
+                {**asdict(d), "significant": d.significant, "tested": d.tested,
+                 "line": verdict_line(d)}
                 for d in self.steps
             ],
             "deltas": [d.row() for d in self.deltas],
@@ -62,9 +70,14 @@ class Comparison:
 
 
 def compare_sides(
-    sides: Sequence[Side], *, resamples: int = rules.RESAMPLES, seed: int = rules.SEED
+    sides: Sequence[Side],
+    *,
+    resamples: int = rules.RESAMPLES,
+    seed: int = rules.SEED,
+    detectable: float = rules.DETECTABLE_CHANGE,
 ) -> Comparison:
-    """Compare every side after the first with the first (see the module docstring)."""
+    """Compare every side after the first with the first (see the module docstring);
+    ``detectable``: the relative change the run-level power is given for (the gate's)."""
     checks.refuse(sides)
     stats = tuple(step_stats(s) for s in sides)
     base = sides[0]
@@ -72,7 +85,7 @@ def compare_sides(
     deltas: list[Delta] = []
     warnings = checks.environment_warnings(sides)
     for other, other_stats in zip(sides[1:], stats[1:], strict=True):
-        step = step_delta(base, other, resamples=resamples, seed=seed)
+        step = step_delta(base, other, resamples=resamples, seed=seed, detectable=detectable)
         steps.append(step)
         renames = renamed_layers(base, other)
         found = side_deltas(base, other, renames)
@@ -99,24 +112,39 @@ def signed_ms(ns: float) -> str:
     return ("+" if ns > 0 else "") + ms(ns)
 
 
-def _interval(est: Estimate, pct: Estimate) -> str:
-    if est.low is None or est.high is None:
+def _pct_interval(pct: Estimate) -> str:
+    if pct.low is None or pct.high is None:
         return "no interval: too few steps"
-    text = f"95 % CI {signed_ms(est.low)} to {signed_ms(est.high)}"
-    if pct.low is not None and pct.high is not None:
-        text += f", {pct.low:+.1f} % to {pct.high:+.1f} %"
-    return text
+    return f"95 % CI {pct.low:+.1f} % to {pct.high:+.1f} %"
 
 
 def p_text(p: float | None) -> str:
     return "p = ?" if p is None else f"p = {p:.2g}"
 
 
+def _tested_tail(d: StepDelta) -> str:
+    """How the run-level test was made, and what it could see."""
+    test = "Welch t-test" if d.method == WELCH else "t-test against the other side's runs"
+    text = (f"{test} on run medians, {p_text(d.p_value)}, {d.runs_side} vs {d.runs_baseline} "
+            f"runs, between-run spread {d.between_run_pct or 0.0:.1f} %")  # fmt: skip
+    if d.power is not None:
+        text += f"; power {d.power * 100:.0f} % to detect a {d.detectable_pct:g} % change"
+        if d.power < rules.POWER:
+            more = (f"{d.runs_needed} runs a side" if d.runs_needed is not None
+                    else f"more than {rules.MAX_RUNS} runs a side")  # fmt: skip
+            text += f" ({more} for {rules.POWER * 100:.0f} %)"
+    return text
+
+
 def verdict_line(d: StepDelta) -> str:
-    """``B vs A: slower: median +6.02 ms (+6.0 %; 95 % CI ...), mean ..., p = 1e-09``."""
-    return (
-        f"{d.label} vs {d.baseline}: {d.verdict}: median {signed_ms(d.median_ns.value)} "
-        f"({d.median_pct.value:+.1f} %; {_interval(d.median_ns, d.median_pct)}), mean "
-        f"{signed_ms(d.mean_ns.value)} ({d.mean_pct.value:+.1f} %; "
-        f"{_interval(d.mean_ns, d.mean_pct)}), Mann-Whitney {p_text(d.p_value)}"
-    )
+    """One line: the verdict, the median's and the mean's change, how it was judged."""
+    head = (f"{d.label} vs {d.baseline}: {d.verdict}: median {signed_ms(d.median_ns.value)} "
+            f"({d.median_pct.value:+.1f} %, ")  # fmt: skip
+    mean = f"mean {signed_ms(d.mean_ns.value)} ({d.mean_pct.value:+.1f} %)"
+    if not d.tested:
+        return (head + f"within-run {_pct_interval(d.within_median_pct)}), {mean}; the "
+                "run-to-run spread is unknown, so no significance is claimed: repeat each "
+                "side (--repeat 3) to test it")  # fmt: skip
+    return (head + f"{_pct_interval(d.median_pct)} between runs, within-run "
+            f"{_pct_interval(d.within_median_pct).removeprefix('95 % CI ')}), {mean}; "
+            + _tested_tail(d))  # fmt: skip

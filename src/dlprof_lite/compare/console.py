@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
+from dlprof_lite.compare.comparison import Comparison, p_text, signed_ms, verdict_line
 from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
 from dlprof_lite.narrow import print_fitting
@@ -107,9 +107,12 @@ def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> Tit
     if not entities:
         return None
     gpu = any(r.metric == _LAYER_GPU and (r.value or r.baseline_value) for r in rows)
+    tested = any(r.p_value is not None for r in rows)
     headings = ["layer", "dir", "self wall: baseline", "side", "change", "%"]
     if gpu:
         headings += ["self GPU: baseline", "side", "change", "%"]
+    if tested:
+        headings += ["runs test"]
     table = _new_table(headings)
     for e in entities:
         first = next(iter(e.values()))
@@ -117,9 +120,26 @@ def _layers_table(rows: Sequence[Delta], top: int, base: str, label: str) -> Tit
         cells = [first.direction, *_delta_cells(e.get(_LAYER_WALL))]
         if gpu:
             cells += _delta_cells(e.get(_LAYER_GPU))
+        if tested:
+            cells.append(_layer_test(e))
         table.add_row(_t(name), *(_t(c) for c in cells))
     title = f"layers, by change of self time per step, median over steps ({label} vs {base})"
+    if tested:
+        title = (f"layers, those the runs call slower or faster first, then by change of self "
+                 f"time per step, median over steps ({label} vs {base})")  # fmt: skip
     return title, table
+
+
+def _layer_test(entity: dict[str, Delta]) -> str:
+    """The run-level test of a layer's ranked figures: ``slower p = 0.003`` (Holm-adjusted),
+    ``-`` when none was tested (a figure 0 in some run)."""
+    found = [entity[m] for m in (_LAYER_WALL, _LAYER_GPU) if m in entity
+             and entity[m].p_value is not None]  # fmt: skip
+    if not found:
+        return "-"
+    best = min(found, key=lambda d: d.p_value or 1.0)
+    word = best.verdict if best.verdict in (SLOWER, FASTER) else "no change"
+    return f"{word} {p_text(best.p_value)}"
 
 
 def _simple_table(

@@ -32,7 +32,9 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.compare.side import Side
+from dlprof_lite.compare.stats import FASTER, NO_CHANGE, SLOWER, UNTESTED, RunTest, run_test
 from dlprof_lite.report.summary_types import number
+from dlprof_lite.rules import compare as rules
 from dlprof_lite.rules.wrappers import adds_wrappers, without_wrappers
 from dlprof_lite.store.record import RunRecord
 
@@ -76,6 +78,8 @@ class Delta:
     delta_pct: float | None
     rank: int
     status: str
+    p_value: float | None = None
+    verdict: str = ""
 
     def row(self) -> dict[str, object]:
         """The fields as a plain dict (every number a finite float or None)."""
@@ -88,13 +92,15 @@ def table_steps(run: RunRecord) -> int:
     return int(steps) if steps else len(run.analysed())
 
 
-def _pooled(side: Side, per_run: Callable[[RunRecord], tuple[pd.DataFrame, int]]) -> pd.DataFrame:
-    """Mean over the side's runs, weighted by steps, of each run's per-step frame (indexed by
+PerRun = Callable[[RunRecord], tuple[pd.DataFrame, int]]
+
+
+def _pooled(frames: Sequence[tuple[pd.DataFrame, int]]) -> pd.DataFrame:
+    """Mean over a side's runs, weighted by steps, of each run's per-step frame (indexed by
     the entity, one column per metric); an entity missing from a run counts 0 there."""
     total: pd.DataFrame | None = None
     steps = 0
-    for run in side.runs:
-        frame, weight = per_run(run)
+    for frame, weight in frames:
         weighted = frame * weight
         total = weighted if total is None else total.add(weighted, fill_value=0.0)
         steps += weight
@@ -157,11 +163,13 @@ def _summary_value(side: Side, field: str) -> float | None:
 
 def _rows(
     section: str, a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str],
-    ranked_by: Sequence[str],
+    ranked_by: Sequence[str], tests: Mapping[tuple[str, str], Tested] | None = None,
 ) -> list[Delta]:  # fmt: skip
     """Delta rows of a section from A's and B's pooled frames (entity x "[dir.]metric"),
     ranked by their entity's change (largest first; ties by name), an entity being a name
-    and a direction; each entity's metrics stay in their column order."""
+    and a direction; each entity's metrics stay in their column order. ``tests``: the
+    run-level tests of the ranked metrics ({(entity, "dir.metric"): (p, verdict)}); an
+    entity with a significant one comes first."""
     both = a.merge(b, how="outer", left_index=True, right_index=True, suffixes=("\0a", "\0b"),
                    sort=True)  # fmt: skip
     names = [str(n) for n in both.index.tolist()]
@@ -171,7 +179,11 @@ def _rows(
     for col in a.columns if len(a.columns) else b.columns:
         groups.setdefault(col.split(".")[0] if "." in col else "", []).append(col)
     zero = pd.Series(0.0, index=both.index)
-    entities: list[tuple[float, str, str, int]] = []  # (-change, name, direction, row)
+    tested = tests or {}
+    flagged = {(n, c.split(".")[0] if "." in c else "") for (n, c), (_, v) in tested.items()
+               if v in (SLOWER, FASTER)}  # fmt: skip
+    # (not flagged, -change, name, direction, row): flagged entities first
+    entities: list[tuple[bool, float, str, str, int]] = []
     values: dict[str, tuple[list[float], list[float]]] = {}
     for direction, cols in groups.items():
         for c in cols:
@@ -181,17 +193,67 @@ def _rows(
             )
         keys = [c for c in cols if c.split(".")[-1] in ranked_by]
         change = np.max([np.abs(np.subtract(values[c][1], values[c][0])) for c in keys], axis=0)
-        entities += [(-float(change[i]), n, direction, i) for i, n in enumerate(names)]
+        entities += [((n, direction) not in flagged, -float(change[i]), n, direction, i)
+                     for i, n in enumerate(names)]  # fmt: skip
     entities.sort()
     out: list[Delta] = []
-    for rank, (_, name, direction, i) in enumerate(entities, start=1):
+    for rank, (_, _, name, direction, i) in enumerate(entities, start=1):
         for c in groups[direction]:
             base, value = values[c][0][i], values[c][1][i]
             pct = (value - base) / base * 100.0 if base else None
             metric = c.split(".")[-1]
+            p, verdict = tested.get((name, c), (None, ""))
             out.append(Delta(section, name, direction, metric, labels[1], labels[0],
-                             value, base, value - base, pct, rank, status[i]))  # fmt: skip
+                             value, base, value - base, pct, rank, status[i], p,
+                             verdict))  # fmt: skip
     return out
+
+
+Tested = tuple[float | None, str]  # (Holm-adjusted p or None, verdict)
+
+
+def layer_tests(
+    a: Sequence[pd.DataFrame], b: Sequence[pd.DataFrame], ranked_by: Sequence[str]
+) -> dict[tuple[str, str], Tested]:
+    """The run-level test (:func:`~dlprof_lite.compare.stats.run_test`, log scale) of each
+    entity's ranked metrics over the runs' per-step frames, Holm-adjusted over every test
+    of the pair (Holm, Scandinavian Journal of Statistics 1979: the chance of any false
+    "slower" among the layers stays within alpha). One run a side: every ranked metric
+    "not tested"; a metric 0 in some run (a layer a run lacks, a CPU run's GPU time) is left
+    untested (empty verdict)."""
+    columns = sorted({c for f in (*a, *b) for c in f.columns if c.split(".")[-1] in ranked_by})
+    names = sorted({str(n) for f in (*a, *b) for n in f.index})
+    if max(len(a), len(b)) < 2:
+        return {(n, c): (None, UNTESTED) for n in names for c in columns}
+    keys: list[tuple[str, str]] = []
+    found: list[RunTest] = []
+    for c in columns:
+        va = np.array([f[c].reindex(names, fill_value=0.0).to_numpy(float) for f in a])
+        vb = np.array([f[c].reindex(names, fill_value=0.0).to_numpy(float) for f in b])
+        for i, n in enumerate(names):
+            if np.all(va[:, i] > 0) and np.all(vb[:, i] > 0):
+                test = run_test(np.log(va[:, i]).tolist(), np.log(vb[:, i]).tolist())
+                if test is not None:
+                    keys.append((n, c))
+                    found.append(test)
+    adjusted = holm([t.p_value for t in found])
+    out: dict[tuple[str, str], Tested] = {}
+    for key, test, p in zip(keys, found, adjusted, strict=True):
+        verdict = NO_CHANGE if p >= rules.ALPHA else SLOWER if test.diff > 0 else FASTER
+        out[key] = (p, verdict)
+    return out
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def _finite(values: pd.Series) -> np.ndarray:
@@ -255,11 +317,16 @@ def side_deltas(a: Side, b: Side, renames: Mapping[str, str] | None = None) -> t
     ``renames`` (default :func:`renamed_layers`)."""
     labels = (a.label, b.label)
     names = renamed_layers(a, b) if renames is None else renames
-    phases = _rows(PHASE, _pooled(a, _phase_frame), _pooled(b, _phase_frame), labels,
-                   PHASE_RANKED_BY)  # fmt: skip
-    layers = _rows(LAYER, _renamed(_pooled(a, _layer_frame), names),
-                   _renamed(_pooled(b, _layer_frame), names), labels,
-                   LAYER_RANKED_BY)  # fmt: skip
-    kernels = _rows(KERNEL, _pooled(a, _kernel_frame), _pooled(b, _kernel_frame), labels,
-                    ("gpu_ns",))  # fmt: skip
+
+    def frames(side: Side, per_run: PerRun) -> list[tuple[pd.DataFrame, int]]:
+        return [per_run(run) for run in side.runs]
+
+    phases = _rows(PHASE, _pooled(frames(a, _phase_frame)), _pooled(frames(b, _phase_frame)),
+                   labels, PHASE_RANKED_BY)  # fmt: skip
+    layer_a = [(_renamed(f, names), w) for f, w in frames(a, _layer_frame)]
+    layer_b = [(_renamed(f, names), w) for f, w in frames(b, _layer_frame)]
+    tests = layer_tests([f for f, _ in layer_a], [f for f, _ in layer_b], LAYER_RANKED_BY)
+    layers = _rows(LAYER, _pooled(layer_a), _pooled(layer_b), labels, LAYER_RANKED_BY, tests)
+    kernels = _rows(KERNEL, _pooled(frames(a, _kernel_frame)),
+                    _pooled(frames(b, _kernel_frame)), labels, ("gpu_ns",))  # fmt: skip
     return (*phases, *layers, *kernels, *_summary_rows(a, b))

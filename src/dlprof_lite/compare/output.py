@@ -58,8 +58,9 @@ def _step_rows(
         if d is not None and metric in _ESTIMATED:
             est: Estimate = getattr(d, _ESTIMATED[metric][0])
             pct: Estimate = getattr(d, _ESTIMATED[metric][1])
-            row.update(ci_low=est.low, ci_high=est.high, ci_pct_low=pct.low,
-                       ci_pct_high=pct.high, p_value=d.p_value, verdict=d.verdict)  # fmt: skip
+            row.update(delta=est.value, delta_pct=pct.value, ci_low=est.low,
+                       ci_high=est.high, ci_pct_low=pct.low, ci_pct_high=pct.high,
+                       p_value=d.p_value, verdict=d.verdict)  # fmt: skip
         rows.append(row)
     return rows
 

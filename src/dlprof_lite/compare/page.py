@@ -136,9 +136,10 @@ def _verdict(c: Comparison) -> str:
         for s in c.sides
     )  # fmt: skip
     table = f'<table id="step-stats"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-    settings = (f'<p class="note">baseline {esc(c.baseline)}; Mann-Whitney U at alpha '
-                f"{c.alpha:g}, {c.confidence:.0%} bootstrap intervals ({c.resamples} "
-                f"resamples, seed {c.seed})</p>")  # fmt: skip
+    settings = (f'<p class="note">baseline {esc(c.baseline)}; runs are the samples: a '
+                f"t-test on log run medians at alpha {c.alpha:g} (one run a side: not "
+                f"tested); within-run {c.confidence:.0%} intervals by moving-block bootstrap "
+                f"({c.resamples} resamples, seed {c.seed})</p>")  # fmt: skip
     warn = "".join(f"<li>{esc(w)}</li>" for w in c.warnings)
     return section("verdict", "Verdict", [*lines, table, settings,
                                            f"<ul>{warn}</ul>" if warn else ""])  # fmt: skip

@@ -1,39 +1,42 @@
-"""Step-time statistics of a side, and B - A with confidence intervals, a p-value and a verdict.
+"""Step-time statistics of a side, and B - A: its size, a within-run interval, a test on runs.
 
 Place in the pipeline: compare (pure; sides in, frozen results out).
 
-What is computed, over each side's analysed steps (``Side.step_ns()``, every run pooled):
+Why runs, not steps, are the samples. A run's steps share one machine state (other load,
+clocks, caches, thermal state), so they are not independent samples of the code's speed: a
+test over pooled steps answers "were these two runs different", which a rerun of unchanged
+code on a loaded machine answers "yes" at p = 1e-8. The statistics work at two levels:
 
-- per side: n, mean, median, sample std, p10, p90 (linear), min, max; for a side of several
-  runs also the within-run spread (pooled within-run std: ``sqrt(sum((n_r - 1) s_r^2) /
-  sum(n_r - 1))``) and the between-run spread (sample std of the run means), apart;
-- B - A for the mean and the median, in ns and in % of A's, each with a 95 % percentile
-  bootstrap interval, and the two-sided Mann-Whitney U p-value of B's steps against A's
-  (``scipy.stats.mannwhitneyu``, its automatic exact/asymptotic choice).
+- **Within runs** (every comparison): B - A of the median and of the mean step, with a 95 %
+  *moving-block bootstrap* interval (Kuensch, Annals of Statistics 1989): each run's steps
+  are resampled in contiguous blocks of ``round(n^(1/3))`` steps (the order Hall, Horowitz
+  & Jing, Biometrika 1995, give for the optimal block), so a slow stretch of neighbouring
+  steps stays together and autocorrelation widens the interval as it should; runs are kept
+  as they are. It says how precisely each run's own level is known, not how far a rerun
+  would move it.
+- **Between runs** (at least three runs in all, one side with two or more): each run's
+  median step is one sample, on a log scale (load slows a run by a factor). B - A is the
+  difference of the sides' mean log run medians, shown as the ratio of their geometric
+  means in % and as that ratio's ns; Welch's t-test when both sides have two or more runs,
+  else a t-test of the single run against the other side's runs (their spread standing for
+  both sides', ``df = runs - 1``), with the matching t interval. The power the test had to
+  detect a change of the size that matters (the gate's, else ``DETECTABLE_CHANGE``) and the
+  runs a side that would give ``POWER`` for it come from the noncentral t distribution at
+  the observed between-run spread.
 
-Intervals. Two single-run sides are two independent samples: ``scipy.stats.bootstrap``
-resamples each on its own (percentile method, vectorized statistic, fixed seed). When a side
-pools several runs its steps are not independent (a run's steps share that run's machine
-state), so resampling steps alone would leave the run-to-run spread out of the interval.
-scipy resamples observations only, so that case is resampled here with numpy, in two
-stages: each resample draws the runs with replacement, then, for each drawn run, as many
-steps as the slot's run had, with replacement from the drawn run (a single-run side is then
-ordinary step resampling). The interval is the same percentile interval of the same
-statistic.
-
-Verdict: "slower" (or "faster") only when both hold: p < alpha (0.05), and the median
-delta's 95 % interval lies wholly above (below) 0; otherwise "no significant change". Two
-tests must agree because each misses something: Mann-Whitney treats pooled steps as
-independent (too confident when runs differ), the interval captures the between-run spread
-but alone is no test. A side with fewer than 2 steps gets no interval and no verdict but
-"no significant change".
+Verdicts. "slower" or "faster" only from the run-level test, p < alpha. With one run a side
+the run-to-run spread is unknown: the verdict is "not tested (one run a side)", with the
+effect size and the within-run interval, and the *minimum effect* (``MIN_EFFECT_FACTOR``
+times the within-run interval's half-width) the gate needs before it fails on one run.
+With one run a side, the point estimates are plain: median(B) - median(A), mean(B) - mean(A).
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -42,8 +45,11 @@ from dlprof_lite.compare.side import Side
 from dlprof_lite.rules import compare as rules
 
 SLOWER, FASTER, NO_CHANGE = "slower", "faster", "no significant change"
-BOOTSTRAP, HIERARCHICAL = "bootstrap", "hierarchical bootstrap"
-# Resamples per vectorized batch: memory is batch x steps floats per side.
+UNTESTED = "not tested (one run a side)"
+ONE_RUN = "one run a side: moving-block bootstrap within the runs"
+WELCH = "runs: Welch t-test on log run medians"
+AGAINST_SPREAD = "runs: t-test of the single run against the other side's runs"
+# Resamples per vectorized batch: memory is batch x steps floats per run.
 _BATCH = 250
 
 
@@ -77,10 +83,23 @@ class Estimate:
     def excludes_zero(self) -> bool:
         return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
 
+    def half_width(self) -> float | None:
+        if self.low is None or self.high is None:
+            return None
+        return (self.high - self.low) / 2.0
+
 
 @dataclass(frozen=True)
 class StepDelta:
-    """Side ``label`` minus the baseline side: mean and median, ns and % of the baseline's."""
+    """Side ``label`` minus the baseline side (see the module docstring).
+
+    ``mean_ns``/``median_ns``/``mean_pct``/``median_pct``: the change with the interval of
+    ``method`` (between runs when tested, else within runs); ``within_median_ns``/
+    ``within_median_pct``: the within-run interval of the median's change, always;
+    ``p_value``: the run-level test's (None with one run a side); ``between_run_pct``: the
+    between-run spread the test saw (sd of log run medians, in %); ``minimum_effect_pct``:
+    one run a side, the change the gate needs beyond its limit; ``power``: the test's power
+    to detect ``detectable_pct``; ``runs_needed``: runs a side for ``POWER`` at it."""
 
     label: str
     baseline: str
@@ -88,14 +107,27 @@ class StepDelta:
     median_ns: Estimate
     mean_pct: Estimate
     median_pct: Estimate
+    within_median_ns: Estimate
+    within_median_pct: Estimate
     p_value: float | None
     verdict: str
     method: str
+    runs_baseline: int
+    runs_side: int
+    between_run_pct: float | None
+    minimum_effect_pct: float | None
+    detectable_pct: float
+    power: float | None
+    runs_needed: int | None
     resamples: int
 
     @property
     def significant(self) -> bool:
-        return self.verdict != NO_CHANGE
+        return self.verdict in (SLOWER, FASTER)
+
+    @property
+    def tested(self) -> bool:
+        return self.verdict != UNTESTED
 
 
 def step_stats(side: Side) -> StepStats:
@@ -126,120 +158,228 @@ def step_stats(side: Side) -> StepStats:
     )
 
 
-def _deltas(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    """[mean B - A, median B - A, the same in % of A's], along ``axis`` (vectorized)."""
-    mean_a, mean_b = np.mean(a, axis=axis), np.mean(b, axis=axis)
-    med_a, med_b = np.median(a, axis=axis), np.median(b, axis=axis)
+# --- within runs: the moving-block bootstrap ---------------------------------------------
+
+
+def block_length(n: int) -> int:
+    """Steps per block for a run of ``n`` steps: ``round(n^(1/3))``, at least 1."""
+    size: int = round(n ** (1.0 / 3.0))
+    return max(1, size)
+
+
+def block_resample(rng: np.random.Generator, steps: np.ndarray, count: int) -> np.ndarray:
+    """``count`` moving-block resamples of one run's steps, as a (count, n) array: blocks of
+    :func:`block_length` contiguous steps, starts drawn uniformly, cut to ``n``."""
+    n = steps.size
+    size = block_length(n)
+    blocks = math.ceil(n / size)
+    starts = rng.integers(0, n - size + 1, size=(count, blocks))
+    index = (starts[:, :, None] + np.arange(size)).reshape(count, blocks * size)[:, :n]
+    out: np.ndarray = steps[index]
+    return out
+
+
+def _log_level(runs: Sequence[np.ndarray], stat: str, axis: int = -1) -> np.ndarray:
+    """The mean over runs of log(each run's median or mean step)."""
+    pick = np.median if stat == "median" else np.mean
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.stack([
-            mean_b - mean_a,
-            med_b - med_a,
-            (mean_b / mean_a - 1.0) * 100.0,
-            (med_b / med_a - 1.0) * 100.0,
-        ])  # fmt: skip
+        levels = [np.log(np.maximum(pick(r, axis=axis), 1.0)) for r in runs]
+    out: np.ndarray = np.mean(levels, axis=0)
+    return out
 
 
-def _scipy_interval(
-    a: np.ndarray, b: np.ndarray, resamples: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a degenerate sample (all steps equal) warns
-        result = sps.bootstrap(
-            (a, b),
-            _deltas,
-            n_resamples=resamples,
-            batch=_BATCH,
-            vectorized=True,
-            paired=False,
-            axis=-1,
-            confidence_level=rules.CONFIDENCE,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-    ci = result.confidence_interval
-    return np.asarray(ci.low, dtype=float), np.asarray(ci.high, dtype=float)
+def _changes(a: Sequence[np.ndarray], b: Sequence[np.ndarray], axis: int = -1) -> np.ndarray:
+    """[mean change ns, median change ns, mean %, median %] of the geometric means of run
+    means / medians (one run a side: plain mean and median), along ``axis``."""
+    out = []
+    for stat in ("mean", "median"):
+        level_a, level_b = np.exp(_log_level(a, stat, axis)), np.exp(_log_level(b, stat, axis))
+        out.append((level_b - level_a, (level_b / level_a - 1.0) * 100.0))
+    (mean_ns, mean_pct), (median_ns, median_pct) = out
+    return np.stack([mean_ns, median_ns, mean_pct, median_pct])
 
 
-def _resample_runs(rng: np.random.Generator, runs: Sequence[np.ndarray], count: int) -> np.ndarray:
-    """``count`` two-stage resamples of a side (runs, then steps within each drawn run),
-    as a (count, steps) array."""
-    sizes = np.array([r.size for r in runs], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    flat = np.concatenate(list(runs))
-    slot = np.repeat(np.arange(len(runs)), sizes)  # the run slot of each step position
-    drawn = rng.integers(0, len(runs), size=(count, len(runs)))[:, slot]
-    within = (rng.random((count, flat.size)) * sizes[drawn]).astype(np.int64)
-    return flat[offsets[drawn] + within]
-
-
-def _hierarchical_interval(
+def _within_interval(
     a: Sequence[np.ndarray], b: Sequence[np.ndarray], resamples: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of :func:`_changes` over moving-block resamples of every run."""
     rng = np.random.default_rng(seed)
     parts = []
     for start in range(0, resamples, _BATCH):
         count = min(_BATCH, resamples - start)
-        parts.append(_deltas(_resample_runs(rng, a, count), _resample_runs(rng, b, count)))
+        ra = [block_resample(rng, r, count) for r in a]
+        rb = [block_resample(rng, r, count) for r in b]
+        parts.append(_changes(ra, rb, axis=1))
     dist = np.concatenate(parts, axis=1)  # (4, resamples)
     tail = (1.0 - rules.CONFIDENCE) / 2.0 * 100.0
     low, high = np.nanpercentile(dist, [tail, 100.0 - tail], axis=1)
     return low, high
 
 
-def _p_value(a: np.ndarray, b: np.ndarray) -> float | None:
-    if a.size == 0 or b.size == 0:
+# --- between runs: a t-test on log run medians ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunTest:
+    """The run-level test of log levels: difference, its t interval, p, df and the pooled
+    between-run sd it used (log scale)."""
+
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    df: float
+    spread: float
+
+
+def run_test(a: Sequence[float], b: Sequence[float], alpha: float = rules.ALPHA) -> RunTest | None:
+    """B - A of log-scale run levels ``a``, ``b`` (see the module docstring); None when
+    neither side has two runs."""
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    na, nb = xa.size, xb.size
+    if na < 1 or nb < 1 or max(na, nb) < 2:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = float(sps.mannwhitneyu(b, a, alternative="two-sided").pvalue)
-    return p if np.isfinite(p) else None
+    diff = float(np.mean(xb) - np.mean(xa))
+    if na >= 2 and nb >= 2:
+        va, vb = float(np.var(xa, ddof=1)), float(np.var(xb, ddof=1))
+        se2 = va / na + vb / nb
+        denom = (va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)
+        df = se2 * se2 / denom if denom > 0 else float(na + nb - 2)
+    else:
+        many = xa if na >= 2 else xb
+        va = vb = float(np.var(many, ddof=1))
+        se2 = va * (1.0 / na + 1.0 / nb)
+        df = float(many.size - 1)
+    spread = pooled_spread([xa, xb])
+    se = math.sqrt(se2)
+    if se == 0.0:  # every run alike on both sides: a difference is exact, none is none
+        return RunTest(diff, diff, diff, 1.0 if diff == 0.0 else 0.0, df, spread)
+    t = diff / se
+    p = float(2.0 * sps.t.sf(abs(t), df))
+    margin = float(sps.t.ppf(1.0 - alpha / 2.0, df)) * se
+    return RunTest(diff, diff - margin, diff + margin, p, df, spread)
+
+
+def pooled_spread(groups: Sequence[np.ndarray]) -> float:
+    """Pooled sample sd of the groups with two or more values (0 when none has)."""
+    dof = sum(g.size - 1 for g in groups if g.size > 1)
+    if dof == 0:
+        return 0.0
+    return math.sqrt(sum(float(np.var(g, ddof=1)) * (g.size - 1) for g in groups if g.size > 1)
+                     / dof)  # fmt: skip
+
+
+def run_spread(side: Side) -> float:
+    """The sd of log run medians of a side's runs with steps (0 with fewer than two)."""
+    levels = [math.log(max(float(np.median(r.step_ns())), 1.0)) for r in side.runs
+              if r.step_ns().size]  # fmt: skip
+    return pooled_spread([np.asarray(levels)])
+
+
+def power(change: float, spread: float, na: int, nb: int, alpha: float = rules.ALPHA) -> float:
+    """Power of the two-sided run-level t-test to detect a relative ``change`` (0.05: 5 %)
+    at log-scale between-run sd ``spread``, ``na`` and ``nb`` runs (noncentral t)."""
+    if spread <= 0.0:
+        return 1.0
+    df = max(na + nb - 2, 1)
+    ncp = math.log1p(change) / (spread * math.sqrt(1.0 / na + 1.0 / nb))
+    crit = float(sps.t.ppf(1.0 - alpha / 2.0, df))
+    return float(sps.nct.sf(crit, df, ncp) + sps.nct.cdf(-crit, df, ncp))
+
+
+def runs_needed(change: float, spread: float, alpha: float = rules.ALPHA) -> int | None:
+    """Runs a side that give ``POWER`` to detect ``change`` at ``spread``; None beyond
+    ``MAX_RUNS``."""
+    for n in range(2, rules.MAX_RUNS + 1):
+        if power(change, spread, n, n, alpha) >= rules.POWER:
+            return n
+    return None
+
+
+# --- the delta -------------------------------------------------------------------------------
 
 
 def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def verdict(p_value: float | None, median: Estimate, alpha: float = rules.ALPHA) -> str:
-    """The rule of the module docstring: p < alpha and the median delta's CI excludes 0."""
-    if p_value is None or p_value >= alpha or not median.excludes_zero():
-        return NO_CHANGE
-    return SLOWER if median.value > 0 else FASTER
-
-
 def step_delta(
     baseline: Side,
     other: Side,
     *,
+    detectable: float = rules.DETECTABLE_CHANGE,
     resamples: int = rules.RESAMPLES,
     seed: int = rules.SEED,
     alpha: float = rules.ALPHA,
 ) -> StepDelta:
-    """``other`` minus ``baseline``: mean and median deltas with intervals, p and verdict."""
-    a, b = baseline.step_ns(), other.step_ns()
-    point = _deltas(a, b)
-    hierarchical = len(baseline.runs) > 1 or len(other.runs) > 1
-    low: list[float | None] = [None] * 4
-    high: list[float | None] = [None] * 4
-    if a.size > 1 and b.size > 1:
-        if hierarchical:
-            lo, hi = _hierarchical_interval(
-                [r.step_ns() for r in baseline.runs], [r.step_ns() for r in other.runs],
-                resamples, seed,
-            )  # fmt: skip
-        else:
-            lo, hi = _scipy_interval(a, b, resamples, seed)
-        low, high = [_finite(v) for v in lo], [_finite(v) for v in hi]
-    est = [Estimate(float(point[i]), low[i], high[i]) for i in range(4)]
-    p = _p_value(a, b)
+    """``other`` minus ``baseline`` (see the module docstring); ``detectable``: the relative
+    change the power and the runs needed are given for."""
+    a = [r.step_ns() for r in baseline.runs]
+    b = [r.step_ns() for r in other.runs]
+    point = _changes(a, b)
+    within: list[Estimate] = [Estimate(float(point[i]), None, None) for i in range(4)]
+    if all(r.size > 1 for r in a) and all(r.size > 1 for r in b):
+        lo, hi = _within_interval(a, b, resamples, seed)
+        within = [Estimate(float(point[i]), _finite(lo[i]), _finite(hi[i])) for i in range(4)]
+    test = run_test(_logs(a, np.median), _logs(b, np.median), alpha)
+    if test is None:
+        shown = within
+        verdict, method, p = UNTESTED, ONE_RUN, None
+        half = within[3].half_width()
+        minimum = None if half is None else rules.MIN_EFFECT_FACTOR * half
+        pw, needed, spread = None, None, None
+    else:
+        shown = _run_estimates(point, test, a, b)
+        p = test.p_value
+        verdict = NO_CHANGE if p >= alpha else SLOWER if test.diff > 0 else FASTER
+        method = WELCH if min(len(a), len(b)) >= 2 else AGAINST_SPREAD
+        minimum = None
+        pw = power(detectable, test.spread, len(a), len(b), alpha)
+        needed, spread = runs_needed(detectable, test.spread, alpha), test.spread
     return StepDelta(
         label=other.label,
         baseline=baseline.label,
-        mean_ns=est[0],
-        median_ns=est[1],
-        mean_pct=est[2],
-        median_pct=est[3],
+        mean_ns=shown[0],
+        median_ns=shown[1],
+        mean_pct=shown[2],
+        median_pct=shown[3],
+        within_median_ns=within[1],
+        within_median_pct=within[3],
         p_value=p,
-        verdict=verdict(p, est[1], alpha),
-        method=HIERARCHICAL if hierarchical else BOOTSTRAP,
+        verdict=verdict,
+        method=method,
+        runs_baseline=len(a),
+        runs_side=len(b),
+        between_run_pct=None if spread is None else math.expm1(spread) * 100.0,
+        minimum_effect_pct=minimum,
+        detectable_pct=detectable * 100.0,
+        power=pw,
+        runs_needed=needed,
         resamples=resamples,
     )
+
+
+def _logs(runs: Sequence[np.ndarray], pick: Callable[[np.ndarray], Any]) -> list[float]:
+    """log of each run's level (its median or mean step; a level of 0 counts as 1 ns)."""
+    return [math.log(max(float(pick(r)), 1.0)) for r in runs]
+
+
+def _run_estimates(
+    point: np.ndarray, test: RunTest, a: Sequence[np.ndarray], b: Sequence[np.ndarray]
+) -> list[Estimate]:
+    """The median's change with the run-level t interval (ns: the ratio's interval times
+    A's level); the mean's with the same test run on log run means."""
+    out: list[Estimate] = []
+    for stat, index in (("mean", 0), ("median", 1)):
+        pick = np.median if stat == "median" else np.mean
+        t = (test if stat == "median"
+             else run_test(_logs(a, pick), _logs(b, pick)) or test)  # fmt: skip
+        level_a = float(np.exp(_log_level(a, stat)))
+        pct = Estimate(float(point[index + 2]), math.expm1(t.low) * 100.0,
+                       math.expm1(t.high) * 100.0)  # fmt: skip
+        ns = Estimate(float(point[index]), level_a * math.expm1(t.low),
+                      level_a * math.expm1(t.high))  # fmt: skip
+        out.append(ns)
+        out.append(pct)
+    mean_ns, mean_pct, median_ns, median_pct = out
+    return [mean_ns, median_ns, mean_pct, median_pct]
