@@ -192,7 +192,8 @@ def _records(root: Path) -> dict[str, RunRecord]:
     from dlprof_lite import open_report
     from dlprof_lite.compare.resolve import record_of_report
 
-    return {p.name: record_of_report(open_report(p), p) for p in sorted(root.iterdir())}
+    return {p.name: record_of_report(open_report(p), p) for p in sorted(root.iterdir())
+            if not p.name.startswith(".")}  # fmt: skip
 
 
 def _manifest(folder: Path) -> list[dict[str, str]]:
@@ -242,18 +243,25 @@ def _spread(names: list[str]) -> list[list[str]]:
 
 def replay(folder: Path, gate_pct: float = GATE_PCT) -> list[Outcome]:
     """Every study pair compared (the fixtures unpacked into a temporary folder)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(folder / "runs.tar.xz") as tar:
+            tar.extractall(tmp, filter="data")
+        records = _records(Path(tmp))
+    return compare_pairs(records, _manifest(folder), gate_pct)
+
+
+def compare_pairs(
+    records: dict[str, RunRecord], manifest: list[dict[str, str]], gate_pct: float = GATE_PCT
+) -> list[Outcome]:
+    """Every study pair of ``manifest`` compared, from the runs' ``records``."""
     from dlprof_lite.compare.comparison import compare_sides
     from dlprof_lite.compare.deltas import LAYER
     from dlprof_lite.compare.gate import gate
     from dlprof_lite.compare.side import Side
     from dlprof_lite.compare.stats import FASTER, SLOWER
 
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(folder / "runs.tar.xz") as tar:
-            tar.extractall(tmp, filter="data")
-        records = _records(Path(tmp))
     out = []
-    for design, pct, base, side in study_pairs(_manifest(folder)):
+    for design, pct, base, side in study_pairs(manifest):
         sides = [Side("A", tuple(records[n] for n in base)),
                  Side("B", tuple(records[n] for n in side))]  # fmt: skip
         c = compare_sides(sides, resamples=500, detectable=gate_pct / 100.0)

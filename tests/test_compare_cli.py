@@ -78,17 +78,18 @@ def test_the_known_difference_is_the_estimate_and_inside_its_interval(runs, caps
     assert step["median_ns"]["value"] == pytest.approx(known, abs=1)
     assert step["median_ns"]["low"] <= known <= step["median_ns"]["high"]
     assert step["mean_ns"]["value"] == pytest.approx(b.mean() - a.mean(), rel=1e-9)
-    # One run a side: sized, not tested; beyond the one-run minimum effect.
+    # One run a side: sized, not tested. The generated steps scatter by about 15 % (half
+    # their p10-p90 range), so the one-run minimum effect is about 30 %: more than +16 %.
     assert step["verdict"] == "not tested (one run a side)" and step["p_value"] is None
-    assert step["median_pct"]["value"] > step["minimum_effect_pct"]
+    assert 5 < step["median_pct"]["value"] < step["minimum_effect_pct"]
     # Its n and median per side are the generator's.
     sides = {s["label"]: s for s in doc["sides"]}
     assert sides[str(runs["a"])]["n"] == len(a)
     assert sides[str(runs["a"])]["median_ns"] == pytest.approx(np.median(a))
-    # The gate: more than 5 % slower and beyond the minimum effect -> exit 1, saying why.
-    assert code == 1
+    # The gate: more than 5 % slower but within the minimum effect -> exit 0, saying why.
+    assert code == 0
     out = capsys.readouterr().out
-    assert "gate: failed" in out and "not a significance test" in out
+    assert "gate: passed" in out and "not a significance test" in out
 
 
 def test_three_runs_a_side_are_tested_on_their_runs(runs, capsys) -> None:
@@ -166,12 +167,11 @@ def test_exports_are_analysed_as_sides(runs) -> None:
 
 def test_quiet_prints_the_verdict_the_gate_and_the_folder(runs, capsys) -> None:
     target = runs["root"] / "quiet"
-    code = main(["compare", str(runs["a"]), str(runs["slow"]), "-o", str(target), "--quiet",
-                 "--gate", "5"])  # fmt: skip
+    code = main(["compare", str(runs["a-runs"]), str(runs["slow-runs"]), "-o", str(target),
+                 "--quiet", "--gate", "5"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     assert code == 1 and len(lines) == 3
-    assert lines[0].startswith(
-        f"{runs['slow']} vs {runs['a']}: not tested (one run a side): median +")
+    assert lines[0].startswith(f"{runs['slow-runs']} vs {runs['a-runs']}: slower: median +")
     assert lines[1] == f"compare: {target}" and lines[2].startswith("gate: failed")
 
 

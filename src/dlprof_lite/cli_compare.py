@@ -70,8 +70,8 @@ def build_compare_parser() -> argparse.ArgumentParser:
                         help="exit 1 when a side's median step time is slower than the "
                              "baseline's by more than PCT %% and, with several runs on a "
                              "side, the run-level test says slower (p < 0.05); with one "
-                             "run a side, when the change is also beyond 2x the within-run "
-                             "interval's half-width")  # fmt: skip
+                             "run a side, when the change is also beyond 2x the steps' own "
+                             "spread (half their p10-p90 range)")  # fmt: skip
     parser.add_argument("--top", type=int, default=10, metavar="N",
                         help="changes listed per table in the console (default: 10)")  # fmt: skip
     parser.add_argument("--quiet", action="store_true",

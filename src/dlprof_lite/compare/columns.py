@@ -122,7 +122,8 @@ COMPARE_JSON_FIELDS = _cols(
     ("steps[].between_run_pct", "%", "between-run spread the test saw: pooled sd of log run "
      "medians, as a %"),
     ("steps[].minimum_effect_pct", "%", "one run a side: the change the gate needs beyond "
-     "its limit (2 x the within-run interval's half-width)"),
+     "its limit: 2 x the within-run spread (half the p10-p90 range of a side's steps, in % "
+     "of their median; the larger side's)"),
     ("steps[].detectable_pct", "%", "the change power is given for: the gate's, else 5 %"),
     ("steps[].power", "", "the run-level test's power to detect detectable_pct at alpha "
      "(noncentral t at the between-run spread)"),
@@ -160,16 +161,16 @@ COMPARE_RULES: dict[str, Threshold] = {
     ),
     "compare_min_effect_factor": Threshold(
         rules.MIN_EFFECT_FACTOR,
-        "x half-width",
-        "one run a side: the gate fails only beyond its limit and beyond this many half-"
-        "widths of the within-run interval of the median's change",
+        "x within-run spread",
+        "one run a side: the gate fails only beyond its limit and beyond this many times the "
+        "within-run spread (half the p10-p90 range of the steps, in % of their median)",
         f"{_CHOICE}; its false alarms are measured by scripts/compare_study.py",
     ),
     "compare_min_steps": Threshold(
         rules.MIN_STEPS,
         "steps",
         "fewest analysed steps a side needs for the statistics",
-        f"{_CHOICE}: the exact Mann-Whitney p of 4 steps against 4 cannot go below 0.029",
+        f"{_CHOICE}: the within-run interval of a median of 4 steps moves in whole steps",
     ),
     "compare_far_fewer_ratio": Threshold(
         rules.FAR_FEWER_RATIO,

@@ -5,8 +5,9 @@ on a side to test (:mod:`dlprof_lite.compare.stats`), a side fails when its medi
 slower than the baseline's by more than ``pct`` % (the point estimate) and the run-level
 test calls it slower (p < alpha). With one run a side nothing is tested (the run-to-run
 spread is unknown): it fails only when the change is beyond ``pct`` % *and* beyond the
-one-run minimum effect (``MIN_EFFECT_FACTOR`` x the within-run interval's half-width), and
-the line says that this is no significance test.
+one-run minimum effect (``MIN_EFFECT_FACTOR`` x the within-run spread, half the p10-p90
+range of the steps in % of their median), and the line says that this is no significance
+test.
 """
 
 from __future__ import annotations
@@ -42,11 +43,9 @@ def _describe(d: StepDelta) -> str:
     if d.tested:
         runs = f"{d.runs_side} vs {d.runs_baseline} runs"
         return f"{head} ({d.verdict}, {p_text(d.p_value)}, {runs})"
-    if d.minimum_effect_pct is None:
-        return f"{head} (one run a side, too few steps for a within-run interval)"
     return (f"{head} (one run a side, not a significance test: the gate needs a slowdown "
-            f"beyond its limit and beyond {MIN_EFFECT_FACTOR:g} x the within-run interval's "
-            f"half-width, {d.minimum_effect_pct:.1f} %)")  # fmt: skip
+            f"beyond its limit and beyond {MIN_EFFECT_FACTOR:g} x the steps' own spread, "
+            f"{d.minimum_effect_pct:.1f} %; repeat each side to test it)")  # fmt: skip
 
 
 def gate(comparison: Comparison, pct: float) -> GateResult:

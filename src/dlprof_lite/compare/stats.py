@@ -26,8 +26,12 @@ code on a loaded machine answers "yes" at p = 1e-8. The statistics work at two l
 
 Verdicts. "slower" or "faster" only from the run-level test, p < alpha. With one run a side
 the run-to-run spread is unknown: the verdict is "not tested (one run a side)", with the
-effect size and the within-run interval, and the *minimum effect* (``MIN_EFFECT_FACTOR``
-times the within-run interval's half-width) the gate needs before it fails on one run.
+effect size and the within-run interval, and the *minimum effect* the gate needs before it
+fails on one run: ``MIN_EFFECT_FACTOR`` times the within-run spread (:func:`step_spread_pct`,
+the larger side's), the change that stands out of how far the steps themselves scatter. The
+interval's own half-width would not do: with many steps it is narrow, while a rerun of
+unchanged code moves the median by about as much as the steps scatter (the study:
+``scripts/compare_study.py``).
 With one run a side, the point estimates are plain: median(B) - median(A), mean(B) - mean(A).
 """
 
@@ -98,7 +102,8 @@ class StepDelta:
     ``within_median_pct``: the within-run interval of the median's change, always;
     ``p_value``: the run-level test's (None with one run a side); ``between_run_pct``: the
     between-run spread the test saw (sd of log run medians, in %); ``minimum_effect_pct``:
-    one run a side, the change the gate needs beyond its limit; ``power``: the test's power
+    one run a side, the change the gate needs beyond its limit (``MIN_EFFECT_FACTOR`` x
+    :func:`step_spread_pct`); ``power``: the test's power
     to detect ``detectable_pct``; ``runs_needed``: runs a side for ``POWER`` at it."""
 
     label: str
@@ -296,6 +301,16 @@ def runs_needed(change: float, spread: float, alpha: float = rules.ALPHA) -> int
     return None
 
 
+def step_spread_pct(runs: Sequence[np.ndarray]) -> float:
+    """How far a side's steps scatter: half their p10-p90 range, in % of their median
+    (pooled steps; 1.28 standard deviations for normal steps, untouched by a few stalls)."""
+    steps = np.concatenate(list(runs)) if runs else np.empty(0)
+    if steps.size == 0:
+        return 0.0
+    p10, median, p90 = np.percentile(steps, [10, 50, 90])
+    return float((p90 - p10) / 2.0 / median * 100.0) if median > 0 else 0.0
+
+
 # --- the delta -------------------------------------------------------------------------------
 
 
@@ -325,8 +340,7 @@ def step_delta(
     if test is None:
         shown = within
         verdict, method, p = UNTESTED, ONE_RUN, None
-        half = within[3].half_width()
-        minimum = None if half is None else rules.MIN_EFFECT_FACTOR * half
+        minimum = rules.MIN_EFFECT_FACTOR * max(step_spread_pct(a), step_spread_pct(b))
         pw, needed, spread = None, None, None
     else:
         shown = _run_estimates(point, test, a, b)

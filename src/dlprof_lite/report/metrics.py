@@ -28,6 +28,7 @@ ADDED_LATER: dict[str, frozenset[str]] = {
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),
     "iterations": frozenset({"between_before_ns"}),
+    "timeline": frozenset({"track"}),
 }  # fmt: skip
 
 

@@ -25,16 +25,17 @@ SEED = 20_141_114
 DETECTABLE_CHANGE = 0.05
 POWER = 0.80
 # One run a side: the run-to-run spread is unknown, so no test; the gate fails only on a
-# change beyond its limit *and* beyond this many times the half-width of the within-run 95 %
-# interval of the median's change (a change two interval half-widths out is one the runs'
-# own noise does not explain; what a rerun would move is still unknown: dlprof-lite choice,
-# its false alarms measured by scripts/compare_study.py and stated in the README).
+# change beyond its limit *and* beyond this many times the within-run spread (half the
+# p10-p90 range of the steps, in % of their median): a rerun of unchanged code moves the
+# median by about as much as the steps scatter, so a smaller change is no evidence
+# (dlprof-lite choice; its false alarms are measured by scripts/compare_study.py and stated
+# in the README).
 MIN_EFFECT_FACTOR = 2.0
 # The most runs a side "runs needed" names; beyond it the line says "more than".
 MAX_RUNS = 100
-# Below this many steps a side is too few whatever the spread: with 4 steps a side the exact
-# two-sided Mann-Whitney p cannot go below 2/C(8,4) = 0.029, with 3 not below 0.1; 5 leaves
-# room for one tie (dlprof-lite choice).
+# Below this many steps a side is too few whatever the spread: the within-run interval of a
+# median of 4 steps rests on at most 4^4 = 256 distinct resamples, a median that moves in
+# jumps of a whole step (dlprof-lite choice).
 MIN_STEPS = 5
 # Refuse a side with fewer than 1/FAR_FEWER_RATIO of the other's steps: a window that much
 # shorter is a different capture (a run cut short, another --iter-start/--iter-stop, another
