@@ -117,7 +117,8 @@ READ_PAGE = """
             atLoad: atLoad[el.id] ?? 0, texts: chartTexts(el),
             section: section ? section.id : null,
             traces: (el._fullData || []).length, plotly: el.classList.contains("js-plotly-plot"),
-            width: box.width, height: box.height};
+            width: box.width, height: box.height,
+            left: box.left + window.scrollX, top: box.top + window.scrollY};
   });
   const sections = [...document.querySelectorAll("section[id]")].map((s) => {
     const h2 = s.querySelector("h2");
@@ -125,6 +126,7 @@ READ_PAGE = """
             height: s.getBoundingClientRect().height};
   });
   return {charts, sections, wrapped: wrappedNumbers(),
+          pageHeight: document.documentElement.scrollHeight,
           rendered: document.body.dataset.rendered === "true",
           error: document.body.dataset.error || null, doneAt: window.__doneAt ?? null};
 }
@@ -149,6 +151,8 @@ class Chart:
     section: str | None  # the id of the <section> holding it
     drawn_at_load: int = 0
     texts: tuple[Text, ...] = ()
+    left: float = 0.0  # its box on the page (CSS px from the page's top left corner)
+    top: float = 0.0
 
     def problems(self) -> list[str]:
         found = []
@@ -249,6 +253,7 @@ class PageResult:
     render_ms: float | None
     extra: object = None
     wrapped: tuple[str, ...] = ()  # table cells whose number is shown on several lines
+    page_height: int = 0  # CSS px
 
     @property
     def section_ids(self) -> list[str]:
@@ -335,6 +340,7 @@ class Chromium:
             render_ms=state["doneAt"],
             extra=extra,
             wrapped=tuple(state["wrapped"]),
+            page_height=int(state["pageHeight"]),
         )
 
 
@@ -361,7 +367,7 @@ def _chart(raw: dict[str, Any]) -> Chart:
     texts = tuple(Text(t["text"], t["kind"], tuple(t["box"])) for t in raw["texts"])
     return Chart(raw["id"], points, int(raw["drawn"]), int(raw["traces"]), bool(raw["plotly"]),
                  float(raw["width"]), float(raw["height"]), raw["section"],
-                 int(raw["atLoad"]), texts)  # fmt: skip
+                 int(raw["atLoad"]), texts, float(raw["left"]), float(raw["top"]))  # fmt: skip
 
 
 def chromium_path() -> str | None:
@@ -400,6 +406,58 @@ def chromium_fixture() -> Iterator[Chromium]:
         finally:
             _RUNNING.clear()
             browser.close()
+
+
+# --- chromium --headless --screenshot: what a user's own screenshot shows ---------------
+
+
+def cli_screenshot(path: Path, width: int, height: int) -> Image:
+    """``chromium --headless --screenshot`` of ``path`` at its default budget (no
+    ``--virtual-time-budget``: the picture is taken once the page has loaded), in a window
+    ``width`` x ``height`` CSS px, decoded."""
+    exe = chromium_path()
+    if exe is None:
+        missing("no Chromium (Debian: apt-get install chromium; or set DLPROF_CHROMIUM)")
+        raise AssertionError("unreachable")
+    shot = path.with_name(path.name + ".cli.png")
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+           f"--screenshot={shot}", f"--window-size={width},{height}",
+           path.resolve().as_uri()]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    return decode_png(shot.read_bytes())
+
+
+CHART_MIN_INK = 0.02  # of a chart's box: a drawn chart has axes, labels and data
+CHART_MIN_COLOURS = 16
+
+
+def blank_charts(image: Image, charts: tuple[Chart, ...]) -> list[str]:
+    """The charts whose box in ``image`` (a screenshot of the page at the same width) holds
+    too little: white where plotly had not drawn yet."""
+    rgb = image.rgb()
+    found = []
+    for c in charts:
+        x0, y0 = int(c.left), int(c.top)
+        box = rgb[y0 : y0 + int(c.height), x0 : x0 + int(c.width)]
+        if box.size == 0:
+            found.append(f"chart {c.id!r}: outside the screenshot")
+            continue
+        ink = float((box.min(axis=2) < 245).mean())
+        wide = box.reshape(-1, 3).astype(np.uint32)
+        colours = len(np.unique((wide[:, 0] << 16) | (wide[:, 1] << 8) | wide[:, 2]))
+        if ink < CHART_MIN_INK or colours < CHART_MIN_COLOURS:
+            found.append(f"chart {c.id!r}: blank in the screenshot ({ink:.1%} ink, "
+                         f"{colours} colours)")  # fmt: skip
+    return found
+
+
+def screenshot_problems(chromium: Chromium, page: Path) -> list[str]:
+    """Why ``chromium --headless --screenshot`` of ``page`` (the whole page in one window)
+    misses a chart: each chart's box, found by the driver at the same width, must be drawn."""
+    result = chromium.open_page(page)
+    image = cli_screenshot(page, VIEWPORT["width"], result.page_height + 50)
+    return blank_charts(image, result.charts)
 
 
 # --- the pages of issue #15 ---------------------------------------------------------------

@@ -10,7 +10,6 @@ command line writes: LeNet profiled for real, a corpus export without module ran
 from __future__ import annotations
 
 import json
-import os
 import struct
 import zlib
 from pathlib import Path
@@ -31,6 +30,7 @@ from browser import (  # noqa: F401
     expected_sections,
     profile_lenet,
     rows,
+    screenshot_problems,
     section_problems,
     written_page,
 )
@@ -44,6 +44,7 @@ MILLION = 1_000_000
 KERNELS_PER_ITERATION = 2 * 8 * 12 + 2  # forward and backward of 8 layers x 12, 2 optimizer
 # Ranges of cudf's own NVTX domain, no module ranges (no fwd:/bwd: layer ranges).
 NO_MODULES = "quasiben__nvtx-examples__cudf.sqlite"
+DLPROF_EXPORT = "MohanadOdema__DLProf__nsys_profile.sqlite"
 
 
 def plotly_page(folder: Path, name: str, *, extra_script: str = "", extra_body: str = "",
@@ -156,14 +157,14 @@ def test_a_page_that_never_finishes_or_reports_an_error(chromium: Chromium, tmp_
     assert "page error: DecompressionStream failed" in result.problems()
 
 
-def test_a_chart_drawn_after_the_load_event_is_caught(chromium: Chromium, tmp_path: Path) -> None:
-    """A chart drawn later (as plotly unpacked by DecompressionStream was) is blank in a
-    screenshot taken at ``load``: the harness says so even though it is drawn by the end."""
+def late_page(folder: Path) -> Path:
+    """A page whose chart is drawn 50 ms after the ``load`` event (as plotly unpacked by
+    ``DecompressionStream`` was): drawn by the end, blank in a screenshot taken at load."""
     import plotly.graph_objects as go
     from plotly.offline import get_plotlyjs
 
     figure = json.dumps(go.Figure(go.Bar(x=["a", "b"], y=[1, 2])).to_plotly_json(), default=list)
-    page = tmp_path / "late.html"
+    page = folder / "late.html"
     page.write_text(f"""<!doctype html><html><head><script>{get_plotlyjs()}</script></head><body>
 <section id="steps"><h2>Steps</h2><div class="chart" id="chart-steps" data-points="2"></div>
 </section><script>window.addEventListener("load", () => setTimeout(() => {{
@@ -171,9 +172,19 @@ def test_a_chart_drawn_after_the_load_event_is_caught(chromium: Chromium, tmp_pa
   Plotly.newPlot("chart-steps", fig.data, fig.layout)
     .then(() => {{ document.body.dataset.rendered = "true"; }});
 }}, 50));</script></body></html>""", encoding="utf-8")
+    return page
+
+
+def test_a_chart_drawn_after_the_load_event_is_caught(chromium: Chromium, tmp_path: Path) -> None:
+    """The harness says a late chart was not drawn at ``load``, and ``chromium --headless
+    --screenshot`` shows its box blank; a chart drawn while the page loads is in both."""
+    page = late_page(tmp_path)
     result = chromium.open_page(page)
     assert result.chart("chart-steps").drawn == 2
     assert "chart 'chart-steps': nothing drawn at the load event" in result.problems()
+    blank = screenshot_problems(chromium, page)
+    assert len(blank) == 1 and blank[0].startswith("chart 'chart-steps': blank in the"), blank
+    assert screenshot_problems(chromium, plotly_page(tmp_path, "at-once")) == []
 
 
 def test_overlapping_text_and_odd_ticks_are_caught(chromium: Chromium, tmp_path: Path) -> None:
@@ -350,24 +361,27 @@ def test_lenet_report_in_chromium(chromium: Chromium, lenet: Path) -> None:
     assert sum(v != v for v in page) == sum(v != v for v in values)
     # A click sorts by the column one way, the next click the other way.
     assert {monotone(table["first"]), monotone(table["second"])} == {"ascending", "descending"}
-    if os.environ.get("DLPROF_UPDATE_DOCS"):
-        save_figure(result.screenshot, DOCS / "report.png")
+    assert screenshot_problems(chromium, result.path) == []
 
 
 def save_figure(png: bytes, path: Path) -> None:
-    """A screenshot for the README (``DLPROF_UPDATE_DOCS=1``), kept under 1 MB."""
+    """A screenshot written under 1 MB (the README's pictures are made by
+    scripts/screenshots.py)."""
     assert len(png) < DOC_PNG_LIMIT, f"{path.name}: {len(png)} bytes"
     path.parent.mkdir(exist_ok=True)
     path.write_bytes(png)
 
 
-@pytest.mark.parametrize("name", ["report.png", "compare.png"])
+@pytest.mark.parametrize("name", ["report.png", "report-cudf.png", "report-dlprof.png",
+                                  "report-million.png", "compare.png"])  # fmt: skip
 def test_committed_screenshots_are_pages_not_blanks(name: str) -> None:
-    """The README's figures (written by this module and test_compare_page_browser.py with
-    DLPROF_UPDATE_DOCS=1) are decodable, not blank and under 1 MB."""
+    """The README's and docs/screenshots.md's figures (written by scripts/screenshots.py
+    from real runs) are decodable, not blank and under 1 MB, and each is shown in the docs."""
     path = DOCS / name
     if not path.is_file():
-        pytest.fail(f"{path} is missing: DLPROF_UPDATE_DOCS=1 pytest tests/test_*browser.py")
+        pytest.fail(f"{path} is missing: python scripts/screenshots.py")
+    shown = (DOCS / "screenshots.md").read_text(encoding="utf-8")
+    assert f"]({name})" in shown, f"docs/screenshots.md does not show {name}"
     data = path.read_bytes()
     assert len(data) < DOC_PNG_LIMIT
     image = decode_png(data)
@@ -387,9 +401,52 @@ def test_export_without_module_ranges_shows_what_it_has(chromium: Chromium, corp
     assert rows(report.layers) == 0 and rows(report.iterations) > 0  # what makes it a case
     want = expected_sections(report)
     assert "layers" not in want and len(want) >= 4, want
-    result = chromium.open_page(written_page(tmp_path / "cudf", "report.html"))
+    result = chromium.open_page(written_page(tmp_path / "cudf", "report.html"), then=log_axis)
     assert result.problems() == []
     assert section_problems(result, want, REPORT_CHARTS) == []
+    assert screenshot_problems(chromium, result.path) == []
+    # Its steps range from 1 µs to 216 ms: the outliers are cut off the linear axis (a note
+    # names the highest); the log button shows every step.
+    shown: dict[str, Any] = result.extra  # type: ignore[assignment]
+    wall = report.iterations["wall_ns"].astype(float) / shown["ns"]
+    assert shown["before"]["type"] == "linear" and shown["before"]["top"] < wall.max()
+    assert shown["notes"][0].startswith("▲ iteration ")
+    assert shown["after"]["type"] == "log"
+    after = shown["after"]
+    assert 10 ** after["top"] >= wall.max() and 10 ** after["bottom"] <= wall.min()
+
+
+# The iterations chart's y axis (type, range) before and after a click on "log scale".
+READ_AXIS = """() => {
+  const gd = document.getElementById("chart-iterations");
+  const y = gd._fullLayout.yaxis;
+  return {type: y.type, bottom: y.range[0], top: y.range[1], ns: gd.layout.meta.ns,
+          notes: (gd.layout.annotations || []).map((a) => a.text)};
+}"""
+
+
+def log_axis(page: Any) -> dict[str, Any]:
+    before = page.evaluate(READ_AXIS)
+    page.locator("#chart-iterations g.updatemenu-button", has_text="log scale").click()
+    page.wait_for_function("() => document.getElementById('chart-iterations')"
+                           "._fullLayout.yaxis.type === 'log'")  # fmt: skip
+    after = page.evaluate(READ_AXIS)
+    return {"before": before, "after": after, "ns": before["ns"], "notes": before["notes"]}
+
+
+@pytest.mark.corpus
+def test_dlprof_export_page(chromium: Chromium, corpus_dir: Path, tmp_path: Path) -> None:
+    """The DLProf corpus export (a PyTorch net profiled by NVIDIA's DLProf: pyprof-style
+    ranges, cuDNN kernels, no iterations): every section it has data for renders, legible
+    (the harness's text, tick and table checks) and in a plain Chromium screenshot."""
+    dlprof(tmp_path, "analyze", str(corpus_dir / DLPROF_EXPORT), "-o", "dlprof", "--quiet")
+    report = open_report(tmp_path / "dlprof")
+    want = expected_sections(report)
+    assert {"layers", "kernels", "timeline"} <= set(want), want
+    result = chromium.open_page(written_page(tmp_path / "dlprof", "report.html"))
+    assert result.problems() == []
+    assert section_problems(result, want, REPORT_CHARTS) == []
+    assert screenshot_problems(chromium, result.path) == []
 
 
 def open_first_layer_kernels(page: Any) -> dict[str, Any]:
@@ -420,6 +477,7 @@ def test_million_kernel_page(chromium: Chromium, tmp_path: Path) -> None:
     assert page.stat().st_size <= PAGE_LIMIT, page.stat().st_size
     result = chromium.open_page(page, then=open_first_layer_kernels)
     assert result.problems() == []
+    assert screenshot_problems(chromium, page) == []
     want = expected_sections(report)
     # A one-process GPU training profile has every section but the ranks'.
     assert want == [s for s in REPORT_SECTIONS if s != "ranks"], want

@@ -176,3 +176,67 @@ def test_a_figure_with_nan_is_written_with_null() -> None:
     assert json.loads(text) == {"data": [{"type": "bar", "x": ["a", "b"], "y": [1.0, None]}],
                                 "layout": {"meta": {"ns": None}}}  # fmt: skip
     assert 'data-points="2"' in html
+
+
+def test_an_outlier_step_is_cut_off_the_axis_and_named(example: Report) -> None:
+    """A 200 ms warm-up beside 7 ms steps: the axis ends a little above the highest other
+    step (7.5 ms x 1.15), a note names the one cut off, a button shows all on a log axis;
+    a series without outliers keeps plotly's own range."""
+    from dlprof_lite.report.charts import axis_top, iterations_figure
+
+    wall = [200e6, 7e6, 7.5e6, 6.8e6, 7.2e6]
+    iterations = pd.DataFrame({"iteration": range(5), "wall_ns": wall, "gpu_busy_ns": 0.0,
+                               "warmup": [True, False, False, False, False]})  # fmt: skip
+    assert axis_top(np.asarray(wall)) == pytest.approx(7.5e6 * 1.15)
+    assert axis_top(np.asarray(wall[1:])) is None
+    fig = iterations_figure(iterations, example.summary, gpu=False)
+    assert fig is not None
+    assert_plotly_figure(fig)
+    layout = fig["layout"]
+    assert layout["meta"]["unit"] == "ms"
+    assert layout["yaxis"]["range"] == pytest.approx([0, 7.5 * 1.15])
+    assert [a["text"] for a in layout["annotations"]] == ["▲ iteration 0: 200 ms"]
+    labels = [b["label"] for b in layout["updatemenus"][0]["buttons"]]
+    assert labels == ["linear, outliers cut", "log scale"]
+    # The bands are named in the legend, once each, never written inside the plot.
+    assert [(s["name"], s["showlegend"]) for s in layout["shapes"]][:1] == [("warm-up", True)]
+    assert all("label" not in s for s in layout["shapes"])
+    calm = iterations_figure(iterations.iloc[1:], example.summary, gpu=False)
+    assert calm is not None and "range" not in calm["layout"]["yaxis"]
+    assert "annotations" not in calm["layout"]
+
+
+def test_kernels_sharing_a_short_name_are_told_apart() -> None:
+    """cuDF's templated ``_kernel_agent``s (names as the cudf corpus export has them): each
+    label names its agent; a unique short name stays as it is."""
+    from dlprof_lite.report.charts import kernel_labels
+
+    full = [
+        "void thrust::cuda_cub::core::_kernel_agent<thrust::cuda_cub::__merge_sort::MergeAgent"
+        "<int*, int*, long>, bool, int*>(bool, int*)",
+        "void thrust::cuda_cub::core::_kernel_agent<thrust::cuda_cub::__merge_sort::"
+        "PartitionAgent<int*, long>, bool>(bool)",
+        "probe_hash_table(int)",
+    ]
+    labels = kernel_labels(["_kernel_agent", "_kernel_agent", "probe_hash_table"], full)
+    # Cut to the chart's 60 characters (the hover has the whole name).
+    assert labels == ["_kernel_agent<MergeAgent<int*, int*, long>, bool, int*>(boo…",
+                      "_kernel_agent<PartitionAgent<int*, long>, bool>(bool)",
+                      "probe_hash_table"]  # fmt: skip
+
+
+def test_containers_are_charted_apart_from_their_layers(example: Report) -> None:
+    """A root holding two layers: the chart has the two leaves; the page's note names the
+    root with its inclusive time."""
+    from dlprof_lite.report.charts import containers, layers_figure
+    from dlprof_lite.report.html import report_page
+
+    root = example.layers.iloc[[0]].assign(layer="model", parent=None, type="Net", order=0)
+    layers = pd.concat([root, example.layers.assign(parent="model")], ignore_index=True)
+    assert containers(layers).tolist() == [True, False, False]
+    fig, left = layers_figure(layers, gpu=True)
+    assert fig is not None and left == 0
+    assert fig["data"][0]["x"] == ["fc1", "act"]
+    page = report_page(Report(**{**example.__dict__, "layers": layers}))
+    assert "Containers, not charted beside the layers they hold" in page
+    assert "model (Net)" in page

@@ -136,6 +136,17 @@ def test_labels_come_from_ingest_and_launches_join_their_ops() -> None:
     assert ranges.loc["fwd:fc1:Linear", "depth"] == 0 and ranges.loc["data", "domain"]
 
 
+def test_module_ranges_without_gpu_work_take_their_direction_as_phase() -> None:
+    """A CPU run (no kernels): each module range is coloured by its own direction, the
+    timeline's thread is named (the fixture's tid is not its pid: ``thread N``)."""
+    frame = timeline_for(training_profile(kernels=[], memops=[]))
+    ranges = frame[frame["kind"] == "range"].set_index("name")
+    assert ranges.loc["fwd:fc1:Linear", "phase"] == "forward"
+    assert ranges.loc["bwd:fc1:Linear", "phase"] == "backward"
+    assert pd.isna(ranges.loc["iteration", "phase"])
+    assert set(frame["track"].astype(str)) == {f"thread {int(frame['tid'].iloc[0])}"}
+
+
 def test_a_range_overlapping_the_window_is_kept_whole() -> None:
     ranges = [*_step(1000, 2000), *_step(3000, 2000), *_step(5000, 3000),
               phase("epoch", 500, 9000), R("setup", 100, 900),

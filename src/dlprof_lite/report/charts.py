@@ -11,6 +11,7 @@ Everything is capped: a page stays small for any profile (``LAYER_CHART_MAX``,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -163,6 +164,27 @@ def axis_labels(names: Sequence[object], width: int = NAME_CHARS) -> list[str]:
         seen.add(label)
         out.append(label)
     return out
+
+
+_NAMESPACES = re.compile(r"\b(?:[A-Za-z_]\w*::)+")
+
+
+def kernel_labels(short_names: Sequence[object], names: Sequence[object]) -> list[str]:
+    """Axis labels of kernels: the short name, and where several kernels share one (cuDF's
+    many ``_kernel_agent``), what tells them apart: the start of their first template
+    argument, namespaces dropped (``_kernel_agent<MergeAgent<int*, int*, long…``)."""
+    shorts = ["" if s is None or s is pd.NA or s != s else str(s) for s in short_names]
+    counts = pd.Series(shorts).value_counts()
+    out = []
+    for short_name, full in zip(shorts, names, strict=True):
+        text = "" if full is None or full is pd.NA else str(full)
+        opening = text.find(short_name + "<") if short_name else -1
+        if counts[short_name] < 2 or opening < 0:
+            out.append(short_name or text)
+            continue
+        hint = _NAMESPACES.sub("", text[opening + len(short_name) + 1 :])
+        out.append(short(f"{short_name}<{' '.join(hint.split())}", NAME_CHARS))
+    return axis_labels(out)
 
 
 def layer_columns(layers: pd.DataFrame) -> tuple[str, bool]:
@@ -318,10 +340,20 @@ def _outlier_note(x: np.ndarray, y: np.ndarray, top: float, unit: str) -> dict[s
             "bgcolor": "rgba(255,255,255,0.85)", "font": {"size": 11}}  # fmt: skip
 
 
+def _scale_buttons(top: float) -> list[dict[str, object]]:
+    """The iterations chart's two views of a series with outliers: the clipped linear axis
+    (the note naming the highest step shown) or a log axis holding every step."""
+    clipped = {"yaxis.type": "linear", "yaxis.range": [0, top], "annotations[0].visible": True}
+    log = {"yaxis.type": "log", "yaxis.autorange": True, "annotations[0].visible": False}
+    return [{"label": "linear, outliers cut", "method": "relayout", "args": [clipped]},
+            {"label": "log scale", "method": "relayout", "args": [log]}]  # fmt: skip
+
+
 def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) -> Figure | None:
     """Each iteration's wall time (and GPU busy time) in order, at most ``ITERATION_POINTS``
     points per trace; the warm-up and the analysed window shaded (shapes, in the legend); an
-    outlier step (:func:`axis_top`) cut off the axis and named in a note."""
+    outlier step (:func:`axis_top`) cut off the axis and named in a note, a button showing
+    every step on a log axis instead."""
     if iterations.empty:
         return None
     x = iterations["iteration"].to_numpy(dtype="int64")
@@ -356,6 +388,7 @@ def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) 
     if top is not None:
         yaxis["range"] = [0, top / size]
         more["annotations"] = [_outlier_note(x, wall / size, top / size, unit)]
+        more["updatemenus"] = [{**BUTTONS, "buttons": _scale_buttons(top / size)}]
     return figure(traces, base_layout(title, unit, size, shapes=shapes, height=360,
                                   xaxis={"title": text("iteration")}, yaxis=yaxis,
                                   **more))  # fmt: skip
@@ -373,7 +406,7 @@ def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> Figure | No
     colors = {"tc": "#6a1b9a", "no_tc": "#78909c"}
     bar = {
         "type": "bar", "name": "GPU time", "orientation": "h", "x": scaled(total, size),
-        "y": axis_labels(rows["short_name"].fillna(rows["name"]).tolist()),
+        "y": kernel_labels(rows["short_name"].tolist(), rows["name"].tolist()),
         **marker([colors.get(c, "#bdbdbd") for c in tc]),
         "customdata": [[str(n), c, plain_count(i)] for n, c, i in
                        zip(rows["name"].tolist(), tc, rows["instances"].tolist(), strict=True)],

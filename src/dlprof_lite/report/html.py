@@ -215,7 +215,8 @@ def _timeline(report: Report) -> str | None:
     bounds = _iteration_bounds(report.iterations, it)
     if it is None and w.timeline_start_ns is not None and w.timeline_end_ns is not None:
         bounds = (w.timeline_start_ns, w.timeline_end_ns)  # the busiest stretch's
-    fig, left = timeline_figure(frame, iteration=bounds)
+    span = f"Iteration {it}" if it is not None else "The busiest stretch"
+    fig, left = timeline_figure(frame, iteration=bounds, what=span)
     if fig is None:
         return None
     what = f"iteration {it}" if it is not None else (

@@ -307,30 +307,39 @@ def _range_rows(
     part["full_name"] = part["name"]
     part["iteration"] = step
     # Labelled after the cut: a name is parsed once per iteration's ranges, not per profile.
-    own_layer, own_phase = _own_labels(ranges.loc[keep, "name"], ranges.loc[keep, "domain"])
+    own_layer, own_phase, way = _own_labels(ranges.loc[keep, "name"], ranges.loc[keep, "domain"])
     by_op = ops.dropna(subset=["range_id"]).drop_duplicates("range_id").set_index("range_id")
     ids = part["range_id"]
     part["layer"] = own_layer.where(own_layer.notna(), ids.map(by_op["layer"]).to_numpy())
-    part["phase"] = own_phase.where(own_phase.notna(), ids.map(by_op["phase"]).to_numpy())
+    phase = own_phase.where(own_phase.notna(), ids.map(by_op["phase"]).to_numpy())
+    # A module range without GPU work of its own (a CPU run): its direction's phase.
+    part["phase"] = phase.where(phase.notna(), way)
     labelled: pd.DataFrame = part.drop(columns=["range_id"])
     return labelled
 
 
-def _own_labels(names: pd.Series, domains: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Per range: the layer its own name declares (``fwd:fc1:Linear`` -> ``fc1``) and the
-    phase it is (our ``forward`` range in our domain), else NA; parsed once per name."""
+def _own_labels(
+    names: pd.Series, domains: pd.Series
+) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Per range: the layer its own name declares (``fwd:fc1:Linear`` -> ``fc1``), the phase
+    it is (our ``forward`` range in our domain) and the phase its module direction runs in
+    (``fwd:`` forward; ``bwd:`` and ``rec:`` backward), else NA; parsed once per name."""
     names = names.cat.remove_unused_categories()
-    cats = names.cat.categories
-    layer_of = np.array([_module_layer(str(n)) for n in cats] + [None], dtype=object)
-    layer = pd.Series(layer_of[names.cat.codes.to_numpy()], index=names.index, dtype=object)
+    parsed = [parse_module_range(str(n)) for n in names.cat.categories]
+    codes = names.cat.codes.to_numpy()
+    layer_of = np.array([p.qualname if p else None for p in parsed] + [None], dtype=object)
+    way_of = np.array([_direction_phase(p.direction) if p else None for p in parsed] + [None],
+                      dtype=object)  # fmt: skip
+    layer = pd.Series(layer_of[codes], index=names.index, dtype=object)
+    way = pd.Series(way_of[codes], index=names.index, dtype=object)
     ours = (domains.astype(object) == DOMAIN).to_numpy(dtype=bool)
     phase = names.astype(object).where(names.isin(PHASES).to_numpy(dtype=bool) & ours)
-    return layer, phase
+    return layer, phase, way
 
 
-def _module_layer(name: str) -> str | None:
-    parsed = parse_module_range(name)
-    return parsed.qualname if parsed else None
+def _direction_phase(direction: str) -> str:
+    """The phase a module direction runs in: a recompute runs inside the backward pass."""
+    return "forward" if direction == "forward" else "backward"
 
 
 def capped(frame: pd.DataFrame, cap: int = TIMELINE_MAX_EVENTS) -> tuple[pd.DataFrame, int]:

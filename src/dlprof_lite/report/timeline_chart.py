@@ -143,11 +143,13 @@ def timeline_figure(
     frame: pd.DataFrame,
     cap: int = TIMELINE_PAGE_MAX,
     iteration: tuple[int, int] | None = None,
+    what: str = "One iteration",
 ) -> tuple[Figure | None, int]:
     """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
     many events it leaves out: rows named by thread and stream (:func:`lanes`), bars coloured
     by phase and labelled by layer. ``iteration``: its (start, end) ns; bars are clipped to
-    :func:`shown_window`, the hover keeps each event's real duration."""
+    :func:`shown_window`, the hover keeps each event's real duration. ``what``: the span's
+    name in the title."""
     if frame.empty:
         return None, 0
     dur = (frame["end_ns"].astype("int64") - frame["start_ns"].astype("int64")).clip(lower=0)
@@ -178,7 +180,7 @@ def timeline_figure(
                              "<br>phase: %{customdata[2]}<extra>%{y}</extra>",
         })  # fmt: skip
     layout = base_layout(
-        "One iteration: ranges and CUDA API calls per thread, GPU work per stream",
+        f"{what}: ranges and CUDA API calls per thread, GPU work per stream",
         unit, size, barmode="overlay", height=max(320, 26 * len(order) + 160),
         xaxis={"title": text(f"time from the first event ({unit})"),
                "range": [0, (end - origin) / size]},
