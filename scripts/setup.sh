@@ -45,7 +45,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # frameworks: transformers, Lightning and accelerate for tests/test_frameworks.py; torch is
 # installed above, so pip keeps that (CPU) build and pulls no CUDA wheels.
-.venv/bin/python -m pip install -q -e ".[dev,fast,dask,postgres,frameworks]" "$NVTX_SPEC"
+# docs: MkDocs and its theme, for tests/test_docs.py's build of the documentation site.
+.venv/bin/python -m pip install -q -e ".[dev,fast,dask,postgres,frameworks,docs]" "$NVTX_SPEC"
 # An editable install leaves src/ uncompiled, and where PYTHONDONTWRITEBYTECODE is set (CI
 # images, sandboxes) Python never caches it: every run compiled ~80 modules (0.2 s).
 # Compiling here does what pip does for a regular install (py_compile writes regardless).

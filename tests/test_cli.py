@@ -407,12 +407,13 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_nsys_args_extend_the_defaults_as_help_and_readme_say(capsys, monkeypatch) -> None:
+def test_nsys_args_extend_the_defaults_as_help_and_docs_say(capsys, monkeypatch) -> None:
     from dlprof_lite.launch.nsys import PROFILE_DEFAULTS, Nsys, profile_args
 
     monkeypatch.setenv("COLUMNS", "400")  # argparse folds help lines at hyphens
 
-    readme = _words((Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8"))
+    page = Path(__file__).resolve().parents[1] / "docs" / "profiling.md"
+    readme = _words(page.read_text("utf-8"))
     row = next(line for line in readme.split("| `") if line.startswith("--nsys-args"))
     assert main(["--help"]) == 0
     help_text = _words(capsys.readouterr().out)

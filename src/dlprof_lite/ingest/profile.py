@@ -46,6 +46,14 @@ class Meta:
 
 @dataclass(frozen=True)
 class Profile:
+    """One nsys export, read and enriched: the raw events as DataFrames plus ``meta``.
+
+    ``kernels`` and ``memops`` (one row per GPU operation, labelled with its launch call,
+    range, layer, phase, iteration and Tensor Core verdict), ``api`` (CUDA API calls),
+    ``ranges`` and ``marks`` (NVTX), ``gpus`` and ``iterations``; times are int64 nanoseconds
+    on the nsys session clock. Each frame's columns are declared once
+    (:mod:`dlprof_lite.ingest.columns`) and checked when a Profile is built."""
+
     kernels: pd.DataFrame
     memops: pd.DataFrame
     api: pd.DataFrame

@@ -42,6 +42,13 @@ FORMATS = ("csv", "json", "html")  # tables as CSV and JSON; html: report.html
 
 @dataclass(frozen=True)
 class Report:
+    """One analysed profile: the typed ``summary`` and one DataFrame per table.
+
+    ``kernels``, ``ranges``, ``layers``, ``iterations``, ``advice``, ``timeline`` and
+    ``ranks`` are the tables the report folder holds (their columns: the metric registry,
+    :mod:`dlprof_lite.report.metrics`). Frozen and complete when built; ``save`` writes the
+    folder, :func:`dlprof_lite.open_report` reads it back equal."""
+
     summary: Summary
     kernels: pd.DataFrame
     ranges: pd.DataFrame
