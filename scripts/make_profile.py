@@ -51,7 +51,7 @@ DEFINITIONS = {
     "kernels": "per demangled kernel name: instances and total GPU ns (as nsys gpukernsum)",
     "ranges": "per range name (without domain prefix): push/pop kernels count in every enclosing "
     "range on the launching thread (as nsys nvtxkernsum, summed over kernel names); the "
-    "start/end 'epoch' range counts every kernel of its process (DESIGN's rule; nsys "
+    "start/end 'epoch' range counts every kernel of its process (docs/design.md's rule; nsys "
     "nvtxkernsum counts only its own thread's)",
     "host_gap": "idle ns on a device before a GPU op (kernel or memcpy, by start) whose launch "
     "call started after the previous op on that device ended; attributed to that op's "

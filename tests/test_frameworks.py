@@ -146,7 +146,7 @@ def oracle_step_ns(truth: dict[str, Any], i: int) -> int:
 
 
 def expected_steps(truth: dict[str, Any]) -> int:
-    """Optimizer steps; without an optimizer, one step per training forward (README)."""
+    """Optimizer steps; without an optimizer, one step per training forward (docs/annotation.md)."""
     return truth["optimizer_steps"] if truth.get("optimizer", True) else truth["train_forwards"]
 
 

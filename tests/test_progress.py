@@ -28,6 +28,6 @@ def test_bar_on_a_terminal_and_quiet_silences_it(corpus_dir: Path, tmp_path: Pat
     shown = _run_on_a_terminal(["analyze", str(src), "-o", str(tmp_path / "a")])
     assert "workflow.sqlite" in shown and "reading" in shown
     quiet = _run_on_a_terminal(["analyze", str(src), "-o", str(tmp_path / "b"), "--quiet"])
-    # no bar: only the summary's warnings, which --quiet keeps (README)
+    # no bar: only the summary's warnings, which --quiet keeps (docs/profiling.md)
     assert "reading" not in quiet
     assert all(line.startswith("dlprof-lite: warning: ") for line in quiet.splitlines()), quiet

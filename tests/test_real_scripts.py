@@ -229,5 +229,5 @@ def test_compiled_models(nsys: str, tmp_path: Path, how: str) -> None:
         assert any("outside every iteration" in w for w in run.summary["warnings"])
     advice = read_csv(run.out / "advice.csv")
     assert not any("data" in row["problem"].lower() for row in advice), advice
-    # model.compile(): the first (compiling) call has no range of its own (README)
+    # model.compile(): the first (compiling) call has no range of its own (docs/annotation.md)
     assert int(run.layer("model")["calls"]) == (6 if how == "wrap" else 5)

@@ -1,6 +1,6 @@
 """Imports follow the pipeline: annotate < launch < ingest < report < pipeline/cli/batch.
 
-DESIGN.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
+docs/design.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
 modules (``errors``, ``rules``, ``progress``, ``safe_text``, ``user_dirs``, ``narrow``), which
 import no stage themselves. ``report`` imports only the ``Profile`` type from ``ingest``.
 Every import statement counts, inside functions and under ``TYPE_CHECKING`` too: each is read with

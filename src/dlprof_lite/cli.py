@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from dlprof_lite.report.build import Report
 
 PROG = "dlprof-lite"
-# The README's options table says the same (a test holds them together).
+# The options table of docs/profiling.md says the same (a test holds them together).
 NSYS_ARGS_HELP = (
     "more 'nsys profile' arguments, added to the defaults (--trace=cuda,nvtx,osrt,cublas,cudnn "
     "--sample=none --cpuctxsw=none); a switch you give replaces the default of the same name, "

@@ -6,7 +6,7 @@ backward, ``clip_grad_norm_``, then ``p.data.add_(p.grad, alpha=-lr)`` for every
 
 The tokens are random (no corpus is downloaded). With no optimizer to hook, a step is one
 training forward plus its backward, ending where the next forward starts, the last at its
-backward's end (README, "Steps"): the oracle (``oracle.py``) marks those times.
+backward's end (docs/annotation.md, "Steps"): the oracle (``oracle.py``) marks those times.
 """
 
 import argparse

@@ -37,7 +37,7 @@ class Oracle:
 
     def step_start(self) -> None:
         """Called where a loop the script owns starts waiting in ``next()`` for a step's batch:
-        the step's start as the README defines it (frameworks that own the loop give none)."""
+        the step's start as docs/annotation.md says (frameworks that own the loop give none)."""
         self.step_starts_ns.append(time.perf_counter_ns())
 
     def epoch_begin(self) -> None:

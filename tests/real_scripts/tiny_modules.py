@@ -1,4 +1,4 @@
-"""A model of many tiny modules (the README's deep400 shape, smaller) behind one large layer.
+"""A model of many tiny modules (deep400 of docs/performance.md, smaller) behind one large layer.
 
     python tiny_modules.py --steps 6
 

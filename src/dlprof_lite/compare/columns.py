@@ -1,7 +1,7 @@
 """The one-line definition of every compare.csv column and of every metric it names.
 
 Place in the pipeline: compare. Like :mod:`dlprof_lite.report.metrics` for a report, this is
-the registry the writers carry into compare.json and the README reference is built from:
+the registry the writers carry into compare.json and docs/reference/compare.md is built from:
 ``COMPARE_REPORT`` (the columns of compare.csv), ``COMPARE_METRICS`` (what each ``metric``
 value means, per section), ``COMPARE_JSON_FIELDS`` (compare.json's own lists and fields) and
 ``COMPARE_RULES`` (the thresholds, with their citations).
@@ -209,7 +209,7 @@ def metric_definitions() -> dict[str, str]:
 
 def markdown_reference() -> str:
     """compare.csv's columns, its metrics, compare.json's fields and the rules as Markdown
-    (the README's compare reference, written by scripts/gen_reference.py)."""
+    (docs/reference/compare.md, written by scripts/gen_reference.py)."""
     head = ["| column | unit | meaning |", "| --- | --- | --- |"]
     out = ["**compare.csv / compare.json**", "", *head]
     out += [f"| `{c.name}` | {c.unit} | {c.doc} |" for c in COMPARE_REPORT]

@@ -3,7 +3,7 @@
 Each table's columns are declared once here, with dtype, unit and meaning. The reader must
 produce every *base* column; the analysis steps add the *derived* ones. ``check_frame`` is
 called when a ``Profile`` is built, so a missing or mistyped column fails early with an
-error that names it. Tests and the README's column reference read these declarations too.
+error that names it. Tests and docs/reference/report.md read these declarations too.
 
 Dtypes: ``int64`` (never null), ``int32`` (never null, for values that fit by construction),
 ``Int64`` (nullable integer, ``<NA>`` where unknown), ``float64``, ``bool``, ``category``
@@ -42,7 +42,7 @@ def _d(name: str, dtype: str, unit: str, doc: str) -> Column:
 
 
 # Launch columns shared by kernels and memops: the GPU activity joined to the CUDA API
-# call that launched it (correlation id and process; DESIGN.md "Kernel ↔ API call").
+# call that launched it (correlation id and process; docs/design.md "Kernel ↔ API call").
 _GPU_OP_BASE = (
     _c("start_ns", "int64", "ns", "GPU start time"),
     _c("end_ns", "int64", "ns", "GPU end time"),

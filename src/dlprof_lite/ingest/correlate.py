@@ -5,7 +5,7 @@ Pipeline (:mod:`dlprof_lite.ingest.load`): ``read_export`` → ``nvtx.build_rang
 ``range_gpu_totals`` gives the per-range GPU columns that ``range_columns.enrich_ranges``
 writes on ``ranges``; ``range_membership`` lists the (op, range) pairs they sum.
 
-Rules (DESIGN.md, "Definitions"):
+Rules (docs/design.md, "Definitions"):
 
 * **Op ↔ API call**: same correlation id *and* same process, nsys' own join
   (``k.globalPid == (r.globalTid & 0xFFFFFFFFFF000000)`` in its ``nvtxkernsum`` and

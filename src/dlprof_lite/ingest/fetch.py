@@ -1,6 +1,6 @@
 """Column-wise fetching of query results into numpy, read-only, through the fastest driver.
 
-Reading rows is the floor of ingest's time (DESIGN.md "Scale"), so results are fetched as
+Reading rows is the floor of ingest's time (docs/design.md "Scale"), so results are fetched as
 whole columns: through ADBC's SQLite driver into Arrow when it is installed (the ``fast``
 extra), else through the standard library's ``sqlite3``.
 

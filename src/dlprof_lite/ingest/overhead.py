@@ -5,7 +5,7 @@ run after ``correlate.attach_launches`` has joined each GPU op to the API call t
 it. It adds the derived columns ``api_ns``, ``queue_ns`` and ``host_gap_ns``; the report
 aggregates them per kernel, iteration, layer and phase (:mod:`dlprof_lite.report.overhead`).
 
-Definitions (DESIGN.md "Launch overhead"):
+Definitions (docs/design.md "Launch overhead"):
 
 - ``api_ns = api_end_ns - api_start_ns``: time the CPU spent inside the launch call, as the
   "API" column of nsys ``cuda_kern_exec_trace`` / ``cuda_kern_exec_sum`` and HTA's

@@ -8,7 +8,7 @@ The tree comes from the layer names' nesting, ``model`` -> ``layer1`` -> ``layer
 ``layer1.0.conv1``: a dotted name's parent is its longest dotted prefix; a container that
 never ran a forward of its own (a ``ModuleList``) is drawn dashed, without time, so that the
 tree keeps its shape. Names without a dot are the root models and the children of ``model``
-(whose submodules keep their plain names, README "Models"): a layer is a root when its
+(whose submodules keep their plain names, docs/annotation.md "Models"): a layer is a root when its
 forward ran outside every other module's (the ranges table: a ``fwd:`` range with no module
 range around it), else it hangs under ``model``. Children are listed in network order (the
 layers table's ``order`` where it has one, else its row order).

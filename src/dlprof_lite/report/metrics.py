@@ -695,7 +695,7 @@ def threshold(key: str) -> float:
 
 
 def markdown_reference() -> str:
-    """The report columns and thresholds as Markdown (for the README's "Report files")."""
+    """The report columns and thresholds as Markdown (for docs/reference/report.md)."""
     out = []
     for table, columns in REPORTS.items():
         name = "summary.csv (several inputs)" if table == "runs" else f"{table}.csv / .json"

@@ -1,6 +1,6 @@
 """CUDA API calls by name: which launch GPU work, which wait for it.
 
-- Launch calls (DESIGN.md "CUDA graphs" and "Kernel <-> API call"): kernel launches
+- Launch calls (docs/design.md "CUDA graphs" and "Kernel <-> API call"): kernel launches
   (``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cuLaunchKernel``, ``cuLaunchKernelEx``,
   cooperative launches), graph launches (``cudaGraphLaunch``: CUPTI gives a graph's kernels
   its correlation id) and copies/sets; nsys records the runtime calls with a version suffix

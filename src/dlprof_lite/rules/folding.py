@@ -20,7 +20,7 @@ from __future__ import annotations
 # ns_per_call). At 20x the hooks of a call cost at most 5 % of its forward time (about 2 %
 # of forward plus backward), below the run-to-run spread of a CPU step; a shorter module's
 # range mostly times the annotation, and its hooks are what make a model of many tiny
-# modules (the README's deep400) run twice as long annotated (issue 25). dlprof-lite choice.
+# modules (deep400 in docs/performance.md) run twice as long annotated. dlprof-lite choice.
 FOLD_FACTOR = 20
 
 # A module whose forward calls in the warm-up step add up to this share of the step's forward

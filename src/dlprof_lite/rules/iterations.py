@@ -1,7 +1,7 @@
 """Iteration rules shared by ingest (finding steps) and report (their statistics).
 
 Key-range sources say where the iteration boundaries came from (DLProf's key-node rule,
-DESIGN.md "Iterations"); the thresholds say when step times vary too much to trust a mean.
+docs/design.md "Iterations"); the thresholds say when step times vary too much to trust a mean.
 """
 
 from __future__ import annotations

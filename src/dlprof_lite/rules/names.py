@@ -1,6 +1,6 @@
 """The NVTX range names the annotation layer writes and the analysis reads.
 
-This module is the single definition of the naming convention (documented in the README):
+This module is the single definition of the naming convention (documented in docs/annotation.md):
 it imports nothing heavy, so every stage may read it without torch, nvtx or pandas
 (:mod:`dlprof_lite.annotate.names` re-exports it for the annotate stage).
 
