@@ -59,6 +59,20 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "beside the input" in out and "current folder" in out  # -o says what it does
 
 
+def test_help_lists_exactly_the_commands_main_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each listed command has its own parser (``--help`` names it), and every word ``main``
+    dispatches on is listed: no command is hidden from the top-level help."""
+    import inspect
+
+    from dlprof_lite import cli
+
+    dispatched = set(re.findall(r'args_in\[:1\] == \["(\w+)"\]', inspect.getsource(cli.main)))
+    assert dispatched == set(COMMANDS)
+    for name in COMMANDS:
+        assert main([name, "--help"]) == 0
+        assert f"usage: dlprof-lite {name}" in capsys.readouterr().out, name
+
+
 @pytest.fixture
 def no_nsys_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nsys: str) -> str:
     """PATH without nsys (Python stays reachable); returns the real nsys's path."""
