@@ -71,7 +71,10 @@ def test_timeline_chart_puts_threads_above_streams() -> None:
     assert lanes == ["thread 11", "thread 11 · level 1", "thread 11 · CUDA API",
                      "thread 12", "GPU 0 · stream 7", "GPU 0 · stream 13"]  # fmt: skip
     assert data["layout"]["meta"]["origin_ns"] == 1_000_000
-    assert data["layout"]["meta"]["unit"] == "µs"  # the 900 µs shown
+    assert data["layout"]["meta"]["unit"] == "µs"
+    # No iteration (a busiest stretch): it opens on the GPU work, the copy at 1.06 ms to the
+    # gemm's end at 1.22 ms, and a twentieth of that (8 µs) either side.
+    assert data["layout"]["xaxis"]["range"] == [52.0, 228.0]
     bars = drawn_events(data)
     # Coloured by phase, labelled by layer (a range without one: its own name).
     assert [t["name"] for t in data["data"]] == ["data", "forward", "no phase"]

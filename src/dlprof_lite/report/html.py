@@ -210,17 +210,15 @@ def _timeline(report: Report) -> str | None:
     frame = report.timeline
     if frame.empty:
         return None
-    w = report.summary.window
-    it = w.timeline_iteration
+    it = report.summary.window.timeline_iteration
     bounds = _iteration_bounds(report.iterations, it)
-    if it is None and w.timeline_start_ns is not None and w.timeline_end_ns is not None:
-        bounds = (w.timeline_start_ns, w.timeline_end_ns)  # the busiest stretch's
     span = f"Iteration {it}" if it is not None else "The busiest stretch"
     fig, left = timeline_figure(frame, iteration=bounds, what=span)
     if fig is None:
         return None
     what = f"iteration {it}" if it is not None else (
-        "no iterations: the busiest stretch of the session")  # fmt: skip
+        "no iterations: the busiest stretch of the session, shown from its first GPU "
+        "operation to its last (double-click the chart twice for all of it)")  # fmt: skip
     note = f'<p class="note">{esc(what)}; the {left} shortest events are left out</p>' if left \
         else f'<p class="note">{esc(what)}; trace.json opens it in Perfetto</p>'  # fmt: skip
     title = "Timeline of one iteration" if it is not None else "Timeline of the busiest stretch"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.charts import PHASE_COLORS, base_layout, short, unit_for
-from dlprof_lite.report.figures import Figure, figure, marker, text
+from dlprof_lite.report.figures import Figure, figure, text
 
 TIMELINE_PAGE_MAX = 5000
 GPU_KINDS = ("kernel", "memcpy", "memset")
@@ -113,6 +113,19 @@ def shown_window(frame: pd.DataFrame, iteration: tuple[int, int] | None) -> tupl
     return lo, hi
 
 
+def gpu_focus(frame: pd.DataFrame, window: tuple[int, int]) -> tuple[int, int]:
+    """The x range a chart without an iteration opens on: its GPU work's span and a twentieth
+    of it either side (a stretch of a session may be seconds of host work around milliseconds
+    of kernels), within ``window``; the whole window without GPU work. Plotly's double-click
+    zooms out to every event."""
+    gpu = frame[frame["kind"].astype(str).isin(GPU_KINDS)]
+    if gpu.empty:
+        return window
+    lo, hi = int(gpu["start_ns"].min()), int(gpu["end_ns"].max())
+    pad = max((hi - lo) // 20, 1)
+    return max(window[0], lo - pad), min(window[1], hi + pad)
+
+
 def _customdata(part: pd.DataFrame, dur: pd.Series) -> list[list[str]]:
     """Hover text per event: name, layer, phase, its real duration (bars are clipped), kind."""
     none = pd.Series(None, index=part.index)
@@ -120,6 +133,10 @@ def _customdata(part: pd.DataFrame, dur: pd.Series) -> list[list[str]]:
         _text(part["name"]), _text(part.get("layer", none)), _text(part.get("phase", none)),
         [f"{d / 1e3:.3f} µs" for d in dur.tolist()], part["kind"].astype(str).tolist(),
         strict=True)]  # fmt: skip
+
+
+def colour(phase: str) -> str:
+    return PHASE_COLORS.get(phase, NO_PHASE_COLOR)
 
 
 def phases(frame: pd.DataFrame) -> pd.Series:
@@ -148,8 +165,8 @@ def timeline_figure(
     """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
     many events it leaves out: rows named by thread and stream (:func:`lanes`), bars coloured
     by phase and labelled by layer. ``iteration``: its (start, end) ns; bars are clipped to
-    :func:`shown_window`, the hover keeps each event's real duration. ``what``: the span's
-    name in the title."""
+    :func:`shown_window`, the hover keeps each event's real duration; without one the chart
+    opens on the GPU work (:func:`gpu_focus`). ``what``: the span's name in the title."""
     if frame.empty:
         return None, 0
     dur = (frame["end_ns"].astype("int64") - frame["start_ns"].astype("int64")).clip(lower=0)
@@ -158,7 +175,8 @@ def timeline_figure(
         frame = frame.loc[dur.sort_values(ascending=False, kind="stable").index[:cap]]
         dur = dur.loc[frame.index]
     origin, end = shown_window(frame, iteration)
-    unit, size = unit_for([end - origin])
+    first, last = (origin, end) if iteration is not None else gpu_focus(frame, (origin, end))
+    unit, size = unit_for([last - first])
     begin = frame["start_ns"].astype("int64").clip(lower=origin, upper=end)
     width = frame["end_ns"].astype("int64").clip(lower=origin, upper=end) - begin
     lane, order = lanes(frame)
@@ -171,7 +189,9 @@ def timeline_figure(
         traces.append({
             "type": "bar", "name": phase, "orientation": "h", "y": lane[rows].tolist(),
             "base": ((begin[rows] - origin) / size).tolist(), "x": (width[rows] / size).tolist(),
-            **marker(PHASE_COLORS.get(phase, NO_PHASE_COLOR)),
+            # An outline of the fill's colour: an event far shorter than a pixel (a 5 µs
+            # kernel in a 2 s stretch) still shows as a line.
+            "marker": {"color": colour(phase), "line": {"color": colour(phase), "width": 1}},
             "text": text_of[rows].tolist(), "textposition": "inside",
             "insidetextanchor": "start", "textfont": {"size": 10}, "cliponaxis": True,
             "customdata": _customdata(frame[rows], dur[rows]),
@@ -183,7 +203,7 @@ def timeline_figure(
         f"{what}: ranges and CUDA API calls per thread, GPU work per stream",
         unit, size, barmode="overlay", height=max(320, 26 * len(order) + 160),
         xaxis={"title": text(f"time from the first event ({unit})"),
-               "range": [0, (end - origin) / size]},
+               "range": [(first - origin) / size, (last - origin) / size]},
         yaxis={"categoryorder": "array", "categoryarray": order, "autorange": "reversed",
                "automargin": True},
         uniformtext={"mode": "hide", "minsize": 9},
