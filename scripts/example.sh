@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's main job: set up, then profile the bundled LeNet example under nsys and
-# write its report to lenet-report/ (replaced on each run).
+# Set up, then profile the bundled LeNet example under nsys and write its report to
+# lenet-report/ (replaced on each run): docs/getting-started.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
