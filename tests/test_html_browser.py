@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -432,6 +433,34 @@ def log_axis(page: Any) -> dict[str, Any]:
                            "._fullLayout.yaxis.type === 'log'")  # fmt: skip
     after = page.evaluate(READ_AXIS)
     return {"before": before, "after": after, "ns": before["ns"], "notes": before["notes"]}
+
+
+def test_a_short_run_and_many_long_layer_names(chromium: Chromium, tmp_path: Path) -> None:
+    """The fixture's three iterations (integer ticks only, none on the corner where the
+    axes meet) and 400 charted layers of long names (rotated, thinned by plotly, shortened
+    but distinct): every check passes."""
+    import pandas as pd
+
+    from dlprof_lite.report.build import build_report
+    from dlprof_lite.report.html import report_page
+    from example_profiles import training_profile
+
+    report = build_report(training_profile())
+    short = tmp_path / "short.html"
+    short.write_text(report_page(report), encoding="utf-8")
+    base = report.layers.iloc[[1]]
+    layers = pd.concat([base] * 500, ignore_index=True).assign(parent=None)
+    layers["layer"] = [f"model.encoder.layers.{i}.self_attention.linear_qkv" for i in range(500)]
+    layers["order"] = range(500)
+    layers["step_forward_wall_ns"] = [float(i + 1) for i in range(500)]
+    wide = tmp_path / "wide.html"
+    wide.write_text(report_page(replace(report, layers=layers)), encoding="utf-8")
+    for page in (short, wide):
+        result = chromium.open_page(page)
+        assert result.problems() == [], page.name
+    labels = [t.text for t in result.chart("chart-layers").texts if t.kind == "x tick"]
+    assert labels and all(len(t) <= 28 for t in labels), labels
+    assert len(set(labels)) == len(labels)
 
 
 @pytest.mark.corpus

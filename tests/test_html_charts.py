@@ -159,9 +159,12 @@ def test_many_layers_are_capped_with_a_note(example: Report) -> None:
     assert fig is not None and left == n - LAYER_CHART_MAX
     assert f"+{left} more" in fig["layout"]["title"]["text"]
     assert_plotly_figure(fig)
-    shown = list(fig["data"][0]["x"])
+    shown = list(fig["data"][0]["customdata"])
     # The largest (the last rows) in network order: descending row number.
     assert shown == [f"model.block{i}" for i in range(n - 1, n - 1 - LAYER_CHART_MAX, -1)]
+    # Labelled below the path they share (the axis title names it).
+    assert fig["data"][0]["x"] == [name.removeprefix("model.") for name in shown]
+    assert fig["layout"]["xaxis"]["title"]["text"] == "layers in model"
     html = layer_table(layers, gpu=True, per_step=True)
     page = Page(html)
     assert len(page.tables["layer-table"]) == 1 + LAYER_ROWS
@@ -243,3 +246,20 @@ def test_containers_are_charted_apart_from_their_layers(example: Report) -> None
     page = report_page(Report(**{**example.__dict__, "layers": layers}))
     assert "Containers, not charted beside the layers they hold" in page
     assert "model (Net)" in page
+
+
+def test_iteration_ticks_are_whole_numbers() -> None:
+    from dlprof_lite.report.charts import whole_step
+
+    steps = {n: whole_step(n) for n in (3, 12, 13, 25, 60, 294, 5155)}
+    assert steps == {3: 1, 12: 1, 13: 2, 25: 5, 60: 5, 294: 50, 5155: 500}
+
+
+def test_layer_labels_drop_the_path_every_layer_shares() -> None:
+    from dlprof_lite.report.charts import common_parent
+
+    names = ["model.encoder.layers.0.attn", "model.encoder.layers.11.attn"]
+    assert common_parent(names) == ("model.encoder.layers", ["0.attn", "11.attn"])
+    assert common_parent(["conv1", "conv2"]) == ("", ["conv1", "conv2"])
+    assert common_parent(["a.b", "a.b.c"]) == ("a", ["b", "b.c"])  # never an empty label
+    assert common_parent(["features.0"]) == ("", ["features.0"])

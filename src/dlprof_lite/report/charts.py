@@ -169,6 +169,22 @@ def axis_labels(names: Sequence[object], width: int = NAME_CHARS) -> list[str]:
 _NAMESPACES = re.compile(r"\b(?:[A-Za-z_]\w*::)+")
 
 
+def common_parent(names: Sequence[str]) -> tuple[str, list[str]]:
+    """The module path every name lies in (``model.encoder.layers``), and each name below it
+    (``0.self_attention``): a prefix repeated on every label says nothing and crowds out the
+    part that differs. Only whole path parts are dropped; ``("", names)`` when none is shared
+    by all or a name would be left empty."""
+    parts = [n.split(".") for n in names]
+    if len(parts) < 2:
+        return "", list(names)
+    shared = 0
+    while all(len(p) > shared + 1 and p[shared] == parts[0][shared] for p in parts):
+        shared += 1
+    if not shared:
+        return "", list(names)
+    return ".".join(parts[0][:shared]), [".".join(p[shared:]) for p in parts]
+
+
 def kernel_labels(short_names: Sequence[object], names: Sequence[object]) -> list[str]:
     """Axis labels of kernels: the short name, and where several kernels share one (cuDF's
     many ``_kernel_agent``), what tells them apart: the start of their first template
@@ -216,8 +232,9 @@ def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[Figure | None, in
                                              for d in ("forward", "backward"))]  # fmt: skip
     if not views:
         return None, 0
-    x = axis_labels(shown["layer"].tolist(), LAYER_NAME_CHARS)
     full = shown["layer"].astype(str).tolist()
+    under, relative = common_parent(full)
+    x = axis_labels(relative, LAYER_NAME_CHARS)
     unit, size = unit_for(
         np.concatenate(
             [
@@ -258,7 +275,9 @@ def layers_figure(layers: pd.DataFrame, *, gpu: bool) -> tuple[Figure | None, in
     # the margin grown to the longest; plotly skips labels where bars are too narrow for one.
     layout = base_layout(title, unit, size, barmode="stack", height=360 + 6 * LAYER_NAME_CHARS,
                      yaxis={"title": text(f"time {what} ({unit})"), "automargin": True},
-                     xaxis={"tickangle": -90, "automargin": True}, **more)  # fmt: skip
+                     xaxis={"tickangle": -90, "automargin": True,
+                            **({"title": text(f"layers in {under}")} if under else {})},
+                     **more)  # fmt: skip
     return figure(traces, layout), left
 
 
@@ -389,9 +408,18 @@ def iterations_figure(iterations: pd.DataFrame, summary: Summary, *, gpu: bool) 
         yaxis["range"] = [0, top / size]
         more["annotations"] = [_outlier_note(x, wall / size, top / size, unit)]
         more["updatemenus"] = [{**BUTTONS, "buttons": _scale_buttons(top / size)}]
+    xaxis = {"title": text("iteration"), "tick0": 0, "dtick": whole_step(int(np.ptp(x)) + 1)}
     return figure(traces, base_layout(title, unit, size, shapes=shapes, height=360,
-                                  xaxis={"title": text("iteration")}, yaxis=yaxis,
-                                  **more))  # fmt: skip
+                                      xaxis=xaxis, yaxis=yaxis, **more))  # fmt: skip
+
+
+def whole_step(count: int, ticks: int = 12) -> int:
+    """A round tick step (1, 2 or 5 x 10^k) for an axis of ``count`` whole numbers (the
+    iterations) showing at most about ``ticks`` of them: never a tick between two."""
+    step = 1
+    while count / step > ticks:
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2
+    return step
 
 
 def kernels_figure(kernels: pd.DataFrame, top: int = TOP_KERNELS) -> Figure | None:
