@@ -26,6 +26,7 @@ from dlprof_lite.compare.stats import (
     NO_CHANGE,
     ONE_RUN,
     SLOWER,
+    STUDENT,
     UNTESTED,
     WELCH,
     Estimate,
@@ -140,12 +141,23 @@ def _levels(s: Side) -> list[float]:
     return [math.log(float(np.median(r.step_ns()))) for r in s.runs]
 
 
-def test_runs_are_the_samples_and_the_test_is_welch_on_log_run_medians() -> None:
-    a = _runs_side("A", [100, 104, 97], seed=1)
+def test_runs_are_the_samples_and_the_test_is_welch_for_unequal_runs() -> None:
+    a = _runs_side("A", [100, 104, 97, 102], seed=1)
     b = _runs_side("B", [110, 113, 108], seed=10)
     d = step_delta(a, b)
     oracle = sps.ttest_ind(_levels(b), _levels(a), equal_var=False)
-    assert d.method == WELCH and d.tested
+    assert d.method == WELCH and d.p_value == pytest.approx(float(oracle.pvalue), rel=1e-9)
+    low, high = oracle.confidence_interval()
+    assert d.median_pct.low == pytest.approx(math.expm1(low) * 100, rel=1e-9)
+    assert d.median_pct.high == pytest.approx(math.expm1(high) * 100, rel=1e-9)
+
+
+def test_runs_are_the_samples_and_the_test_is_student_for_as_many_runs() -> None:
+    a = _runs_side("A", [100, 104, 97], seed=1)
+    b = _runs_side("B", [110, 113, 108], seed=10)
+    d = step_delta(a, b)
+    oracle = sps.ttest_ind(_levels(b), _levels(a), equal_var=True)
+    assert d.method == STUDENT and d.tested
     assert d.p_value == pytest.approx(float(oracle.pvalue), rel=1e-9)
     assert d.verdict == SLOWER and d.significant
     geo_a = math.exp(float(np.mean(_levels(a))))

@@ -213,14 +213,18 @@ Tested = tuple[float | None, str]  # (Holm-adjusted p or None, verdict)
 
 
 def layer_tests(
-    a: Sequence[pd.DataFrame], b: Sequence[pd.DataFrame], ranked_by: Sequence[str]
-) -> dict[tuple[str, str], Tested]:
+    a: Sequence[pd.DataFrame], b: Sequence[pd.DataFrame], ranked_by: Sequence[str],
+    step_ns: float = 0.0,
+) -> dict[tuple[str, str], Tested]:  # fmt: skip
     """The run-level test (:func:`~dlprof_lite.compare.stats.run_test`, log scale) of each
     entity's ranked metrics over the runs' per-step frames, Holm-adjusted over every test
     of the pair (Holm, Scandinavian Journal of Statistics 1979: the chance of any false
-    "slower" among the layers stays within alpha). One run a side: every ranked metric
-    "not tested"; a metric 0 in some run (a layer a run lacks, a CPU run's GPU time) is left
-    untested (empty verdict)."""
+    "slower" among the layers stays within alpha). Only figures that matter are tested:
+    the mean over both sides' runs at least ``MATERIAL_SHARE`` of ``step_ns`` (a typical
+    step); the rest, and a metric 0 in some run (a layer a run lacks, a CPU run's GPU
+    time), are left untested (empty verdict). Choosing by the mean over both sides leaves
+    the test's size alone (for normal data the mean is independent of the difference).
+    One run a side: every ranked metric "not tested"."""
     columns = sorted({c for f in (*a, *b) for c in f.columns if c.split(".")[-1] in ranked_by})
     names = sorted({str(n) for f in (*a, *b) for n in f.index})
     if max(len(a), len(b)) < 2:
@@ -230,8 +234,10 @@ def layer_tests(
     for c in columns:
         va = np.array([f[c].reindex(names, fill_value=0.0).to_numpy(float) for f in a])
         vb = np.array([f[c].reindex(names, fill_value=0.0).to_numpy(float) for f in b])
+        floor = rules.MATERIAL_SHARE * step_ns
         for i, n in enumerate(names):
-            if np.all(va[:, i] > 0) and np.all(vb[:, i] > 0):
+            level = (float(np.mean(va[:, i])) + float(np.mean(vb[:, i]))) / 2.0
+            if np.all(va[:, i] > 0) and np.all(vb[:, i] > 0) and level >= floor:
                 test = run_test(np.log(va[:, i]).tolist(), np.log(vb[:, i]).tolist())
                 if test is not None:
                     keys.append((n, c))
@@ -325,7 +331,9 @@ def side_deltas(a: Side, b: Side, renames: Mapping[str, str] | None = None) -> t
                    labels, PHASE_RANKED_BY)  # fmt: skip
     layer_a = [(_renamed(f, names), w) for f, w in frames(a, _layer_frame)]
     layer_b = [(_renamed(f, names), w) for f, w in frames(b, _layer_frame)]
-    tests = layer_tests([f for f, _ in layer_a], [f for f, _ in layer_b], LAYER_RANKED_BY)
+    step = (float(np.median(a.step_ns())) + float(np.median(b.step_ns()))) / 2.0
+    tests = layer_tests([f for f, _ in layer_a], [f for f, _ in layer_b], LAYER_RANKED_BY,
+                        step)  # fmt: skip
     layers = _rows(LAYER, _pooled(layer_a), _pooled(layer_b), labels, LAYER_RANKED_BY, tests)
     kernels = _rows(KERNEL, _pooled(frames(a, _kernel_frame)),
                     _pooled(frames(b, _kernel_frame)), labels, ("gpu_ns",))  # fmt: skip
