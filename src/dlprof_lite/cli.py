@@ -567,8 +567,8 @@ def repeat_advice(side: Side) -> str:
     spread = run_spread(side)
     needed = runs_needed(DETECTABLE_CHANGE, spread)
     runs = f"{needed} runs a side" if needed is not None else f"more than {MAX_RUNS} runs a side"
-    return (f"run medians spread {math.expm1(spread) * 100:.1f} %: compare tells a "
-            f"{DETECTABLE_CHANGE * 100:g} % change with {POWER * 100:g} % power from {runs}")
+    return (f"for compare: the run medians spread {math.expm1(spread) * 100:.1f} %, so telling "
+            f"a {DETECTABLE_CHANGE * 100:g} % change with {POWER * 100:g} % power takes {runs}")
 
 
 REPEAT_SUFFIX = ".dlprof-runs"
