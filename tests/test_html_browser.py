@@ -158,9 +158,14 @@ def test_a_page_that_never_finishes_or_reports_an_error(chromium: Chromium, tmp_
     assert "page error: DecompressionStream failed" in result.problems()
 
 
+LATE_MS = 3000  # plotly unpacked by DecompressionStream drew ~1.5 s after load on this VM
+
+
 def late_page(folder: Path) -> Path:
-    """A page whose chart is drawn 50 ms after the ``load`` event (as plotly unpacked by
-    ``DecompressionStream`` was): drawn by the end, blank in a screenshot taken at load."""
+    """A page whose chart is drawn ``LATE_MS`` after the ``load`` event (as plotly unpacked
+    by ``DecompressionStream`` was): drawn by the end, blank in a screenshot taken at load
+    (a short delay is not enough: on a loaded machine Chromium's capture itself can take
+    longer than it)."""
     import plotly.graph_objects as go
     from plotly.offline import get_plotlyjs
 
@@ -172,7 +177,7 @@ def late_page(folder: Path) -> Path:
   const fig = {figure};
   Plotly.newPlot("chart-steps", fig.data, fig.layout)
     .then(() => {{ document.body.dataset.rendered = "true"; }});
-}}, 50));</script></body></html>""", encoding="utf-8")
+}}, {LATE_MS}));</script></body></html>""", encoding="utf-8")
     return page
 
 
