@@ -272,6 +272,9 @@ def test_corpus_kernels_chart_is_the_top_of_the_table(corpus_dir: Path) -> None:
     top = report.kernels.head(20)
     assert ns(fig, fig["data"][0]["x"]) == pytest.approx(top["total_ns"].astype(float).tolist())
     assert len(page.tables["kernel-table"]) == 21
+    # The table names each kernel as the chart does (its fft2d_r2c_32x32s told apart).
+    assert [r[0] for r in page.tables["kernel-table"][1:]] == fig["data"][0]["y"]
+    assert len(set(fig["data"][0]["y"])) == 20
     # No iterations: the layers chart shows window totals; kernels only, so GPU time only.
     layers = page.figure("layers")
     order = report.layers.sort_values("order")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dlprof_lite.report.advice import duration, percent
+from dlprof_lite.report.charts import kernel_labels
 from dlprof_lite.report.plotly_bundle import esc
 from dlprof_lite.report.summary_types import number
 
@@ -159,7 +160,11 @@ KERNEL_COLUMNS = (
 
 
 def kernels_table(kernels: pd.DataFrame, top: int) -> str:
-    return table("kernel-table", KERNEL_COLUMNS, kernels.head(top))
+    """The top kernels, named as the chart above names them (charts.kernel_labels: kernels
+    sharing a short name told apart), the whole name on hover."""
+    shown = kernels.head(top)
+    labels = kernel_labels(shown["short_name"].tolist(), shown["name"].tolist())
+    return table("kernel-table", KERNEL_COLUMNS, shown.assign(short_name=labels))
 
 
 def advice_list(advice: pd.DataFrame) -> str:
