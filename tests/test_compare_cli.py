@@ -97,7 +97,7 @@ def test_three_runs_a_side_are_tested_on_their_runs(runs, capsys) -> None:
     (step,) = doc["steps"]
     assert (step["runs_baseline"], step["runs_side"]) == (3, 3)
     assert step["verdict"] == "slower" and step["p_value"] < 0.05 and step["tested"]
-    assert step["method"].startswith("runs: Student")
+    assert step["method"].startswith("runs: Welch")
     assert 0 <= step["power"] <= 1 and step["between_run_pct"] >= 0
     assert code == 1 and "3 vs 3 runs" in capsys.readouterr().out
 

@@ -115,8 +115,8 @@ COMPARE_JSON_FIELDS = _cols(
     ("steps[].significant", "", "verdict is slower or faster"),
     ("steps[].tested", "", "the run-level test was made (a side has two runs or more)"),
     ("steps[].method", "", "how the change was judged: one run a side (within-run interval "
-     "only); Student t-test on log run medians (as many runs a side); Welch t-test (unequal "
-     "runs a side); or t-test of a single run against the other side's runs"),
+     "only); Welch t-test on log run medians (two or more runs a side); or t-test of a "
+     "single run against the other side's runs"),
     ("steps[].runs_baseline", "", "runs of the baseline side"),
     ("steps[].runs_side", "", "runs of the side"),
     ("steps[].between_run_pct", "%", "between-run spread the test saw: pooled sd of log run "

@@ -18,7 +18,6 @@ from dlprof_lite.compare import checks
 from dlprof_lite.compare.deltas import Delta, renamed_layers, side_deltas
 from dlprof_lite.compare.side import Side
 from dlprof_lite.compare.stats import (
-    STUDENT,
     WELCH,
     Estimate,
     StepDelta,
@@ -125,8 +124,7 @@ def p_text(p: float | None) -> str:
 
 def _tested_tail(d: StepDelta) -> str:
     """How the run-level test was made, and what it could see."""
-    test = {STUDENT: "Student t-test", WELCH: "Welch t-test"}.get(
-        d.method, "t-test against the other side's runs")
+    test = "Welch t-test" if d.method == WELCH else "t-test against the other side's runs"
     text = (f"{test} on run medians, {p_text(d.p_value)}, {d.runs_side} vs {d.runs_baseline} "
             f"runs, between-run spread {d.between_run_pct or 0.0:.1f} %")  # fmt: skip
     if d.power is not None:
