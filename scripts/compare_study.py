@@ -182,6 +182,7 @@ class Outcome:
     layer_flagged: bool  # some layer called slower or faster (run-level, Holm)
     layer_first: bool  # the slowed layer (forward) ranked first
     layer_found: bool  # ranked first and called slower (tested designs)
+    pooled_differ: bool  # the old rule: Mann-Whitney over the pooled steps, p < 0.05
 
 
 GATE_PCT = 5.0
@@ -254,6 +255,8 @@ def compare_pairs(
     records: dict[str, RunRecord], manifest: list[dict[str, str]], gate_pct: float = GATE_PCT
 ) -> list[Outcome]:
     """Every study pair of ``manifest`` compared, from the runs' ``records``."""
+    from scipy.stats import mannwhitneyu
+
     from dlprof_lite.compare.comparison import compare_sides
     from dlprof_lite.compare.deltas import LAYER
     from dlprof_lite.compare.gate import gate
@@ -274,10 +277,11 @@ def compare_pairs(
         found = is_slowed and first is not None and any(
             d.rank == 1 and d.verdict == SLOWER for d in layers)
         minimum = step.minimum_effect_pct
+        pooled = mannwhitneyu(sides[1].step_ns(), sides[0].step_ns()).pvalue < 0.05
         out.append(Outcome(
             design, pct, step.verdict, step.median_pct.value,
             minimum is not None and abs(step.median_pct.value) > minimum,
-            gate(c, gate_pct).failed, flagged, is_slowed, found,
+            gate(c, gate_pct).failed, flagged, is_slowed, found, bool(pooled),
         ))  # fmt: skip
     return out
 
@@ -289,8 +293,9 @@ def _rate(hits: int, n: int) -> str:
 def markdown(outcomes: list[Outcome]) -> str:
     """The study's table: per design and condition, how often compare said what."""
     lines = ["| design | injected | pairs | slower/faster | any layer flagged | slowed layer "
-             f"ranked first | found (first and slower) | --gate {GATE_PCT:g} fails |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             f"ranked first | found (first and slower) | --gate {GATE_PCT:g} fails | pooled "
+             "steps differ |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for design in DESIGNS:
         for pct in (0, *SIZES_PCT):
             rows = [o for o in outcomes if o.design == design and o.pct == pct]
@@ -305,7 +310,8 @@ def markdown(outcomes: list[Outcome]) -> str:
                      _rate(sum(o.layer_flagged for o in rows), n) if tested else "untested",
                      _rate(sum(o.layer_first for o in rows), n),
                      _rate(sum(o.layer_found for o in rows), n) if tested else "untested",
-                     _rate(sum(o.gate_failed for o in rows), n)]  # fmt: skip
+                     _rate(sum(o.gate_failed for o in rows), n),
+                     _rate(sum(o.pooled_differ for o in rows), n)]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

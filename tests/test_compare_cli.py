@@ -45,9 +45,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                      "--tag", name])  # fmt: skip
         assert code == 0
         out[name] = folder
-    # Three runs a side, each a folder of report folders as --repeat writes them.
+    # Four runs a side, each a folder of report folders as --repeat writes them.
     for name, layers, seed in (("a-runs", 6, 10), ("slow-runs", 8, 20)):
-        for i in range(3):
+        for i in range(4):
             export = root / f"{name}-{i}.sqlite"
             make_profile(export, iterations=40, layers=layers, kernels_per_layer=2,
                          seed=seed + i)  # fmt: skip
@@ -92,14 +92,15 @@ def test_the_known_difference_is_the_estimate_and_inside_its_interval(runs, caps
     assert "gate: passed" in out and "not a significance test" in out
 
 
-def test_three_runs_a_side_are_tested_on_their_runs(runs, capsys) -> None:
+def test_runs_a_side_are_tested_on_their_runs(runs, capsys) -> None:
+    """Four runs a side (as --repeat 4 writes them): the deeper model is slower."""
     code, doc = _compare(runs, str(runs["a-runs"]), str(runs["slow-runs"]), gate="5")
     (step,) = doc["steps"]
-    assert (step["runs_baseline"], step["runs_side"]) == (3, 3)
+    assert (step["runs_baseline"], step["runs_side"]) == (4, 4)
     assert step["verdict"] == "slower" and step["p_value"] < 0.05 and step["tested"]
     assert step["method"].startswith("runs: Welch")
     assert 0 <= step["power"] <= 1 and step["between_run_pct"] >= 0
-    assert code == 1 and "3 vs 3 runs" in capsys.readouterr().out
+    assert code == 1 and "4 vs 4 runs" in capsys.readouterr().out
 
 
 def test_swapped_sides_are_faster_and_pass_the_gate(runs) -> None:

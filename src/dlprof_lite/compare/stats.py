@@ -27,14 +27,20 @@ code on a loaded machine answers "yes" at p = 1e-8. The statistics work at two l
   runs a side that would give ``POWER`` for it come from the noncentral t distribution at
   the observed between-run spread.
 
-Verdicts. "slower" or "faster" only from the run-level test, p < alpha. With one run a side
-the run-to-run spread is unknown: the verdict is "not tested (one run a side)", with the
-effect size and the within-run interval, and the *minimum effect* the gate needs before it
-fails on one run: ``MIN_EFFECT_FACTOR`` times the within-run spread (:func:`step_spread_pct`,
-the larger side's), the change that stands out of how far the steps themselves scatter. The
-interval's own half-width would not do: with many steps it is narrow, while a rerun of
-unchanged code moves the median by about as much as the steps scatter (the study:
-``scripts/compare_study.py``).
+Verdicts. "slower" or "faster" only from the run-level test, p < alpha. The step's test is
+the comparison's first question and keeps the whole alpha; the layers' tests are a family of
+their own (Holm, :func:`dlprof_lite.compare.deltas.layer_tests`). In the study, one family
+for the step and the layers kept unchanged pairs clean but called a 51 % slowdown with three
+runs a side "no significant change" once a dozen layers shared the alpha; a variance prior
+from the layers (Smyth's moderated t) found more but called more unchanged pairs slower.
+
+With one run a side the run-to-run spread is unknown: the verdict is "not tested (one run
+a side)", with the effect size and the within-run interval, and the *minimum effect* the
+gate needs before it fails on one run: ``MIN_EFFECT_FACTOR`` times the within-run spread
+(:func:`step_spread_pct`, the larger side's), the change that stands out of how far the
+steps themselves scatter. The interval's own half-width would not do: with many steps it
+is narrow, while a rerun of unchanged code moves the median by about as much as the steps
+scatter (the study: ``scripts/compare_study.py``).
 With one run a side, the point estimates are plain: median(B) - median(A), mean(B) - mean(A).
 """
 

@@ -1,0 +1,79 @@
+"""The compare study replayed from its committed fixtures: no live timing here.
+
+The fixtures (tests/fixtures/compare_study: ``runs.tar.xz``, ``manifest.tsv``) are the report
+tables of real runs of the bundled LeNet made on one machine at different times and loads by
+``scripts/compare_study.py record``: unchanged code, and code with a known slowdown injected
+into one layer. The oracle is what each run was: unchanged pairs must rarely be called a
+change, the injected layer must be found, and the README must state the rates measured here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compare_study import DESIGNS, FIXTURE, SIZES_PCT, Outcome, markdown, replay, study_pairs
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> list[Outcome]:
+    return replay(FIXTURE)
+
+
+def _rows(outcomes: list[Outcome], design: str, pct: int) -> list[Outcome]:
+    return [o for o in outcomes if o.design == design and o.pct == pct]
+
+
+def test_the_pairs_are_disjoint_and_enough() -> None:
+    from compare_study import _manifest
+
+    pairs = study_pairs(_manifest(FIXTURE))
+    for design in DESIGNS:
+        for pct in (0, *SIZES_PCT):
+            chosen = [(a, b) for d, p, a, b in pairs if d == design and p == pct]
+            assert len(chosen) >= 20, (design, pct)
+            for a, b in chosen:
+                assert not set(a) & set(b)  # a run is never on both sides of a pair
+            if pct == 0:  # unchanged pairs: no run in two pairs of a design
+                used = [n for a, b in chosen for n in (*a, *b)]
+                assert len(used) == len(set(used)), design
+
+
+def test_runs_as_samples_call_far_fewer_unchanged_pairs_different_than_pooled_steps(
+    outcomes: list[Outcome],
+) -> None:
+    """The oracle is what the runs were: unchanged code. A test over pooled steps (the rule
+    before) calls most of these pairs different; with runs as the samples one run a side
+    never claims a change and three a side claim one in at most a quarter as many pairs."""
+    one = _rows(outcomes, DESIGNS[0], 0)
+    assert one and not any(o.verdict in ("slower", "faster") for o in one)  # never tested
+    assert sum(o.pooled_differ for o in one) > len(one) / 2  # the old rule: most of them
+    for design in DESIGNS[1:]:
+        rows = _rows(outcomes, design, 0)
+        claimed = sum(o.verdict in ("slower", "faster") for o in rows)
+        pooled = sum(o.pooled_differ for o in rows)
+        assert pooled > len(rows) / 2 and 4 * claimed <= pooled, (design, claimed, pooled)
+
+
+def test_back_to_back_repeats_call_at_most_5_percent_of_unchanged_pairs_changed(
+    outcomes: list[Outcome],
+) -> None:
+    rows = _rows(outcomes, DESIGNS[1], 0)
+    claimed = sum(o.verdict in ("slower", "faster") for o in rows)
+    assert claimed <= 0.05 * len(rows), claimed
+
+
+def test_a_10_percent_slowdown_in_one_layer_is_found_with_three_runs_a_side(
+    outcomes: list[Outcome],
+) -> None:
+    for design in DESIGNS[1:]:
+        rows = _rows(outcomes, design, 10)
+        found = sum(o.layer_found for o in rows)
+        assert found >= 0.9 * len(rows), (design, found, len(rows))
+
+
+def test_the_readme_states_the_measured_rates(outcomes: list[Outcome]) -> None:
+    assert markdown(outcomes) in README.read_text(encoding="utf-8")
