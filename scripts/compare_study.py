@@ -4,7 +4,7 @@ Two commands:
 
     python scripts/compare_study.py record --out /tmp/study --rounds 60
     python scripts/compare_study.py pack --out /tmp/study     # into tests/fixtures/compare_study
-    python scripts/compare_study.py replay                      # the table the README states
+    python scripts/compare_study.py replay                      # docs/compare.md's table
 
 ``record`` profiles the bundled LeNet example (``examples/lenet.py``, CPU) many times with
 ``dlprof-lite``: first a few calibration runs of the unchanged code (their median step sets

@@ -204,7 +204,7 @@ def test_docs_reference_is_generated_from_the_registry() -> None:
 
 def test_readme_notebook_example_names_the_api() -> None:
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### In a notebook") :]
+    section = text[text.index("## In a notebook") :]
     for name in ("analyze", "open_report", "load"):
         assert f"dlprof_lite.{name}(" in section
     assert "report.save(" in section
