@@ -29,7 +29,7 @@ POWER = 0.80
 # p10-p90 range of the steps, in % of their median): a rerun of unchanged code moves the
 # median by about as much as the steps scatter, so a smaller change is no evidence
 # (dlprof-lite choice; its false alarms are measured by scripts/compare_study.py and stated
-# in the README).
+# in docs/compare.md).
 MIN_EFFECT_FACTOR = 2.0
 # Layers tested on their runs: only figures of at least this share of a typical step (the
 # mean of the sides' median steps). A layer's figure below it cannot move the step by more
