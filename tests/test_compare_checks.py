@@ -182,3 +182,20 @@ def test_enough_steps_and_the_floor() -> None:
     # No spread at all still needs MIN_STEPS: 4 equal steps a side are too few.
     flat = _compare(side("A", run([100 * MS] * 4)), side("B", run([100 * MS] * 4)))
     assert _warnings(flat, f"needs about {rules.MIN_STEPS} steps")
+
+
+def test_a_layer_folded_in_some_runs_is_no_changed_model() -> None:
+    """``tiny`` is timed (1 call per step) in one run and folded into its parent in the
+    other (no calls after warm-up, ``folded_call_ns`` set): whether a module is short enough
+    to fold is decided run by run, so its calls differ without the model changing."""
+    timed = {"layer": "tiny", "calls_per_step": 1.0, "self_forward_wall_ns": 10 * MS}
+    folded = {"layer": "tiny", "calls_per_step": float("nan"), "folded_call_ns": 50_000.0}
+    big = {"layer": "big", "calls_per_step": 1.0, "self_forward_wall_ns": 600 * MS}
+    bigger = {"layer": "big", "calls_per_step": 2.0, "self_forward_wall_ns": 600 * MS}
+    a = _steady("A", layer_rows=[timed, big])
+    b = _steady("B", layer_rows=[folded, bigger])
+    c = _compare(a, b)
+    [changed] = _warnings(c, "calls per step differ")
+    assert "big 1 -> 2" in changed and "tiny" not in changed
+    [line] = _warnings(c, "folded into their parent")
+    assert line.endswith(": tiny")

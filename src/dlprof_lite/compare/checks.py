@@ -6,7 +6,8 @@ on the other (a capture that lost the GPU trace must never pass as "faster"; two
 runs with no kernels at all compare fine); a side with far fewer steps than the baseline
 (rules/compare.py ``FAR_FEWER_RATIO``). Warnings are one line each: a different machine or
 software stack, script or arguments, key range or table scope; layers whose calls per step
-changed, or that one side lacks; layer names that changed (a run named before wrappers were
+changed (a layer folded into its parent in some run is named apart, never as a changed
+model), or that one side lacks; layer names that changed (a run named before wrappers were
 seen through); too few steps for the statistics, with how many are needed.
 An unknown value (None) is never a difference.
 """
@@ -17,6 +18,7 @@ import math
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+import pandas as pd
 from scipy import stats as sps
 
 from dlprof_lite.compare.deltas import ADDED, BOTH, LAYER, REMOVED, Delta
@@ -162,13 +164,33 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" (+{more} more)" if more > 0 else "")
 
 
-def layer_warnings(deltas: Sequence[Delta], base: str, label: str) -> list[str]:
-    """Layers whose forward calls per step differ, and layers on one side only."""
+def folded_layers(*sides: Side) -> set[str]:
+    """Layers the annotation folded into their parent in some run of the sides (too short
+    to time: after the warm-up step they wrote no ranges, so they count no calls there)."""
+    out: set[str] = set()
+    for side in sides:
+        for run in side.runs:
+            layers = run.layers
+            if "folded_call_ns" in layers and "layer" in layers:
+                folded = pd.to_numeric(layers["folded_call_ns"], errors="coerce") > 0
+                out.update(str(n) for n in layers.loc[folded, "layer"])
+    return out
+
+
+def layer_warnings(
+    deltas: Sequence[Delta], base: str, label: str, folded: Iterable[str] = ()
+) -> list[str]:
+    """Layers whose forward calls per step differ, and layers on one side only. A layer
+    ``folded`` in some run is no "changed model": whether a module is short enough to fold
+    is decided run by run, and a folded run counts none of its calls; it gets a line of
+    its own."""
+    skip = set(folded)
     calls = [d for d in deltas if d.section == LAYER and d.metric == "calls_per_step"]
     changed = [
         f"{d.name} {d.baseline_value:g} -> {d.value:g}"
         for d in calls
         if d.status == BOTH
+        and d.name not in skip
         and d.value is not None
         and d.baseline_value is not None
         and abs(d.value - d.baseline_value)
@@ -184,6 +206,12 @@ def layer_warnings(deltas: Sequence[Delta], base: str, label: str) -> list[str]:
         only = [d.name for d in calls if d.status == status]
         if only:
             out.append(f"layers only in {who}: {_names(only)}")
+    shown = sorted(skip & {d.name for d in calls})
+    if shown:
+        out.append(
+            "layers folded into their parent in some runs (too short to time; their calls "
+            f"and time are their parent's there): {_names(shown)}"
+        )
     return out
 
 

@@ -92,7 +92,8 @@ def compare_sides(
         deltas.extend(found)
         warnings += checks.command_warnings(base, other)
         warnings += checks.renamed_warnings(renames, base.label, other.label)
-        warnings += checks.layer_warnings(found, base.label, other.label)
+        warnings += checks.layer_warnings(found, base.label, other.label,
+                                          checks.folded_layers(base, other))  # fmt: skip
         if not step.significant:  # a change was found: the steps were enough to find it
             warnings += checks.steps_warnings(stats[0], other_stats)
     return Comparison(
