@@ -159,7 +159,7 @@ def test_signal_mid_run_writes_report_and_leaves_nothing(
     assert "dlprof_lite/cli.py" not in stderr and "dlprof_lite/launch" not in stderr
     if signum != signal.SIGINT:
         assert "Traceback" not in stderr
-    assert f"report: {out}" in stdout, stdout
+    assert f"report: {out}" in stdout, (stdout, stderr)  # stderr says why when it is not
     assert f"stopped by {signum.name}" in stderr
     summary = json.loads((out / "summary.json").read_text())
     assert isinstance(summary, dict)
