@@ -28,7 +28,6 @@ from dlprof_lite.compare.stats import (
     SLOWER,
     UNTESTED,
     WELCH,
-    Estimate,
     block_length,
     power,
     runs_needed,
@@ -279,8 +278,3 @@ def test_gate_passes_faster_and_rejects_a_bad_limit() -> None:
         gate(c, -1.0)
     with pytest.raises(CompareError):
         gate(c, float("nan"))
-
-
-def test_estimate_half_width() -> None:
-    assert Estimate(5.0, 1.0, 9.0).half_width() == 4.0
-    assert Estimate(5.0, None, 9.0).half_width() is None

@@ -231,10 +231,10 @@ def layer_tests(
         return {(n, c): (None, UNTESTED) for n in names for c in columns}
     keys: list[tuple[str, str]] = []
     found: list[RunTest] = []
+    floor = rules.MATERIAL_SHARE * step_ns
     for c in columns:
         va = np.array([f[c].reindex(names, fill_value=0.0).to_numpy(float) for f in a])
         vb = np.array([f[c].reindex(names, fill_value=0.0).to_numpy(float) for f in b])
-        floor = rules.MATERIAL_SHARE * step_ns
         for i, n in enumerate(names):
             level = (float(np.mean(va[:, i])) + float(np.mean(vb[:, i]))) / 2.0
             if np.all(va[:, i] > 0) and np.all(vb[:, i] > 0) and level >= floor:

@@ -19,9 +19,9 @@ code on a loaded machine answers "yes" at p = 1e-8. The statistics work at two l
   difference of the sides' mean log run medians, shown as the ratio of their geometric
   means in % and as that ratio's ns. The test: Welch's t-test when both sides have two or
   more runs (it keeps its level when the sides' spreads differ, as a loaded machine makes
-  them; in the study, ``scripts/compare_study.py``, Student's pooled test called 3 of 30
-  unchanged pairs of three runs a side slower or faster, Welch's none), else a t-test of
-  the single run against the other side's runs (their spread standing for both sides',
+  them; on the study's unchanged pairs of three runs a side, ``scripts/compare_study.py``,
+  Student's pooled test called 7 of 40 slower or faster, Welch's 4), else a t-test of the
+  single run against the other side's runs (their spread standing for both sides',
   ``df = runs - 1``), with the matching t interval. The power the test had to
   detect a change of the size that matters (the gate's, else ``DETECTABLE_CHANGE``) and the
   runs a side that would give ``POWER`` for it come from the noncentral t distribution at
@@ -95,11 +95,6 @@ class Estimate:
 
     def excludes_zero(self) -> bool:
         return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
-
-    def half_width(self) -> float | None:
-        if self.low is None or self.high is None:
-            return None
-        return (self.high - self.low) / 2.0
 
 
 @dataclass(frozen=True)
@@ -285,9 +280,8 @@ def pooled_spread(groups: Sequence[np.ndarray]) -> float:
 
 def run_spread(side: Side) -> float:
     """The sd of log run medians of a side's runs with steps (0 with fewer than two)."""
-    levels = [math.log(max(float(np.median(r.step_ns())), 1.0)) for r in side.runs
-              if r.step_ns().size]  # fmt: skip
-    return pooled_spread([np.asarray(levels)])
+    runs = [r.step_ns() for r in side.runs]
+    return pooled_spread([np.asarray(_logs([r for r in runs if r.size], np.median))])
 
 
 def power(change: float, spread: float, na: int, nb: int, alpha: float = rules.ALPHA) -> float:
