@@ -15,9 +15,11 @@ three background loads (none, one or two CPU-bound processes), so the runs of ev
 are made at different times and loads. Only the report's CSV tables are kept (no export, no
 trace). ``manifest.tsv`` lists every run with its condition, round, load and start time.
 
-``replay`` reads the committed fixtures and forms disjoint pairs (:mod:`study` below):
+``replay`` reads the committed fixtures and forms disjoint pairs (:func:`study_pairs`):
 unchanged-code pairs and injected pairs, one run a side and three runs a side, and prints the
-false-change rate and the power of each.
+false-change rate and the power of each; then the false-change rate of three a side again over
+``RESAMPLED_PAIRS`` overlapping unchanged pairs per design (:func:`resampled_pairs`), a finer
+estimate than 20 disjoint pairs allow.
 """
 
 from __future__ import annotations
@@ -186,6 +188,7 @@ class Outcome:
 
 
 GATE_PCT = 5.0
+RESAMPLED_PAIRS = 200  # overlapping unchanged pairs per three-a-side design
 DESIGNS = ("1 run a side", "3 runs a side, back to back", "3 runs a side, spread in time")
 
 
@@ -242,13 +245,17 @@ def _spread(names: list[str]) -> list[list[str]]:
     return [[names[i], names[i + k], names[i + 2 * k]] for i in range(k)]
 
 
-def replay(folder: Path, gate_pct: float = GATE_PCT) -> list[Outcome]:
-    """Every study pair compared (the fixtures unpacked into a temporary folder)."""
+def fixture_records(folder: Path) -> dict[str, RunRecord]:
+    """The study's runs read from its fixtures (unpacked into a temporary folder)."""
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(folder / "runs.tar.xz") as tar:
             tar.extractall(tmp, filter="data")
-        records = _records(Path(tmp))
-    return compare_pairs(records, _manifest(folder), gate_pct)
+        return _records(Path(tmp))
+
+
+def replay(folder: Path, gate_pct: float = GATE_PCT) -> list[Outcome]:
+    """Every study pair compared."""
+    return compare_pairs(fixture_records(folder), _manifest(folder), gate_pct)
 
 
 def compare_pairs(
@@ -286,8 +293,52 @@ def compare_pairs(
     return out
 
 
-def _rate(hits: int, n: int) -> str:
-    return f"{hits}/{n} ({100.0 * hits / n:.0f} %)" if n else "-"
+def resampled_pairs(
+    manifest: list[dict[str, str]], count: int, seed: int = 1
+) -> list[tuple[str, list[str], list[str]]]:
+    """``count`` random pairs of unchanged triples per three-a-side design, overlapping
+    (a run may serve in many pairs, never on both sides of one): a finer estimate of the
+    false-change rate than the 20 disjoint pairs, at the price of dependent pairs."""
+    rng = random.Random(seed)
+    unchanged = [r["name"] for r in manifest if r["condition"] == "unchanged"
+                 and r["round"] != "0"]  # fmt: skip
+    out: list[tuple[str, list[str], list[str]]] = []
+    for design, triples in ((DESIGNS[1], _back_to_back), (DESIGNS[2], _spread)):
+        if design == DESIGNS[1]:  # every run of three consecutive, not only aligned ones
+            pool = [unchanged[i : i + 3] for i in range(len(unchanged) - 2)]
+        else:
+            pool = triples(unchanged)
+        while sum(d == design for d, _, _ in out) < count:
+            a, b = rng.sample(pool, 2)
+            if not set(a) & set(b):
+                out.append((design, a, b))
+    return out
+
+
+def resampled_false_rates(
+    records: dict[str, RunRecord], manifest: list[dict[str, str]], count: int
+) -> dict[str, tuple[int, int, int]]:
+    """Per three-a-side design: (pairs, step called slower/faster, some layer called so)
+    over :func:`resampled_pairs` of unchanged code."""
+    from dlprof_lite.compare.comparison import compare_sides
+    from dlprof_lite.compare.deltas import LAYER
+    from dlprof_lite.compare.side import Side
+    from dlprof_lite.compare.stats import FASTER, SLOWER
+
+    out: dict[str, tuple[int, int, int]] = {}
+    for design, base, side in resampled_pairs(manifest, count):
+        sides = [Side("A", tuple(records[n] for n in base)),
+                 Side("B", tuple(records[n] for n in side))]  # fmt: skip
+        c = compare_sides(sides, resamples=200, detectable=GATE_PCT / 100.0)
+        step = c.steps[0].verdict in (SLOWER, FASTER)
+        layer = any(d.verdict in (SLOWER, FASTER) for d in c.section(LAYER, "B"))
+        n, s, la = out.get(design, (0, 0, 0))
+        out[design] = (n + 1, s + step, la + layer)
+    return out
+
+
+def _rate(hits: int, n: int, digits: int = 0) -> str:
+    return f"{hits}/{n} ({100.0 * hits / n:.{digits}f} %)" if n else "-"
 
 
 def markdown(outcomes: list[Outcome]) -> str:
@@ -316,6 +367,15 @@ def markdown(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def resampled_markdown(rates: dict[str, tuple[int, int, int]]) -> str:
+    """The false-change rates over overlapping unchanged pairs, as a table."""
+    lines = ["| design | overlapping unchanged pairs | step slower/faster | any layer flagged |",
+             "| --- | --- | --- | --- |"]  # fmt: skip
+    for design, (n, step, layer) in rates.items():
+        lines.append(f"| {design} | {n} | {_rate(step, n, 1)} | {_rate(layer, n, 1)} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -333,7 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "pack":
         pack(args.out.absolute())
     else:
-        print(markdown(replay(FIXTURE)))
+        records, manifest = fixture_records(FIXTURE), _manifest(FIXTURE)
+        print(markdown(compare_pairs(records, manifest)))
+        print()
+        print(resampled_markdown(resampled_false_rates(records, manifest, RESAMPLED_PAIRS)))
     return 0
 
 

@@ -130,8 +130,10 @@ def test_autocorrelated_steps_widen_the_within_run_interval() -> None:
 # --- runs as the samples -----------------------------------------------------------------
 
 
-def _runs_side(label: str, medians_ms: list[float], seed: int, n: int = 40) -> Side:
-    return side(label, *(run(normal_steps(m, 0.5, n, seed=seed + i))
+def _runs_side(
+    label: str, medians_ms: list[float], seed: int, n: int = 40, sd_ms: float = 0.5
+) -> Side:
+    return side(label, *(run(normal_steps(m, sd_ms, n, seed=seed + i))
                          for i, m in enumerate(medians_ms)))  # fmt: skip
 
 
@@ -188,6 +190,26 @@ def test_unchanged_runs_are_called_a_change_in_at_most_5_percent_of_trials() -> 
         b = _runs_side("B", medians[3:], seed=trial * 10 + 5)
         changes += step_delta(a, b, resamples=50, seed=trial).significant
     assert changes <= 0.05 * 400 + 2 * math.sqrt(400 * 0.05 * 0.95)
+
+
+def test_a_change_within_the_minimum_effect_needs_p_below_1_percent() -> None:
+    """Steps that scatter by 8 ms around 100 ms (half their p10-p90 range about 10 %, so a
+    minimum effect of about 20 %) and a +8 % change, 400 steps a run. Runs that scatter
+    enough for 0.01 <= p < 0.05 are no evidence of so small a change; runs that agree
+    closely (p < 0.01) are. The p-values are Welch's (checked against scipy above)."""
+    loose = step_delta(_runs_side("A", [100, 102.5, 97.5], seed=1, n=400, sd_ms=8),
+                       _runs_side("B", [108, 110.5, 105.5], seed=10, n=400, sd_ms=8))  # fmt: skip
+    tight = step_delta(_runs_side("A", [100, 100, 100], seed=1, n=400, sd_ms=8),
+                       _runs_side("B", [108, 108, 108], seed=10, n=400, sd_ms=8))  # fmt: skip
+    for d in (loose, tight):
+        assert d.minimum_effect_pct is not None and 15 < d.minimum_effect_pct < 25
+        assert 0 < d.median_pct.value < d.minimum_effect_pct
+    assert loose.p_value is not None and 0.01 <= loose.p_value < 0.05
+    assert loose.verdict == NO_CHANGE
+    line = verdict_line(loose)
+    assert "within the minimum effect" in line and "needs p < 0.01" in line
+    assert tight.p_value is not None and tight.p_value < 0.01
+    assert tight.verdict == SLOWER and "minimum effect" not in verdict_line(tight)
 
 
 def test_power_matches_a_simulation_and_runs_needed_reaches_80_percent() -> None:

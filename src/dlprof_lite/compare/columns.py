@@ -121,9 +121,11 @@ COMPARE_JSON_FIELDS = _cols(
     ("steps[].runs_side", "", "runs of the side"),
     ("steps[].between_run_pct", "%", "between-run spread the test saw: pooled sd of log run "
      "medians, as a %"),
-    ("steps[].minimum_effect_pct", "%", "one run a side: the change the gate needs beyond "
-     "its limit: 2 x the within-run spread (half the p10-p90 range of a side's steps, in % "
-     "of their median; the larger side's)"),
+    ("steps[].minimum_effect_pct", "%", "with runs, a change within it needs p < "
+     f"{rules.SMALL_CHANGE_ALPHA:g} to be called; one run a side, the gate fails only "
+     "beyond it (and its limit): 2 x the "
+     "within-run spread (half the p10-p90 range of a side's steps, in % of their median; "
+     "the larger side's)"),
     ("steps[].detectable_pct", "%", "the change power is given for: the gate's, else 5 %"),
     ("steps[].power", "", "the run-level test's power to detect detectable_pct at alpha "
      "(noncentral t at the between-run spread)"),
@@ -162,9 +164,18 @@ COMPARE_RULES: dict[str, Threshold] = {
     "compare_min_effect_factor": Threshold(
         rules.MIN_EFFECT_FACTOR,
         "x within-run spread",
-        "one run a side: the gate fails only beyond its limit and beyond this many times the "
-        "within-run spread (half the p10-p90 range of the steps, in % of their median)",
+        "minimum effect: with runs, a change within this many times the within-run spread "
+        "(half the p10-p90 range of the steps, in % of their median) needs p < "
+        "compare_small_change_alpha; one run a side, the gate fails only beyond its limit "
+        "and beyond it",
         f"{_CHOICE}; its false alarms are measured by scripts/compare_study.py",
+    ),
+    "compare_small_change_alpha": Threshold(
+        rules.SMALL_CHANGE_ALPHA,
+        "p-value",
+        "level a change within the minimum effect must pass to be called slower or faster",
+        f"{_CHOICE}; Welch's test at 0.05 on three skewed run medians a side called 3 of 20 "
+        "unchanged pairs changed (scripts/compare_study.py)",
     ),
     "compare_min_steps": Threshold(
         rules.MIN_STEPS,

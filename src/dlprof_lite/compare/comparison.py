@@ -134,6 +134,10 @@ def _tested_tail(d: StepDelta) -> str:
             more = (f"{d.runs_needed} runs a side" if d.runs_needed is not None
                     else f"more than {rules.MAX_RUNS} runs a side")  # fmt: skip
             text += f" ({more} for {rules.POWER * 100:.0f} %)"
+    if d.p_value is not None and d.p_value < rules.ALPHA and not d.significant:
+        text += (f"; within the minimum effect, {d.minimum_effect_pct or 0.0:.1f} % "
+                 f"({rules.MIN_EFFECT_FACTOR:g} x the steps' own spread), where a change "
+                 f"needs p < {rules.SMALL_CHANGE_ALPHA:g}")  # fmt: skip
     return text
 
 

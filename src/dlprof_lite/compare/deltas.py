@@ -32,7 +32,15 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.compare.side import Side
-from dlprof_lite.compare.stats import FASTER, NO_CHANGE, SLOWER, UNTESTED, RunTest, run_test
+from dlprof_lite.compare.stats import (
+    FASTER,
+    SLOWER,
+    UNTESTED,
+    RunTest,
+    minimum_effect_pct,
+    run_test,
+    run_verdict,
+)
 from dlprof_lite.report.summary_types import number
 from dlprof_lite.rules import compare as rules
 from dlprof_lite.rules.wrappers import adds_wrappers, without_wrappers
@@ -214,7 +222,7 @@ Tested = tuple[float | None, str]  # (Holm-adjusted p or None, verdict)
 
 def layer_tests(
     a: Sequence[pd.DataFrame], b: Sequence[pd.DataFrame], ranked_by: Sequence[str],
-    step_ns: float = 0.0,
+    step_ns: float = 0.0, minimum_pct: float = 0.0,
 ) -> dict[tuple[str, str], Tested]:  # fmt: skip
     """The run-level test (:func:`~dlprof_lite.compare.stats.run_test`, log scale) of each
     entity's ranked metrics over the runs' per-step frames, Holm-adjusted over every test
@@ -224,7 +232,9 @@ def layer_tests(
     step); the rest, and a metric 0 in some run (a layer a run lacks, a CPU run's GPU
     time), are left untested (empty verdict). Choosing by the mean over both sides leaves
     the test's size alone (for normal data the mean is independent of the difference).
-    One run a side: every ranked metric "not tested"."""
+    A change within ``minimum_pct``, the step's minimum effect, needs the stricter level
+    (:func:`~dlprof_lite.compare.stats.run_verdict`). One run a side: every ranked
+    metric "not tested"."""
     columns = sorted({c for f in (*a, *b) for c in f.columns if c.split(".")[-1] in ranked_by})
     names = sorted({str(n) for f in (*a, *b) for n in f.index})
     if max(len(a), len(b)) < 2:
@@ -245,8 +255,7 @@ def layer_tests(
     adjusted = holm([t.p_value for t in found])
     out: dict[tuple[str, str], Tested] = {}
     for key, test, p in zip(keys, found, adjusted, strict=True):
-        verdict = NO_CHANGE if p >= rules.ALPHA else SLOWER if test.diff > 0 else FASTER
-        out[key] = (p, verdict)
+        out[key] = (p, run_verdict(test, p, minimum_pct))
     return out
 
 
@@ -332,8 +341,9 @@ def side_deltas(a: Side, b: Side, renames: Mapping[str, str] | None = None) -> t
     layer_a = [(_renamed(f, names), w) for f, w in frames(a, _layer_frame)]
     layer_b = [(_renamed(f, names), w) for f, w in frames(b, _layer_frame)]
     step = (float(np.median(a.step_ns())) + float(np.median(b.step_ns()))) / 2.0
+    minimum = minimum_effect_pct([r.step_ns() for r in a.runs], [r.step_ns() for r in b.runs])
     tests = layer_tests([f for f, _ in layer_a], [f for f, _ in layer_b], LAYER_RANKED_BY,
-                        step)  # fmt: skip
+                        step, minimum)  # fmt: skip
     layers = _rows(LAYER, _pooled(layer_a), _pooled(layer_b), labels, LAYER_RANKED_BY, tests)
     kernels = _rows(KERNEL, _pooled(frames(a, _kernel_frame)),
                     _pooled(frames(b, _kernel_frame)), labels, ("gpu_ns",))  # fmt: skip

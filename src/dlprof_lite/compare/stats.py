@@ -27,20 +27,26 @@ code on a loaded machine answers "yes" at p = 1e-8. The statistics work at two l
   runs a side that would give ``POWER`` for it come from the noncentral t distribution at
   the observed between-run spread.
 
-Verdicts. "slower" or "faster" only from the run-level test, p < alpha. The step's test is
-the comparison's first question and keeps the whole alpha; the layers' tests are a family of
-their own (Holm, :func:`dlprof_lite.compare.deltas.layer_tests`). In the study, one family
-for the step and the layers kept unchanged pairs clean but called a 51 % slowdown with three
-runs a side "no significant change" once a dozen layers shared the alpha; a variance prior
-from the layers (Smyth's moderated t) found more but called more unchanged pairs slower.
+Verdicts. "slower" or "faster" only from the run-level test: p < alpha for a change beyond
+the *minimum effect* (below), p < ``SMALL_CHANGE_ALPHA`` for one within it. Three run medians
+of unchanged code that sit at one end of a skewed range pass Welch's test more often than
+alpha says (3 of 20 unchanged pairs spread in time, in the study), and such a change is
+small beside the steps' own scatter; runs that agree closely give far smaller p values.
+The step's test is the comparison's first question and keeps
+the whole alpha; the layers' tests are a family of their own (Holm,
+:func:`dlprof_lite.compare.deltas.layer_tests`). In the study, one family for the step and
+the layers kept unchanged pairs clean but called a 51 % slowdown with three runs a side "no
+significant change" once a dozen layers shared the alpha; a variance prior from the layers
+(Smyth's moderated t) found more but called more unchanged pairs slower.
 
-With one run a side the run-to-run spread is unknown: the verdict is "not tested (one run
-a side)", with the effect size and the within-run interval, and the *minimum effect* the
-gate needs before it fails on one run: ``MIN_EFFECT_FACTOR`` times the within-run spread
+The *minimum effect*: ``MIN_EFFECT_FACTOR`` times the within-run spread
 (:func:`step_spread_pct`, the larger side's), the change that stands out of how far the
-steps themselves scatter. The interval's own half-width would not do: with many steps it
-is narrow, while a rerun of unchanged code moves the median by about as much as the steps
-scatter (the study: ``scripts/compare_study.py``).
+steps themselves scatter. With one run a side the run-to-run spread is unknown: the verdict
+is "not tested (one run a side)", with the effect size and the within-run interval, and the
+gate fails on one run only beyond its limit and the minimum effect. The interval's own
+half-width would not do as the minimum: with many steps it is narrow, while a rerun of
+unchanged code moves the median by about as much as the steps scatter (the study:
+``scripts/compare_study.py``).
 With one run a side, the point estimates are plain: median(B) - median(A), mean(B) - mean(A).
 """
 
@@ -106,9 +112,10 @@ class StepDelta:
     ``within_median_pct``: the within-run interval of the median's change, always;
     ``p_value``: the run-level test's (None with one run a side); ``between_run_pct``: the
     between-run spread the test saw (sd of log run medians, in %); ``minimum_effect_pct``:
-    one run a side, the change the gate needs beyond its limit (``MIN_EFFECT_FACTOR`` x
-    :func:`step_spread_pct`); ``power``: the test's power
-    to detect ``detectable_pct``; ``runs_needed``: runs a side for ``POWER`` at it."""
+    ``MIN_EFFECT_FACTOR`` x :func:`step_spread_pct` (with runs, a change within it needs
+    p < ``SMALL_CHANGE_ALPHA``; one run a side, the gate fails only beyond it); ``power``:
+    the test's power to detect ``detectable_pct``; ``runs_needed``: runs a side for
+    ``POWER`` at it."""
 
     label: str
     baseline: str
@@ -314,6 +321,22 @@ def step_spread_pct(runs: Sequence[np.ndarray]) -> float:
     return float((p90 - p10) / 2.0 / median * 100.0) if median > 0 else 0.0
 
 
+def minimum_effect_pct(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    """The smallest change compare calls, in %: ``MIN_EFFECT_FACTOR`` x the larger side's
+    :func:`step_spread_pct` (the runs' steps ``a``, ``b``)."""
+    return rules.MIN_EFFECT_FACTOR * max(step_spread_pct(a), step_spread_pct(b))
+
+
+def run_verdict(test: RunTest, p: float, minimum_pct: float, alpha: float = rules.ALPHA) -> str:
+    """Slower or faster when the run-level ``test`` (p-value ``p``, adjusted where a family
+    is tested) is significant and its change beyond ``minimum_pct``, or, within it, when p is
+    below ``SMALL_CHANGE_ALPHA``; else no change."""
+    beyond = abs(math.expm1(test.diff)) * 100.0 > minimum_pct
+    if p >= (alpha if beyond else min(alpha, rules.SMALL_CHANGE_ALPHA)):
+        return NO_CHANGE
+    return SLOWER if test.diff > 0 else FASTER
+
+
 # --- the delta -------------------------------------------------------------------------------
 
 
@@ -340,17 +363,16 @@ def step_delta(
         lo, hi = _within_interval(a, b, resamples, seed)
         within = [Estimate(float(point[i]), _finite(lo[i]), _finite(hi[i])) for i in range(4)]
     test = run_test(_logs(a, np.median), _logs(b, np.median), alpha)
+    minimum = minimum_effect_pct(a, b)
     if test is None:
         shown = within
         verdict, method, p = UNTESTED, ONE_RUN, None
-        minimum = rules.MIN_EFFECT_FACTOR * max(step_spread_pct(a), step_spread_pct(b))
         pw, needed, spread = None, None, None
     else:
         shown = _run_estimates(point, test, a, b)
         p = test.p_value
-        verdict = NO_CHANGE if p >= alpha else SLOWER if test.diff > 0 else FASTER
+        verdict = run_verdict(test, p, minimum, alpha)
         method = WELCH if min(len(a), len(b)) >= 2 else AGAINST_SPREAD
-        minimum = None
         pw = power(detectable, test.spread, len(a), len(b), alpha)
         needed, spread = runs_needed(detectable, test.spread, alpha), test.spread
     return StepDelta(
