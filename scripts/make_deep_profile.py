@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dlprof_lite.annotate.names import DOMAIN
+from dlprof_lite.rules.names import DOMAIN
 from nsys_db import NsysDb
 from nsys_schema import NVTX_PUSH_POP, global_pid, global_tid
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dlprof_lite.annotate.names import DOMAIN, PHASES
+from dlprof_lite.rules.names import DOMAIN, PHASES
 from nsys_db import NsysDb
 from nsys_schema import NVTX_MARK, NVTX_PUSH_POP, global_pid, global_tid
 from profile_model import (

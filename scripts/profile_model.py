@@ -3,7 +3,7 @@
 Test and benchmark tooling, outside the ``annotate → launch → ingest → report`` pipeline. A
 ``Template`` is one iteration on one thread as a flat list of CPU tokens (range push, range pop,
 kernel launch, memcpy, sync) plus the GPU operations they launch; ``simulate`` draws the times
-of many iterations at once with numpy. Range names follow ``dlprof_lite.annotate.names``.
+of many iterations at once with numpy. Range names follow ``dlprof_lite.rules.names``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlprof_lite.annotate.names import ITERATION, PHASES, module_range
+from dlprof_lite.rules.names import ITERATION, PHASES, module_range
 
 PUSH, POP, LAUNCH, COPY, SYNC = range(5)
 # Per token kind, in units of 2 ns: CPU time before the token (lo, hi), API call length (lo, hi).

@@ -35,12 +35,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE, PHASES
 from dlprof_lite.ingest.columns import base_columns, check_frame, coerce
 from dlprof_lite.ingest.paths import with_path_ids
 from dlprof_lite.ingest.profile import Meta, Profile
 from dlprof_lite.ingest.range_columns import enrich_ranges
-from dlprof_lite.rules.names import DDP_BUCKET_RE
+from dlprof_lite.rules.names import DDP_BUCKET_RE, DOMAIN, MODULE_RANGE_RE, PHASES
 
 PID, TID = 1, 10
 PUSH_POP, START_END = "push_pop", "start_end"
@@ -358,7 +357,7 @@ def build_gpus(rows: Sequence[tuple[int, str, int, int, int]]) -> pd.DataFrame:
 
 def fact_mark(key: str, value: dict, t: int, pid: int = PID) -> dict:
     """A run-fact mark as the annotation layer writes it (its own ``fact_text``)."""
-    from dlprof_lite.annotate.facts import fact_text
+    from dlprof_lite.rules.facts import fact_text
 
     return dict(start_ns=t, name=fact_text(key, value), domain=DOMAIN, pid=pid, tid=TID)
 

@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from dlprof_lite.annotate.bootstrap import parse_args  # noqa: E402
-from dlprof_lite.annotate.names import DOMAIN, MODULE_RANGE_RE  # noqa: E402
+from dlprof_lite.rules.names import DOMAIN, MODULE_RANGE_RE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LENET = ROOT / "examples" / "lenet.py"

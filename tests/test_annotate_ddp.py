@@ -17,8 +17,11 @@ torch = pytest.importorskip("torch")
 dist = torch.distributed
 nn = torch.nn
 
-from dlprof_lite.annotate.names import DDP_BUCKET, FACT_PREFIX  # noqa: E402
-from dlprof_lite.rules.names import DDP_BUCKET_RE  # noqa: E402
+from dlprof_lite.rules.names import (  # noqa: E402
+    DDP_BUCKET,
+    DDP_BUCKET_RE,
+    FACT_PREFIX,
+)
 from test_annotate import Recorder, inside  # noqa: E402
 
 STEPS = 3

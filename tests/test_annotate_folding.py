@@ -22,8 +22,8 @@ nn = torch.nn
 F = torch.nn.functional
 
 from dlprof_lite.annotate import backend as backend_module  # noqa: E402
-from dlprof_lite.annotate.facts import parse_fact  # noqa: E402
 from dlprof_lite.annotate.folding import Fold, Timed, choose_folds, fold_facts  # noqa: E402
+from dlprof_lite.rules.facts import parse_fact  # noqa: E402
 from dlprof_lite.rules.folding import DOMINANT_SHARE, FOLD_FACTOR, FOLDED_PER_FACT  # noqa: E402
 from test_annotate import Range, Recorder, parents  # noqa: E402
 

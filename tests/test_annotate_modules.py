@@ -278,7 +278,7 @@ def test_no_reference_cycles_per_step(recorder: Recorder, level: str) -> None:
 
 def test_annotation_fact_counts_calls_and_measures_cost(recorder: Recorder) -> None:
     from dlprof_lite.annotate import install
-    from dlprof_lite.annotate.facts import parse_fact
+    from dlprof_lite.rules.facts import parse_fact
 
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -458,7 +458,7 @@ def test_graphs_never_used_for_backward_are_not_kept(recorder: Recorder) -> None
 def test_module_fact_once_per_module_with_shapes_and_dtypes(recorder: Recorder) -> None:
     """Each module's first call writes one ``module`` fact: input shapes, dtypes, autocast."""
     from dlprof_lite.annotate import install
-    from dlprof_lite.annotate.facts import parse_fact
+    from dlprof_lite.rules.facts import parse_fact
 
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from dlprof_lite.annotate import facts  # noqa: E402
-from dlprof_lite.annotate.names import PHASES  # noqa: E402
+from dlprof_lite.rules.facts import parse_fact  # noqa: E402
+from dlprof_lite.rules.names import PHASES  # noqa: E402
 from test_annotate import Range, Recorder, inside, nsys_profile  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent / "real_scripts"
@@ -381,7 +381,7 @@ def test_dataloader_fact_once_per_loader_that_fed_a_data_phase(annotate, recorde
             for (x,) in val:
                 model(x)
     annotate.close()
-    found = [facts.parse_fact(text) for _, text in recorder.marks]
+    found = [parse_fact(text) for _, text in recorder.marks]
     found = [fact for fact in found if fact and fact[0] == "dataloader"]
     assert found == [("dataloader", {"dataset": "TensorDataset", "num_workers": 0,
                                      "batch_size": 4, "pin_memory": False,

@@ -24,7 +24,7 @@ dist = torch.distributed
 nn = torch.nn
 F = torch.nn.functional
 
-from dlprof_lite.annotate.names import FACT_PREFIX  # noqa: E402
+from dlprof_lite.rules.names import FACT_PREFIX  # noqa: E402
 from dlprof_lite.rules.wrappers import (  # noqa: E402
     DRIVES,
     SWAPS,

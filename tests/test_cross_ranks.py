@@ -16,11 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlprof_lite.annotate.facts import fact_text
-from dlprof_lite.annotate.names import DOMAIN
 from dlprof_lite.cli import main
 from dlprof_lite.cross_ranks import NodeRanks, merge
 from dlprof_lite.ranks_run import RANKS_STEM
+from dlprof_lite.rules.facts import fact_text
+from dlprof_lite.rules.names import DOMAIN
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.report.build import Report, build_report
 from dlprof_lite.report.html import report_page
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.plotly_bundle import count_points, script_json
+from dlprof_lite.rules.names import PHASES
 from example_profiles import training_profile
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "wbr"}

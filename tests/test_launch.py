@@ -22,7 +22,6 @@ import pytest
 
 import builders
 import dlprof_lite
-from dlprof_lite.annotate.names import DOMAIN
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError
 from dlprof_lite.launch import export_sqlite, find_nsys, profile_program
@@ -32,6 +31,7 @@ from dlprof_lite.launch.run import (
     _no_ranges_cause,
     program_command,
 )
+from dlprof_lite.rules.names import DOMAIN
 
 ROOT = Path(__file__).resolve().parents[1]
 LENET = ROOT / "examples" / "lenet.py"

@@ -22,8 +22,6 @@ import pytest
 
 from builders import query
 from dlprof_lite.annotate import bootstrap
-from dlprof_lite.annotate.facts import parse_fact
-from dlprof_lite.annotate.names import DOMAIN
 from dlprof_lite.errors import InputError
 from dlprof_lite.launch.launchers import (
     BOOTSTRAP,
@@ -34,6 +32,8 @@ from dlprof_lite.launch.launchers import (
 from dlprof_lite.launch.nsys import reason_line
 from dlprof_lite.launch.run import program_command
 from dlprof_lite.launch.supervise import Tee, nsys_notices
+from dlprof_lite.rules.facts import parse_fact
+from dlprof_lite.rules.names import DOMAIN
 from terminal import run_on_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlprof_lite.annotate import names as annotate_names
 from dlprof_lite.rules import apis, comm, inputs, iterations, names, steps
 
 MFU_2GPU = "GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite"
@@ -134,11 +133,6 @@ def test_suffix_tuples_agree() -> None:
 # ---- NVTX names, step names, iteration sources -------------------------------------------
 
 
-def test_annotate_names_are_the_rules_names() -> None:
-    for attr in annotate_names.__all__:
-        assert getattr(annotate_names, attr) is getattr(names, attr), attr
-
-
 @pytest.mark.parametrize(
     ("direction", "qualname", "type_name", "parsed"),
     [
@@ -207,7 +201,7 @@ def test_rules_import_no_pandas_numpy_or_torch() -> None:
         "import sys\n"
         "import dlprof_lite.rules.comm, dlprof_lite.rules.gemm, dlprof_lite.rules.inputs\n"
         "import dlprof_lite.rules.iterations, dlprof_lite.rules.names, dlprof_lite.rules.steps\n"
-        "import dlprof_lite.rules.tensor_cores, dlprof_lite.annotate.names\n"
+        "import dlprof_lite.rules.tensor_cores, dlprof_lite.rules.facts\n"
         "import dlprof_lite.errors, dlprof_lite.progress\n"
         "print(sorted(m for m in ('pandas', 'numpy', 'torch', 'rich') if m in sys.modules))\n"
     )

@@ -1,7 +1,8 @@
 """Imports follow the pipeline: annotate < launch < ingest < report < pipeline/cli/batch.
 
 docs/design.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
-modules (``errors``, ``rules``, ``progress``, ``safe_text``, ``user_dirs``, ``narrow``), which
+modules (``errors``, ``rules``, ``progress``, ``safe_text``, ``user_dirs``, ``narrow``,
+``numeric``), which
 import no stage themselves. ``report`` imports only the ``Profile`` type from ``ingest``.
 Every import statement counts, inside functions and under ``TYPE_CHECKING`` too: each is read with
 ``ast``, nothing is imported.
@@ -16,8 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "dlprof_lite"
 STAGES = ("annotate", "launch", "ingest", "report")
 TOP = len(STAGES)  # pipeline, cli, batch, memory, the package itself: right of every stage
 # Leaves: any module may import them.
-SHARED = ("errors", "rules", "progress", "safe_text", "user_dirs", "narrow")
-BOTTOM = ("errors", "safe_text")  # leaves the other leaves may import (they import nothing)
+SHARED = ("errors", "rules", "progress", "safe_text", "user_dirs", "narrow", "numeric")
+# Leaves the other leaves may import (they import nothing of ours).
+BOTTOM = ("errors", "safe_text", "numeric")
 REPORT_MAY_IMPORT_FROM_INGEST = {"dlprof_lite.ingest.profile"}
 
 # Imports against the order that are still there, each with what it waits for. The list may
@@ -115,7 +117,7 @@ def test_the_check_flags_planted_imports_against_the_order(tmp_path: Path) -> No
         "dlprof_lite.report.tables": "from dlprof_lite.ingest.correlate import range_gpu_totals",
         "dlprof_lite.report.summary": "from dlprof_lite.ingest.profile import Profile",
         "dlprof_lite.ingest.load": "def f():\n    from dlprof_lite.report import tables",
-        "dlprof_lite.launch.nsys": "import dlprof_lite.annotate.names",
+        "dlprof_lite.launch.nsys": "import dlprof_lite.rules.names",
         "dlprof_lite.rules.apis": "from ..ingest import profile",
     }
     files = {}

@@ -34,7 +34,6 @@ from dlprof_lite.cli_store import record_folders, record_report
 from dlprof_lite.errors import DlprofError, InputError
 from dlprof_lite.memory import tune_process
 from dlprof_lite.pipeline import (
-    FORMATS,
     AnalyzeOptions,
     Progress,
     analyze_many,
@@ -42,6 +41,9 @@ from dlprof_lite.pipeline import (
     has_annotation,
     report_profiled,
 )
+from dlprof_lite.rules.inputs import is_input
+from dlprof_lite.rules.names import PROG
+from dlprof_lite.rules.outputs import FORMATS
 from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
     from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.build import Report
 
-PROG = "dlprof-lite"
 # The options table of docs/profiling.md says the same (a test holds them together).
 NSYS_ARGS_HELP = (
     "more 'nsys profile' arguments, added to the defaults (--trace=cuda,nvtx,osrt,cublas,cudnn "
@@ -496,7 +497,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.program[1:] if args.program[:1] == ["--"] else list(args.program)
     if not cmd:
         raise DlprofError(f"no program to profile; see '{PROG} --help'")
-    if Path(cmd[0]).suffix.lower() in files.INPUT_SUFFIXES:
+    if is_input(cmd[0]):
         raise DlprofError(f"{cmd[0]} is a profile, not a program: run '{PROG} analyze {cmd[0]}'")
     name = _program_name(cmd)
     if args.repeat == 1:

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlprof_lite.cli_store import add_db_option, open_store
+from dlprof_lite.rules.names import PROG
+from dlprof_lite.rules.outputs import FORMATS
 from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
     from dlprof_lite.compare.comparison import Comparison
     from dlprof_lite.store.database import RunStore
 
-PROG = "dlprof-lite"
 COMPARE_DIR = "compare"
 PAGE_FILE = "compare.html"
-COMPARE_FORMATS = ("csv", "json", "html")  # html: compare.html
 
 
 def _percent(text: str) -> float:
@@ -40,7 +40,7 @@ def _percent(text: str) -> float:
 
 def _formats(text: str) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
-    if not chosen or set(chosen) - set(COMPARE_FORMATS):
+    if not chosen or set(chosen) - set(FORMATS):
         raise argparse.ArgumentTypeError(
             f"choose from csv,json,html (comma-separated), not {text!r}"
         )
@@ -62,7 +62,7 @@ def build_compare_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", type=Path, metavar="DIR",
                         help="folder for compare.csv/compare.json (default: a new 'compare' "
                              "folder here)")  # fmt: skip
-    parser.add_argument("--formats", type=_formats, default=COMPARE_FORMATS, metavar="LIST",
+    parser.add_argument("--formats", type=_formats, default=FORMATS, metavar="LIST",
                         help="csv,json (compare.csv/.json), html (compare.html); default: "
                              "all three")  # fmt: skip
     parser.add_argument("--force", action="store_true", help="replace an existing -o folder")

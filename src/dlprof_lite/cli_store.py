@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 from dlprof_lite import __version__
 from dlprof_lite.errors import DlprofError, OutputError
+from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
     from dlprof_lite.report.build import Report
     from dlprof_lite.store.database import RunInfo, RunStore
 
-PROG = "dlprof-lite"
 DB_HELP = (
     "run store: any SQLAlchemy URL, e.g. sqlite:///runs.db or "
     "postgresql://user@host/db (default: $DLPROF_LITE_DB, else "

@@ -15,9 +15,8 @@ import stat
 from pathlib import Path
 
 from dlprof_lite.errors import OutputError
+from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
-
-PROG = "dlprof-lite"
 
 
 def build_report_parser() -> argparse.ArgumentParser:

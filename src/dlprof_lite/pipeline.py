@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlprof_lite.progress import Stage, StageProgress, no_progress
+from dlprof_lite.rules.outputs import FORMATS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from dlprof_lite.report.build import Report
     from dlprof_lite.report.summary_types import Scalar
 
-FORMATS = ("csv", "json", "html")  # tables as CSV and JSON; html: report.html
 # The stage callback of dlprof_lite.progress (one Stage enum for CLI, pool and Dask).
 Progress = StageProgress
 
@@ -238,7 +238,7 @@ def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> BatchRow:
 
 def has_annotation(report: Report) -> bool:
     """Whether any range of the annotation layer's domain reached the analysed profile."""
-    from dlprof_lite.annotate.names import DOMAIN
+    from dlprof_lite.rules.names import DOMAIN
 
     return bool((report.ranges["domain"].astype(str) == DOMAIN).any())
 

@@ -73,7 +73,7 @@ def _iterating_pids(nvtx: pd.DataFrame) -> list[int]:
     """The pids with at least one iteration range of the annotation's domain."""
     import pandas as pd
 
-    from dlprof_lite.annotate.names import DOMAIN, ITERATION
+    from dlprof_lite.rules.names import DOMAIN, ITERATION
 
     # Compared as categories (codes), not as a string per range.
     named = (nvtx["name"] == ITERATION).to_numpy(dtype=bool)

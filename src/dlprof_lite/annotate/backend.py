@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any
 
-from dlprof_lite.annotate.names import DOMAIN
+from dlprof_lite.rules.names import DOMAIN
 
 ENV_SWITCH = "DLPROF_LITE_NVTX"
 _INJECTION_VARS = ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH")

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from dlprof_lite.annotate.backend import Backend
-from dlprof_lite.annotate.facts import fact_text
-from dlprof_lite.annotate.names import DDP_BUCKET, ddp_bucket_range
+from dlprof_lite.rules.facts import fact_text
+from dlprof_lite.rules.names import DDP_BUCKET, ddp_bucket_range
 
 _DDP_MODULE = "torch.nn.parallel.distributed"
 _DDP_CLASS = "DistributedDataParallel"

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.graph import tensors
+from dlprof_lite.rules.facts import fact_text
 
 MAX_MODULE_FACTS = 10_000
 _MAX_INPUTS = 4  # shapes listed per call; more are counted, not listed
@@ -31,7 +31,7 @@ def describe(
     first = found[0] if found else None
     param = next(module.parameters(recurse=False), None)
     device = first.device.type if first is not None else None
-    return facts.fact_text(
+    return fact_text(
         "module",
         {
             "layer": layer,

@@ -50,7 +50,6 @@ from torch.nn.modules import module as nn_module
 
 from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.calibrate import QUICK_ROUNDS
-from dlprof_lite.annotate.names import FOLDED
 from dlprof_lite.rules.folding import (
     DOMINANT_SHARE,
     FOLD_FACTOR,
@@ -59,6 +58,7 @@ from dlprof_lite.rules.folding import (
     WARMUP_FORWARDS,
 )
 from dlprof_lite.rules.gemm import is_tc_eligible
+from dlprof_lite.rules.names import FOLDED
 
 if TYPE_CHECKING:
     from dlprof_lite.annotate.module_names import ModuleName

@@ -11,9 +11,9 @@ import weakref
 
 import torch
 
-from dlprof_lite.annotate.names import BACKWARD, FORWARD, RECOMPUTE, ROOT_MODULE, module_range
 from dlprof_lite.annotate.roots import RootNames, is_model
 from dlprof_lite.annotate.wrappers import chain, inner_of, type_name, unwrapped, walk, words
+from dlprof_lite.rules.names import BACKWARD, FORWARD, RECOMPUTE, ROOT_MODULE, module_range
 
 
 class ModuleName:

@@ -28,12 +28,6 @@ class BackwardCall:
         self.remaining = 0
         self.started = False
 
-    def start(self) -> None:
-        if self.started:
-            return
-        self.started = True
-        self.owner._backward_started(self)
-
     def finish_one(self) -> None:
         self.remaining -= 1
         if self.remaining == 0:
@@ -58,7 +52,7 @@ class NodeHooks:
 
     def _pre(self, grad_outputs: Any) -> None:
         for call in self.calls:
-            if not call.started:  # call.start(), inlined: this runs once per module call
+            if not call.started:  # once per module call
                 # A call with no range (a root's phase events only) has no terminals to
                 # reset it: it stays ready for each backward pass through its graph.
                 call.started = call.name is not None

@@ -72,8 +72,8 @@ from typing import Any
 
 from dlprof_lite.annotate import facts
 from dlprof_lite.annotate.backend import Backend, get_backend
-from dlprof_lite.annotate.names import COMPILE, ITERATION, MANUAL_MARK, PHASES
 from dlprof_lite.annotate.steps import INFER, TRAIN, StepBook
+from dlprof_lite.rules.names import COMPILE, ITERATION, MANUAL_MARK, PHASES
 
 # The open phase while a step has not reached its backward (None: its batch was fetched).
 _BEFORE_BACKWARD = ("data", "forward", None)

@@ -26,7 +26,7 @@ import weakref
 from typing import Any
 
 from dlprof_lite.annotate.backend import Backend
-from dlprof_lite.annotate.names import BACKWARD_END_MARK, UPDATE_MARK
+from dlprof_lite.rules.names import BACKWARD_END_MARK, UPDATE_MARK
 
 TRAIN, INFER = "train", "infer"
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from dlprof_lite.compare.side import Side
 from dlprof_lite.errors import InputError
-from dlprof_lite.report.output import INPUT_SUFFIXES, REPORT_MARKERS
+from dlprof_lite.report.output import REPORT_MARKERS
+from dlprof_lite.rules.inputs import INPUT_SUFFIXES
 from dlprof_lite.store.record import RunContext, RunRecord
 
 if TYPE_CHECKING:

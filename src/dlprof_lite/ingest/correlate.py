@@ -51,6 +51,7 @@ from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.levels import accumulate_up, by_level, consistent_depth
 from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, range_positions, value_offsets
 from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
+from dlprof_lite.numeric import sum_by
 from dlprof_lite.rules.apis import LAUNCH_API_PATTERN, VERSION_SUFFIX_PATTERN
 
 
@@ -188,7 +189,7 @@ def range_gpu_totals(
     # Before the sums go up: kernel time whose innermost range is this push/pop range.
     own = sums[_INCLUSIVE.index("gpu_ns")].copy()
     se_own = np.flatnonzero((k_se >= 0) & (k_pp < 0))  # innermost: a start/end range
-    own += _sum_by(k_se[se_own], k_dur[se_own], n)
+    own += sum_by(k_se[se_own], k_dur[se_own], n)
     depth = consistent_depth(table.parent, ranges["depth"].to_numpy(dtype=np.int64))
     accumulate_up(table.parent, by_level(depth), sums, first, last)
     for frame, val, _ in ops:  # start/end ranges parent nothing: added after the pass
@@ -231,7 +232,7 @@ def _add_ops(
     ``ops``, _COUNT or None) to the ranges at ``pos``."""
     for column, value in zip(sums, values, strict=True):
         if isinstance(value, np.ndarray):  # 1-D exact int64 sums: the fast path of ufunc.at
-            column += _sum_by(pos, value[op], column.size)
+            column += sum_by(pos, value[op], column.size)
         elif value == _COUNT:
             column += np.bincount(pos, minlength=column.size)
     np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype=np.int64)[op])
@@ -478,9 +479,3 @@ def _take(values: np.ndarray, index: np.ndarray, fill: int) -> np.ndarray:
     taken: np.ndarray = values[np.maximum(index, 0)]
     return np.where(index >= 0, taken, fill)
 
-
-def _sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums per group (bincount's float weights would round past 2**53)."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, group, values)
-    return out

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.facts import parse_fact
 from dlprof_lite.report.metrics import LAYER_GRAD_SYNC_REPORT
 from dlprof_lite.report.run_facts import fact_marks
+from dlprof_lite.rules.facts import parse_fact
 from dlprof_lite.rules.names import DDP_BUCKET
 
 # Per layer (index), what the layers table adds.

@@ -33,11 +33,11 @@ from dlprof_lite.report.timeline import (
     timeline_bounds,
 )
 from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_of
+from dlprof_lite.rules.outputs import FORMATS
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
           "ranks")  # fmt: skip
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
-FORMATS = ("csv", "json", "html")  # tables as CSV and JSON; html: report.html
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.narrow import distinct_short
 from dlprof_lite.report.figures import Figure, figure, marker, text
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.rules.names import PHASES
 
 LAYER_CHART_MAX = 400  # layers in the chart (the largest, in network order); "+N more" noted
 ITERATION_POINTS = 5000  # points of the iteration series (min and max of each bucket kept)

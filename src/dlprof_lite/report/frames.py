@@ -117,14 +117,6 @@ def _renumbered(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def sum_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` per group number (``n`` groups; bincount's float
-    weights would round past 2**53)."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, group, values)
-    return out
-
-
 def share(part: pd.Series | np.ndarray, whole: pd.Series | np.ndarray) -> np.ndarray:
     """part / whole, NaN where whole is 0."""
     part = np.asarray(part, dtype="float64")

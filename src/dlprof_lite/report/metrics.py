@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlprof_lite.annotate.names import PHASES
 from dlprof_lite.rules.folding import FOLD_FACTOR
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV, STEADY_TOLERANCE
+from dlprof_lite.rules.names import PHASES
 
 SCHEMA = "dlprof-lite/1"
 # Columns and summary fields added to SCHEMA since its first release: a report folder or a

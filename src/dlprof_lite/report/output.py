@@ -31,15 +31,14 @@ import pandas as pd
 from dlprof_lite.errors import OutputError
 from dlprof_lite.report.build import TABLES, WINDOWED, Report
 from dlprof_lite.report.writers import WRITERS, Table
+from dlprof_lite.rules.inputs import INPUT_SUFFIXES
+from dlprof_lite.rules.outputs import TABLE_FORMATS
 
-INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 REPORT_SUFFIX = ".dlprof"
 REPORT_MARKERS = ("summary.json", "summary.csv")
 GRAPH_FILE = "layers.dot"
 PAGE_FILE = "report.html"
 TRACE_FILE = "trace.json"
-# The formats of the tables (WRITERS); "html" is the page, written beside them.
-TABLE_FORMATS = ("csv", "json")
 MAX_NAMES = 10_000
 # Our staging names (_token: 10 hex digits): .NAME.<token>.partial and .NAME.<token>.old
 # folders, .NAME.<token>.tmp files. Nothing else is ever swept.

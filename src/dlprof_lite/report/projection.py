@@ -31,10 +31,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.facts import parse_fact
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.frames import cat_mask
 from dlprof_lite.report.summary_types import Projection, Summary
+from dlprof_lite.rules.facts import parse_fact
 from dlprof_lite.rules.names import DOMAIN, FACT_PREFIX, PHASES
 
 # Every warning of this module starts with one of these (replaced when options change).

@@ -25,14 +25,15 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, ITERATION
 from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import groups
 from dlprof_lite.report.intervals import Segments, covered_between, merge, total
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.run_facts import read_run_facts
 from dlprof_lite.report.window import StepWindow, cut_ops
 from dlprof_lite.rules.comm import comm_kernel
+from dlprof_lite.rules.names import DOMAIN, ITERATION
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
 
 DATA_PHASE = "data"
@@ -148,7 +149,7 @@ def comm_time(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     np.minimum.at(lo, group, s)
     np.maximum.at(hi, group, e)
     offset = np.concatenate(([0], np.cumsum(hi - lo + 1)[:-1]))
-    kernel_ns = np.bincount(group, weights=e - s, minlength=n).astype(np.int64)
+    kernel_ns = sum_by(group, e - s, n)
     shift = offset[group]
     shift -= lo[group]
     s += shift  # in place: s and e are this function's copies (no 8 MB array per step)
@@ -166,7 +167,7 @@ def comm_time(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         "compute_ns": _per_group(compute, compute[1] - compute[0], offset),
         "comm_ns": _per_group(talk, talk[1] - talk[0], offset),
         "exposed_comm_ns": _per_group(talk, talk[1] - talk[0] - hidden, offset),
-        "comm_kernels": np.bincount(group, weights=talks, minlength=n).astype(np.int64),
+        "comm_kernels": sum_by(group, talks.astype(np.int64), n),
     }, index=pd.MultiIndex.from_frame(kernels[by].take(first).reset_index(drop=True)))  # fmt: skip
     return out.sort_index()  # in key order, as a sorted groupby gives them
 

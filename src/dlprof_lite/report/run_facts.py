@@ -1,7 +1,7 @@
 """Run facts: what the profiled process recorded about itself, read from the ``marks`` frame.
 
 Place in the pipeline: report. The annotation layer writes each fact as an NVTX mark in the
-``dlprof-lite`` domain (:mod:`dlprof_lite.annotate.facts`); ingest keeps marks as they are,
+``dlprof-lite`` domain (:mod:`dlprof_lite.rules.facts`); ingest keeps marks as they are,
 and this module turns them into the summary's data-loader settings and annotation cost, so
 the advice can name the ``num_workers`` a script really used instead of guessing, and into
 one row per module (:func:`module_facts`: input shapes and dtypes of its first call) for the
@@ -23,9 +23,9 @@ from typing import Any
 
 import pandas as pd
 
-from dlprof_lite.annotate.facts import parse_fact
-from dlprof_lite.annotate.names import DOMAIN, FACT_PREFIX, FOLDED, ROOT_MODULE
 from dlprof_lite.report.frames import cat_mask
+from dlprof_lite.rules.facts import parse_fact
+from dlprof_lite.rules.names import DOMAIN, FACT_PREFIX, FOLDED, ROOT_MODULE
 from dlprof_lite.safe_text import printable
 
 # The settings a summary names for each DataLoader, in this order.

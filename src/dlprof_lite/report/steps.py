@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, ITERATION, PHASES
-from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share, sum_by
+from dlprof_lite.numeric import sum_by
+from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
 from dlprof_lite.report.intervals import (
     Timeline,
     bounds,
@@ -41,6 +41,7 @@ from dlprof_lite.report.intervals import (
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 from dlprof_lite.report.ranks import comm_time
+from dlprof_lite.rules.names import DOMAIN, ITERATION, PHASES
 
 _OP_COLUMNS = ["start_ns", "end_ns", "phase"]  # stacked for the busy time and phases
 

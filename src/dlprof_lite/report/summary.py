@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.annotate.names import DOMAIN, ITERATION
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.denominators import share_span
 from dlprof_lite.report.facts import (
@@ -45,6 +44,7 @@ from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
 from dlprof_lite.report.writers import Table
 from dlprof_lite.rules.iterations import GUESSED
+from dlprof_lite.rules.names import DOMAIN, ITERATION
 from dlprof_lite.rules.steps import key_regex
 
 

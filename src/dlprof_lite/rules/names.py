@@ -2,7 +2,7 @@
 
 This module is the single definition of the naming convention (documented in docs/annotation.md):
 it imports nothing heavy, so every stage may read it without torch, nvtx or pandas
-(:mod:`dlprof_lite.annotate.names` re-exports it for the annotate stage).
+(:mod:`dlprof_lite.rules.names` re-exports it for the annotate stage).
 
 - domain: ``dlprof-lite`` for every range the annotation layer pushes;
 - one ``iteration`` range per training step (one optimizer step), the default key range;
@@ -59,7 +59,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-DOMAIN = "dlprof-lite"
+PROG = "dlprof-lite"  # the command's name, in usage lines and messages
+DOMAIN = "dlprof-lite"  # the NVTX domain of every range the annotation opens
 ITERATION = "iteration"
 # Training order; ``compile`` last so that the first four keep their positions.
 PHASES = ("data", "forward", "backward", "optimizer", "compile")

@@ -50,15 +50,8 @@ from dlprof_lite.store.schema import ROW_TABLES, run_phases, runs
 
 __all__ = ["DEFAULT_DB_ENV", "RunInfo", "RunStore", "StoreError", "default_url"]
 
-# Summary fields a run's versions may come from, first found wins (the names other
-# releases use included, so an older or newer summary still fills the column).
-_SUMMARY_FACTS = {
-    "host": ("host", "hostname"),
-    "driver_version": ("driver_version", "cuda_driver_version", "gpu_driver_version"),
-    "cuda_version": ("cuda_version", "torch_cuda_version"),
-    "torch_version": ("torch_version",),
-    "python_version": ("python_version",),
-}
+# The run row's version columns, each the summary field of the same name.
+_SUMMARY_FACTS = ("host", "driver_version", "cuda_version", "torch_version", "python_version")
 
 
 @dataclass(frozen=True)
@@ -282,7 +275,7 @@ def _stored_rows(
 def _run_values(run: RunRecord) -> dict[str, object]:
     ctx, summary = run.context, run.summary
     steps = run.step_ns()
-    facts = {column: _summary_fact(summary, names) for column, names in _SUMMARY_FACTS.items()}
+    facts = {column: _summary_fact(summary, column) for column in _SUMMARY_FACTS}
     from dlprof_lite import __version__
 
     text = {
@@ -313,12 +306,8 @@ def _run_values(run: RunRecord) -> dict[str, object]:
     }
 
 
-def _summary_fact(summary: Summary, names: Sequence[str]) -> str | None:
-    for name in names:
-        value = sql_text(summary.get(name))
-        if value:
-            return value
-    return None
+def _summary_fact(summary: Summary, name: str) -> str | None:
+    return sql_text(summary.get(name)) or None
 
 
 def _finite(value: float) -> float | None:
