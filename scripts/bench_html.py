@@ -38,7 +38,7 @@ TARGET_MB, TARGET_S = 5.0, 3.0
 def build_page(folder: Path, kernels: int, ranges: bool) -> tuple[Path, dict[str, float]]:
     """The export (made once per case and kept in ``folder``) and its report.html."""
     from dlprof_lite import analyze
-    from dlprof_lite.report.html import report_page
+    from dlprof_lite.render.page.html import report_page
 
     times: dict[str, float] = {}
     layers, per_layer = SHAPES[ranges]

@@ -45,7 +45,7 @@ def test_run_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session", autouse=True)
 def test_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The packed plotly.js of the pages is cached in a folder of the test session, never in
-    the user's ~/.cache (report/plotly_cache.py); subprocesses inherit the variable."""
+    the user's ~/.cache (render/page/plotly_cache.py); subprocesses inherit the variable."""
     folder = tmp_path_factory.mktemp("cache")
     os.environ["XDG_CACHE_HOME"] = str(folder)
     return folder

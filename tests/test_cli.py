@@ -22,11 +22,11 @@ from builders import foreign_sqlite
 from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
-from dlprof_lite.report.build import TABLES
-from dlprof_lite.report.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
+from dlprof_lite.render.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
+from dlprof_lite.report.model import TABLES
 from example_profiles import training_profile
 
-# every table in each format, and the module tree (report/graph.py), whatever the formats
+# every table in each format, and the module tree (render/graph.py), whatever the formats
 ALL_FILES = sorted(
     [*(f"{t}.{f}" for t in TABLES for f in ("csv", "json")), GRAPH_FILE, PAGE_FILE, TRACE_FILE]
 )

@@ -144,7 +144,7 @@ def test_the_console_lists_layers_by_gradient_all_reduce() -> None:
 
     from rich.console import Console
 
-    from dlprof_lite.report.console import render
+    from dlprof_lite.render.console import render
 
     profile = two_steps([bucket(0, 0, {"fc2": 100, "fc1": 300}), bucket(1, 1, {"fc0": 2048})])
     buffer = io.StringIO()

@@ -18,10 +18,9 @@ from rich.console import Console
 
 import dlprof_lite
 from conftest import corpus_files
-from dlprof_lite.report.advice import duration, percent
-from dlprof_lite.report.console import render
-from dlprof_lite.report.denominators import DENOMINATORS
-from dlprof_lite.report.html import header_rows
+from dlprof_lite.render.console import render
+from dlprof_lite.render.page.html import header_rows
+from dlprof_lite.report.units import DENOMINATORS, duration, percent
 
 CORPUS = corpus_files()
 SCOPES = {

@@ -25,10 +25,10 @@ import pytest
 from rich.console import Console
 
 from dlprof_lite import open_report
+from dlprof_lite.render.console import _long, _span, render
+from dlprof_lite.render.writers import formula_safe, quote_cell, unquote_cell
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.console import _long, _span, render
 from dlprof_lite.report.projection import NO_PROJECTION, ProjectionInput, reproject
-from dlprof_lite.report.writers import formula_safe, quote_cell, unquote_cell
 from dlprof_lite.safe_text import printable
 from terminal import run_on_a_terminal
 from test_projection import two_epochs
@@ -225,7 +225,7 @@ def test_long_durations_reach_hours() -> None:
 
 
 def test_console_text_acts_on_no_markup_or_emoji_code() -> None:
-    from dlprof_lite.report.console import _text
+    from dlprof_lite.render.console import _text
 
     buffer = io.StringIO()
     Console(file=buffer, width=200, force_terminal=True).print(

@@ -47,8 +47,8 @@ import pytest
 import dlprof_lite
 from dlprof_lite.cli import main
 from dlprof_lite.errors import DlprofError
+from dlprof_lite.render.writers import unquote_cell
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.writers import unquote_cell
 from dlprof_lite.store.database import RunStore
 from example_profiles import training_profile
 from make_profile import make_profile

@@ -1,4 +1,4 @@
-"""``layers.dot`` (report/graph.py): the module tree with each layer's time per step.
+"""``layers.dot`` (render/graph.py): the module tree with each layer's time per step.
 
 The profile is hand-built with round numbers (two steps of a model with a named container, an
 implied ``ModuleList``, a loss module and a second model), so every node, edge and per-step
@@ -21,9 +21,10 @@ import pandas as pd
 import pytest
 
 from builders import R, make_profile, phase
-from dlprof_lite.report.build import Report, build_report
-from dlprof_lite.report.graph import layers_dot, quote, report_graph
-from dlprof_lite.report.output import GRAPH_FILE
+from dlprof_lite.render.graph import layers_dot, quote, report_graph
+from dlprof_lite.render.output import GRAPH_FILE
+from dlprof_lite.report.build import build_report
+from dlprof_lite.report.model import Report
 
 # --- a DOT reader for the subset we write ----------------------------------------------
 

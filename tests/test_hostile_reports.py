@@ -31,7 +31,7 @@ import dlprof_lite
 from conftest import CORPUS, missing
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError
-from dlprof_lite.report import read_schema as rs
+from dlprof_lite.render import read_schema as rs
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import REPORTS, column_names
 from example_profiles import training_profile

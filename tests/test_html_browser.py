@@ -240,14 +240,14 @@ GZIP_CASES = {
 
 
 def test_the_page_gunzip_reads_what_python_writes(chromium: Chromium, tmp_path: Path) -> None:
-    """The page's synchronous gzip reader (report/inflate_js.py) gives back, byte for byte,
+    """The page's synchronous gzip reader (render/page/inflate_js.py) gives back, byte for byte,
     what Python's gzip packed: stored blocks (level 0, incompressible data), fixed and
     dynamic Huffman blocks, long back-references, a header with a file name."""
     import base64
     import gzip
     import io
 
-    from dlprof_lite.report.inflate_js import GUNZIP
+    from dlprof_lite.render.page.inflate_js import GUNZIP
 
     cases = {}
     for name, data in GZIP_CASES.items():
@@ -446,8 +446,8 @@ def test_a_short_run_and_many_long_layer_names(chromium: Chromium, tmp_path: Pat
     but distinct): every check passes."""
     import pandas as pd
 
+    from dlprof_lite.render.page.html import report_page
     from dlprof_lite.report.build import build_report
-    from dlprof_lite.report.html import report_page
     from example_profiles import training_profile
 
     report = build_report(training_profile())

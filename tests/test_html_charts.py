@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlprof_lite.report.build import Report, build_report
-from dlprof_lite.report.charts import ITERATION_POINTS, decimated
+from dlprof_lite.render.page.charts import ITERATION_POINTS, decimated
+from dlprof_lite.report.build import build_report
+from dlprof_lite.report.model import Report
 from example_profiles import training_profile
 from test_html_page import Page, assert_plotly_figure, read
 
@@ -51,7 +52,7 @@ def drawn_events(figure: dict) -> dict[str, dict]:
 
 
 def test_timeline_chart_puts_threads_above_streams() -> None:
-    from dlprof_lite.report.timeline_chart import timeline_figure
+    from dlprof_lite.render.page.timeline_chart import timeline_figure
 
     na = None
     frame = timeline_frame([
@@ -146,8 +147,8 @@ def test_decimation_keeps_every_spike() -> None:
 
 
 def test_many_layers_are_capped_with_a_note(example: Report) -> None:
-    from dlprof_lite.report.charts import LAYER_CHART_MAX, layers_figure
-    from dlprof_lite.report.html_tables import LAYER_ROWS, layer_table
+    from dlprof_lite.render.page.charts import LAYER_CHART_MAX, layers_figure
+    from dlprof_lite.render.page.html_tables import LAYER_ROWS, layer_table
 
     n = LAYER_ROWS + 500
     base = example.layers.iloc[[0]]
@@ -173,7 +174,7 @@ def test_many_layers_are_capped_with_a_note(example: Report) -> None:
 
 def test_a_figure_with_nan_is_written_with_null() -> None:
     """The page's figure JSON has no NaN (JSON.parse refuses it): null, as plotly writes."""
-    from dlprof_lite.report.plotly_bundle import Chart
+    from dlprof_lite.render.page.plotly_bundle import Chart
 
     figure = {"data": [{"type": "bar", "x": ["a", "b"], "y": [1.0, float("nan")]}],
               "layout": {"meta": {"ns": float("inf")}}}  # fmt: skip
@@ -188,7 +189,7 @@ def test_an_outlier_step_is_cut_off_the_axis_and_named(example: Report) -> None:
     """A 200 ms warm-up beside 7 ms steps: the axis ends a little above the highest other
     step (7.5 ms x 1.15), a note names the one cut off, a button shows all on a log axis;
     a series without outliers keeps plotly's own range."""
-    from dlprof_lite.report.charts import axis_top, iterations_figure
+    from dlprof_lite.render.page.charts import axis_top, iterations_figure
 
     wall = [200e6, 7e6, 7.5e6, 6.8e6, 7.2e6]
     iterations = pd.DataFrame({"iteration": range(5), "wall_ns": wall, "gpu_busy_ns": 0.0,
@@ -215,7 +216,7 @@ def test_an_outlier_step_is_cut_off_the_axis_and_named(example: Report) -> None:
 def test_kernels_sharing_a_short_name_are_told_apart() -> None:
     """cuDF's templated ``_kernel_agent``s (names as the cudf corpus export has them): each
     label names its agent; a unique short name stays as it is."""
-    from dlprof_lite.report.charts import kernel_labels
+    from dlprof_lite.render.page.charts import kernel_labels
 
     full = [
         "void thrust::cuda_cub::core::_kernel_agent<thrust::cuda_cub::__merge_sort::MergeAgent"
@@ -234,8 +235,8 @@ def test_kernels_sharing_a_short_name_are_told_apart() -> None:
 def test_containers_are_charted_apart_from_their_layers(example: Report) -> None:
     """A root holding two layers: the chart has the two leaves; the page's note names the
     root with its inclusive time."""
-    from dlprof_lite.report.charts import containers, layers_figure
-    from dlprof_lite.report.html import report_page
+    from dlprof_lite.render.page.charts import containers, layers_figure
+    from dlprof_lite.render.page.html import report_page
 
     root = example.layers.iloc[[0]].assign(layer="model", parent=None, type="Net", order=0)
     layers = pd.concat([root, example.layers.assign(parent="model")], ignore_index=True)
@@ -249,14 +250,14 @@ def test_containers_are_charted_apart_from_their_layers(example: Report) -> None
 
 
 def test_iteration_ticks_are_whole_numbers() -> None:
-    from dlprof_lite.report.charts import whole_step
+    from dlprof_lite.render.page.charts import whole_step
 
     steps = {n: whole_step(n) for n in (3, 12, 13, 25, 60, 294, 5155)}
     assert steps == {3: 1, 12: 1, 13: 2, 25: 5, 60: 5, 294: 50, 5155: 500}
 
 
 def test_layer_labels_drop_the_path_every_layer_shares() -> None:
-    from dlprof_lite.report.charts import common_parent
+    from dlprof_lite.render.page.charts import common_parent
 
     names = ["model.encoder.layers.0.attn", "model.encoder.layers.11.attn"]
     assert common_parent(names) == ("model.encoder.layers", ["0.attn", "11.attn"])

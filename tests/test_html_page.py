@@ -1,4 +1,4 @@
-"""report.html (report/html.py) read back with html.parser: sections, charts, figure data.
+"""report.html (render/page/html.py) read back with html.parser: sections, charts, figure data.
 
 Oracles: the example profile's hand-worked numbers (tests/example_profiles.py docstring),
 the Report's own tables for a real corpus export (the page must show what the tables say,
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from dlprof_lite.report.build import Report, build_report
-from dlprof_lite.report.html import report_page
+from dlprof_lite.render.page.html import report_page
+from dlprof_lite.render.page.plotly_bundle import count_points, script_json
+from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.plotly_bundle import count_points, script_json
+from dlprof_lite.report.model import Report
 from dlprof_lite.rules.names import PHASES
 from example_profiles import training_profile
 
@@ -147,7 +148,7 @@ def test_example_page_has_every_section(example: Report) -> None:
                                 "chart-kernels", "chart-timeline"}  # fmt: skip
     facts = dict(page.tables["run-facts"])
     # Analysed steps of 2000 and 3000 ns: median 2500, p10 2100, p90 2900 (linear).
-    # One spread beside a step time, as the console writes it (report/phrases.py).
+    # One spread beside a step time, as the console writes it (render/phrases.py).
     assert facts["steady step time"] == "2.5 µs median (p10–p90 2.1 µs–2.9 µs)"
     assert facts["source"] == "test.sqlite"
     assert facts["analysed window"].startswith("iterations 1–2 (2 steps, analysed)")
@@ -315,7 +316,7 @@ def test_million_kernel_page_stays_under_5_mb(tmp_path: Path, shape: list[str]) 
 
 @pytest.mark.parametrize("fmt", ["json", "csv"])
 def test_a_saved_report_renders_the_same_page(example: Report, tmp_path: Path, fmt: str) -> None:
-    from dlprof_lite.report.reader import open_report
+    from dlprof_lite.render.reader import open_report
 
     folder = example.save(tmp_path / "run.dlprof", formats=(fmt,))
     back = open_report(folder)

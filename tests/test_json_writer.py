@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.writers import JsonWriter, Table
+from dlprof_lite.render.writers import JsonWriter, Table
 
 
 def test_rows_round_trip_through_the_fast_encoder() -> None:

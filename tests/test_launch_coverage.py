@@ -21,8 +21,8 @@ from rich.console import Console
 
 import dlprof_lite
 from conftest import CORPUS
-from dlprof_lite.report.console import render
-from dlprof_lite.report.html import header_rows
+from dlprof_lite.render.console import render
+from dlprof_lite.render.page.html import header_rows
 
 TWO_GPUS = CORPUS / "GindaChen__nsys-ai__tests_fixtures_mfu_2gpu_before.sqlite"
 NGP = CORPUS / "sangyun802__instant-ngp__report1.qdrep.sqlite"

@@ -27,8 +27,8 @@ from rich.console import Console
 
 from builders import R, make_profile, phase
 from dlprof_lite.cli import build_parser
+from dlprof_lite.render.console import render
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.console import render
 from dlprof_lite.report.layers import layers_table
 from dlprof_lite.report.metrics import column_names
 

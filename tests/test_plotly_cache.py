@@ -1,4 +1,4 @@
-"""The packed plotly.js cached on disk (report/plotly_cache.py): the payload is the one the
+"""The packed plotly.js cached on disk (render/page/plotly_cache.py): the payload is the one the
 page always carried, read back instead of packed again, and a bad entry is never used.
 
 Oracles: ``plotly.offline.get_plotlyjs()`` (what the payload must decompress to), and
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dlprof_lite import user_dirs
-from dlprof_lite.report import plotly_cache
-from dlprof_lite.report.plotly_cache import cache_dir, cached_payload, pack, plotly_js
+from dlprof_lite.render.page import plotly_cache
+from dlprof_lite.render.page.plotly_cache import cache_dir, cached_payload, pack, plotly_js
 
 
 def unpacked(payload: str) -> bytes:

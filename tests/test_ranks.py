@@ -144,7 +144,7 @@ def test_no_straggler_when_nobody_waits() -> None:
 
 
 def test_report_round_trip_keeps_the_ranks_table(tmp_path: Path) -> None:
-    from dlprof_lite.report.reader import open_report
+    from dlprof_lite.render.reader import open_report
 
     report = build_report(_two_ranks(exposed=True))
     back = open_report(report.save(tmp_path / "r", formats=("json",)))

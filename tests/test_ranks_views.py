@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from dlprof_lite.render.console import render
+from dlprof_lite.render.page.rank_views import PARTS, ranks_figure
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.console import render
-from dlprof_lite.report.rank_views import PARTS, ranks_figure
 from test_html_page import assert_plotly_figure
 from test_ranks import _two_ranks
 

@@ -15,10 +15,11 @@ import dlprof_lite
 from builders import PID, make_profile
 from conftest import corpus_files, missing
 from dlprof_lite.errors import DlprofError, OutputError
-from dlprof_lite.report import output
-from dlprof_lite.report.build import TABLES, Report, build_report
+from dlprof_lite.render import output
+from dlprof_lite.render.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
+from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
+from dlprof_lite.report.model import TABLES, Report
 from example_profiles import training_profile
 
 CORPUS = corpus_files()

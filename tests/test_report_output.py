@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from dlprof_lite.errors import OutputError
-from dlprof_lite.report import output
-from dlprof_lite.report.build import TABLES, build_report
+from dlprof_lite.render import output
+from dlprof_lite.render.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
+from dlprof_lite.render.writers import WRITERS, JsonWriter, Table
+from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import SCHEMA, column_names
-from dlprof_lite.report.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
-from dlprof_lite.report.writers import WRITERS, JsonWriter, Table
+from dlprof_lite.report.model import TABLES
 from example_profiles import training_profile
 
 

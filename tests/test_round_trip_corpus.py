@@ -16,7 +16,7 @@ import pytest
 
 import dlprof_lite
 from conftest import corpus_files
-from dlprof_lite.report.build import TABLES
+from dlprof_lite.report.model import TABLES
 
 CORPUS = corpus_files()
 

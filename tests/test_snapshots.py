@@ -39,7 +39,7 @@ import pytest
 
 import dlprof_lite
 from conftest import CORPUS
-from dlprof_lite.report.build import Report
+from dlprof_lite.report.model import Report
 from nsys_oracle import nsys_report
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"

@@ -2,7 +2,7 @@
 
 Hand-built profiles shaped like the product's output: ``iteration`` and phase ranges are
 start/end ranges in the ``dlprof-lite`` domain, modules push/pop. Round numbers; every
-figure is worked out in a comment (report/steps.py, report/summary.py, report/console.py).
+figure is worked out in a comment (report/steps.py, report/summary.py, render/console.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from rich.console import Console
 
 from builders import R, make_profile, phase
 from dlprof_lite.ingest.iterations import find_iterations
+from dlprof_lite.render.console import render
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.console import render
 from dlprof_lite.report.metrics import GPU_PRIORITY, PHASE_COLUMNS
 
 

@@ -333,7 +333,7 @@ def test_big_run_records_in_seconds(tmp_path: Path) -> None:
     a bound relative to encoding the same rows as JSON (load on the machine scales both)."""
     import json
 
-    from dlprof_lite.report.writers import records
+    from dlprof_lite.render.writers import records
 
     run = big_record(layers=10_000, kernels=50_000)
     start = time.perf_counter()

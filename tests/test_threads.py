@@ -45,9 +45,9 @@ def test_torchrun_export_names_its_threads_and_streams(corpus_dir: Path) -> None
     timeline names the watchdog and main threads and the NCCL streams, and trace.json calls
     its threads what the page's lanes are called."""
     import dlprof_lite
+    from dlprof_lite.render.page.timeline_chart import lanes
+    from dlprof_lite.render.trace import trace_document
     from dlprof_lite.report.timeline import report_timeline
-    from dlprof_lite.report.timeline_chart import lanes
-    from dlprof_lite.report.trace import trace_document
 
     path = corpus_dir / TORCHRUN
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:

@@ -1,4 +1,4 @@
-"""trace.json (report/trace.py): a valid Chrome trace-event document whose times are the report's.
+"""trace.json (render/trace.py): a valid Chrome trace-event document whose times are the report's.
 
 Every document made here passes :func:`check_trace`, the trace-event format's rules as Perfetto
 and chrome://tracing apply them: every event has ph/ts/pid/tid and a name; complete events on
@@ -18,9 +18,9 @@ import pytest
 
 import dlprof_lite
 from builders import R
+from dlprof_lite.render.trace import GPU_PID_BASE, trace_document, trace_text, track_lanes
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.timeline import steady_iteration, timeline_for
-from dlprof_lite.report.trace import GPU_PID_BASE, trace_document, trace_text, track_lanes
 from example_profiles import _step, training_profile
 from make_profile import make_profile
 from test_timeline import CORPUS_CASES, corpus_profile

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from dlprof_lite.ingest.profile import Profile
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
     from dlprof_lite.report.summary_types import Summary
 
 __all__ = ["Profile", "Report", "Summary", "__version__", "analyze", "load", "open_report"]
@@ -85,6 +85,6 @@ def analyze(
 
 def open_report(folder: str | Path) -> Report:
     """Read a report folder written by ``Report.save`` or the command line back."""
-    from dlprof_lite.report.reader import open_report as _open
+    from dlprof_lite.render.reader import open_report as _open
 
     return _open(folder)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from dlprof_lite.compare.side import Side
     from dlprof_lite.cross_ranks import CrossRanks
     from dlprof_lite.ranks_run import RankReport
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
 
 # The options table of docs/profiling.md says the same (a test holds them together).
 NSYS_ARGS_HELP = (
@@ -380,7 +380,7 @@ def _check_input(path: Path) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from dlprof_lite.report import output as files
+    from dlprof_lite.render import output as files
 
     options = _options(args)
     for path in args.paths:
@@ -412,7 +412,7 @@ def _show(
         sys.stderr.flush()
         print(f"report: {printable(folder)}", flush=True)
         return
-    from dlprof_lite.report.console import render
+    from dlprof_lite.render.console import render
 
     render(report, folder, console, top=args.top)
     if ranks:
@@ -442,7 +442,7 @@ def _analyze_many(args: argparse.Namespace, options: AnalyzeOptions) -> int:
             _warn(f"{row['source']}: {row['warnings']}")
     record_folders(args, [Path(str(r["report_dir"])) for r in result.rows if not r.get("error")])
     if console is not None:
-        from dlprof_lite.report.console import render_many
+        from dlprof_lite.render.console import render_many
 
         render_many(result.rows, console)
     if result.ranks is not None:
@@ -492,7 +492,7 @@ def _program_name(cmd: Sequence[str]) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     """Profile the program under nsys, then analyze and report like ``analyze``; with
     ``--repeat N``, N times into one folder, recorded as one group."""
-    from dlprof_lite.report import output as files
+    from dlprof_lite.render import output as files
 
     cmd = args.program[1:] if args.program[:1] == ["--"] else list(args.program)
     if not cmd:
@@ -536,7 +536,7 @@ def _show_repeats(done: list[tuple[Report, Path]], parent: Path) -> None:
     from dlprof_lite.compare.resolve import record_of_report
     from dlprof_lite.compare.side import Side
     from dlprof_lite.compare.stats import step_stats
-    from dlprof_lite.report.advice import duration
+    from dlprof_lite.report.units import duration
 
     for warning in dict.fromkeys(w for report, _ in done for w in report.summary.warnings):
         _warn(warning)  # once, not once per run
@@ -582,7 +582,7 @@ def _run_once(
 ) -> int:  # fmt: skip
     """One profiled run into ``target``; ``final``: the folder ``target``'s parent will
     become (a --repeat staging folder), for the paths the store records."""
-    from dlprof_lite.report import output as files
+    from dlprof_lite.render import output as files
 
     options = _options(args)
     force = options.force and final is None

@@ -88,7 +88,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from dlprof_lite.compare.comparison import compare_sides
     from dlprof_lite.compare.resolve import resolve
     from dlprof_lite.errors import InputError
-    from dlprof_lite.report import output as files
+    from dlprof_lite.render import output as files
     from dlprof_lite.rules.compare import DETECTABLE_CHANGE
 
     if len(args.sides) < 2:

@@ -27,7 +27,7 @@ from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
     from dlprof_lite.store.database import RunInfo, RunStore
 
 DB_HELP = (
@@ -104,7 +104,7 @@ def record_folders(args: argparse.Namespace, folders: Sequence[Path]) -> None:
     through one store; the first failure is one warning and ends the recording."""
     if getattr(args, "no_db", False) or not folders:
         return
-    from dlprof_lite.report.reader import open_report
+    from dlprof_lite.render.reader import open_report
     from dlprof_lite.store.record import RunContext, RunRecord
 
     try:
@@ -195,7 +195,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _ms(ns: object) -> str:
     """A duration in the unit it reaches (``1.5 µs``, ``12.30 ms``), never ``0.00``."""
-    from dlprof_lite.report.advice import ms
+    from dlprof_lite.report.units import ms
 
     return ms(float(ns)) if isinstance(ns, int | float) else ""
 
@@ -260,7 +260,7 @@ def _export(infos: Sequence[RunInfo], file: Path, *, force: bool) -> int:
     if str(file) == "-":
         sys.stdout.write(buffer.getvalue())
         return 0
-    from dlprof_lite.report.output import atomic_write
+    from dlprof_lite.render.output import atomic_write
 
     if file.exists() and not force:
         raise OutputError(f"{file} exists; use --force to replace it")

@@ -35,8 +35,8 @@ def build_report_parser() -> argparse.ArgumentParser:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from dlprof_lite.report.output import PAGE_FILE, TRACE_FILE, write_page, write_trace
-    from dlprof_lite.report.reader import open_report
+    from dlprof_lite.render.output import PAGE_FILE, TRACE_FILE, write_page, write_trace
+    from dlprof_lite.render.reader import open_report
 
     wanted = {PAGE_FILE: args.html, TRACE_FILE: args.trace}
     if not any(wanted.values()):

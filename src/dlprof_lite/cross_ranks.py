@@ -89,8 +89,8 @@ def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
 def write(cross: CrossRanks, folder: Path, formats: Sequence[str]) -> None:
     """``ranks_summary`` and ``ranks`` tables in ``folder`` (the batch's staging folder)."""
     from dlprof_lite.ranks_run import ranks_summary_table
-    from dlprof_lite.report import output as files
-    from dlprof_lite.report.writers import Table
+    from dlprof_lite.render import output as files
+    from dlprof_lite.render.writers import Table
 
     out = [ranks_summary_table(cross.rows)]
     if not cross.table.empty:

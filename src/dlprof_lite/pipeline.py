@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from dlprof_lite.cross_ranks import CrossRanks, NodeRanks
     from dlprof_lite.ingest.profile import Profile
     from dlprof_lite.ranks_run import RankReport
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
     from dlprof_lite.report.summary_types import Scalar
 
 # The stage callback of dlprof_lite.progress (one Stage enum for CLI, pool and Dask).
@@ -190,7 +190,7 @@ def analyze_one(
     Top-level and free of open resources so that a process pool can call it.
     """
     from dlprof_lite.ranks_run import write_ranks
-    from dlprof_lite.report.output import staged_folder, write_contents
+    from dlprof_lite.render.output import staged_folder, write_contents
 
     done = _analyze(Path(path), options, progress)
     final = Path(out_dir).absolute()
@@ -281,8 +281,8 @@ def analyze_many(
     """
     from dlprof_lite import cross_ranks
     from dlprof_lite.batch import run_all
-    from dlprof_lite.report import output as files
-    from dlprof_lite.report.summary import combined_table
+    from dlprof_lite.render import output as files
+    from dlprof_lite.render.writers import combined_table
 
     first = paths[0].absolute()
     parent = (parent or files.unique_dir(first.parent, MULTI_DIR)).absolute()
@@ -336,7 +336,7 @@ def report_profiled(
     and write the report (and one per rank) beside it, naming the export where it will be
     once ``stage`` becomes ``target``."""
     from dlprof_lite.ranks_run import write_ranks
-    from dlprof_lite.report.output import write_contents
+    from dlprof_lite.render.output import write_contents
 
     done = _analyze(export, options, progress)
     source = str(target / export.name)

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.render.writers import Table
+    from dlprof_lite.report.model import Report
     from dlprof_lite.report.summary_types import Scalar
-    from dlprof_lite.report.writers import Table
 
 RANKS_STEM = "ranks_summary"  # ranks_summary.csv / .json: the cross-rank summary rows
 
@@ -90,7 +90,7 @@ def write_ranks(
 ) -> None:
     """Each rank's report folder inside ``folder`` and the cross-rank summary table;
     ``final``: where ``folder`` will be once renamed (the table names the final folders)."""
-    from dlprof_lite.report import output as files
+    from dlprof_lite.render import output as files
 
     if not reports:
         return
@@ -105,7 +105,7 @@ def write_ranks(
 def ranks_summary_table(rows: Sequence[Mapping[str, object]]) -> Table:
     """One summary row per rank: the batch summary's table (the columns of summary.*),
     written as ranks_summary.*."""
-    from dlprof_lite.report.summary import combined_table
+    from dlprof_lite.render.writers import combined_table
 
     return replace(combined_table(rows), file=RANKS_STEM)
 

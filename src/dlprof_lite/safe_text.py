@@ -5,7 +5,7 @@ the command line. Printed raw, an ESC/CSI/OSC sequence in a name could retitle t
 hide lines or forge a hyperlink, and a BEL rings it. :func:`printable` shows every control
 character as a visible escape instead (``\\x1b``, ``\\u202e``), so the name is still readable
 and nothing reaches the terminal as a command. Rich markup is a separate matter: the console
-summary hands names to rich as ``Text`` objects, never as markup (report/console.py).
+summary hands names to rich as ``Text`` objects, never as markup (render/console.py).
 
 This module imports nothing heavy: the CLI's error line uses it before anything else loads.
 """

@@ -25,7 +25,7 @@ from dlprof_lite.compare.stats import (
     step_delta,
     step_stats,
 )
-from dlprof_lite.report.advice import ms
+from dlprof_lite.report.units import ms
 from dlprof_lite.rules import compare as rules
 
 

@@ -17,7 +17,7 @@ from dlprof_lite.compare.comparison import Comparison, p_text, signed_ms, verdic
 from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
 from dlprof_lite.narrow import print_fitting
-from dlprof_lite.report.advice import ms
+from dlprof_lite.report.units import ms
 from dlprof_lite.safe_text import printable
 
 VERDICT_STYLE = {SLOWER: "bold red", FASTER: "bold green"}

@@ -27,9 +27,9 @@ from dlprof_lite.compare.columns import (
 )
 from dlprof_lite.compare.comparison import Comparison
 from dlprof_lite.compare.stats import Estimate, StepDelta, StepStats
+from dlprof_lite.render.output import atomic_write
+from dlprof_lite.render.writers import formula_safe, plain
 from dlprof_lite.report.metrics import SCHEMA
-from dlprof_lite.report.output import atomic_write
-from dlprof_lite.report.writers import formula_safe, plain
 
 FILE_STEM = "compare"
 STEP_METRICS = (

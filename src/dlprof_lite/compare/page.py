@@ -7,7 +7,7 @@ plot of every side's analysed step times, ``chart-step-box``), ``layers`` (the 3
 whose self time per step changed most, per compared side: ``chart-layer-delta``, then
 ``chart-layer-delta-2``, ...), ``phases`` (per-phase change of GPU and host time per step,
 ``chart-phase-delta``, and its table). Figures only from the comparison's numbers and
-``Side.step_ns()``; the page frame and plotly.js: report/plotly_bundle.py.
+``Side.step_ns()``; the page frame and plotly.js: render/page/plotly_bundle.py.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
 from dlprof_lite.compare.deltas import LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.side import Side
-from dlprof_lite.report.advice import ms
-from dlprof_lite.report.charts import axis_labels, scaled, unit_for
-from dlprof_lite.report.figures import Figure, figure, text
-from dlprof_lite.report.plotly_bundle import Chart, document, esc, section
+from dlprof_lite.render.page.charts import axis_labels, scaled, unit_for
+from dlprof_lite.render.page.figures import Figure, figure, text
+from dlprof_lite.render.page.plotly_bundle import Chart, document, esc, section
+from dlprof_lite.report.units import ms
 
 BOX_POINTS = 5000  # step times per side in the box plot (evenly spaced order statistics)
 TOP_LAYERS = 30

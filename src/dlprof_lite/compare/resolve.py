@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING
 
 from dlprof_lite.compare.side import Side
 from dlprof_lite.errors import InputError
-from dlprof_lite.report.output import REPORT_MARKERS
+from dlprof_lite.render.output import REPORT_MARKERS
 from dlprof_lite.rules.inputs import INPUT_SUFFIXES
 from dlprof_lite.store.record import RunContext, RunRecord
 
 if TYPE_CHECKING:
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
     from dlprof_lite.store.database import RunStore
 
 RUN_ID_RE = re.compile(r"^#?(\d+)$")
-MAX_INNER = 10_000  # entries of a folder of report folders (report/output.py's MAX_NAMES)
+MAX_INNER = 10_000  # entries of a folder of report folders (render/output.py's MAX_NAMES)
 # The store is opened only when a name needs it (a folder-only compare works without one).
 StoreOpener = Callable[[], "RunStore"]
 

@@ -1,1 +1,6 @@
-"""Stage 4, report: tables, advice, CSV/JSON files and the console summary from a Profile."""
+"""Stage 4, report: the analyses that turn one Profile into one typed Report.
+
+The model every later stage reads is :mod:`.model` (``Report``), :mod:`.summary_types`,
+:mod:`.metrics` (the registry) and :mod:`.units`; :func:`.build.build_report` runs the
+analyses (layers, steps, ranks, timeline, summary, advice) in order. Pure: no files.
+"""

@@ -12,36 +12,13 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from dlprof_lite.report.denominators import of_scope
 from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
 from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
-from dlprof_lite.report.summary_types import Advice, Summary, number
+from dlprof_lite.report.summary_types import Advice, Summary
+from dlprof_lite.report.units import ms, of_scope
 
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
-
-
-def ms(ns: float) -> str:
-    """Nanoseconds as a short human duration."""
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
-
-
-def duration(value: object) -> str:
-    """A nanosecond value (any number type) as :func:`ms` does, '-' when unknown."""
-    ns = number(value)
-    return "-" if ns is None else ms(ns)
-
-
-def percent(value: object, scale: float = 100.0) -> str:
-    """A share (0-1; ``scale=1`` for a value already in %) as '12.3%', '-' when unknown."""
-    share = number(value)
-    return "-" if share is None else f"{share * scale:.1f}%"
 
 
 def _num(summary: Summary, key: str) -> float | None:

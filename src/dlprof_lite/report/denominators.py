@@ -4,7 +4,7 @@ shares are taken over.
 Place in the pipeline: report. The summary states the denominator of every share whose
 denominator can change in a ``*_scope`` field (``utilization_scope``, ``sync_api_scope``,
 ``exposed_comm_scope``, ``launch_overhead_scope``); the console, the page and the advice name
-it with :func:`of_scope`, so that the three say the same thing as the JSON.
+it with :func:`dlprof_lite.report.units.of_scope`, so that the three say the same thing as the JSON.
 
 Session-based shares (GPU utilization; synchronization and exposed communication when there
 are no steps) are taken over the session ``[0, duration]`` (ingest: nsys's own
@@ -23,19 +23,7 @@ import numpy as np
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.metrics import threshold
 
-# Each scope value, as a sentence names it ("busy 7 % of <this>").
-DENOMINATORS = {
-    "session": "the session",
-    "event_span": "the events' span",
-    "iterations": "the analysed steps",
-    "active_span": "each GPU's active span",
-}
 SESSION, EVENT_SPAN = "session", "event_span"
-
-
-def of_scope(scope: object) -> str:
-    """``the session``, ``the analysed steps``...: the denominator a ``*_scope`` value names."""
-    return DENOMINATORS.get(str(scope), "an unknown span")
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,6 @@ import pandas as pd
 from dlprof_lite.report.metrics import column_names
 
 
-def empty_report(table: str) -> pd.DataFrame:
-    """A report table with its declared columns and no rows."""
-    return pd.DataFrame({name: pd.Series(dtype="object") for name in column_names(table)})
-
-
 def ordered(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     """The declared columns of a report table, in declared order, with a fresh index; a
     missing value of a text (object) column is None, as JSON's null reads back (a join

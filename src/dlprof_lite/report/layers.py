@@ -33,7 +33,8 @@ import pandas as pd
 from dlprof_lite.errors import SchemaError
 from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.buckets import layer_grad_sync
-from dlprof_lite.report.frames import empty_report, groups, ordered, share
+from dlprof_lite.report.frames import groups, ordered, share
+from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.window import NO_ITERATIONS, StepWindow, op_steps, step_of
 from dlprof_lite.rules.gemm import is_tc_eligible
 from dlprof_lite.rules.names import DIRECTIONS, parse_module_range

@@ -29,7 +29,7 @@ from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import groups
 from dlprof_lite.report.intervals import Segments, covered_between, merge, total
-from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.model import empty_ranks, typed_ranks
 from dlprof_lite.report.run_facts import read_run_facts
 from dlprof_lite.report.window import StepWindow, cut_ops
 from dlprof_lite.rules.comm import comm_kernel
@@ -37,8 +37,6 @@ from dlprof_lite.rules.names import DOMAIN, ITERATION
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
 
 DATA_PHASE = "data"
-_INTS = ("rank", "pid", "device_id", "steps", "compute_ns", "comm_ns", "exposed_comm_ns",
-         "comm_kernels", "data_ns", "kernels", "kernel_ns")  # fmt: skip
 
 
 def collectives(names: pd.Series) -> np.ndarray:
@@ -221,7 +219,7 @@ def ranks_table(profile: Profile, window: StepWindow) -> pd.DataFrame:
     found = straggler(frame)
     frame["straggler"] = frame["rank"] == (found if found is not None else -1)
     frame = frame.sort_values(["rank", "device_id"], kind="stable").reset_index(drop=True)
-    return _typed(frame)
+    return typed_ranks(frame)
 
 
 def straggler(frame: pd.DataFrame) -> int | None:
@@ -302,17 +300,3 @@ def communication_summary(
         out["straggler_data_ns"] = _excess(data, at)
         out["straggler_excess_ns"] = _excess(work, at)
     return out
-
-
-
-def empty_ranks() -> pd.DataFrame:
-    return _typed(pd.DataFrame({c: pd.Series(dtype="object") for c in column_names("ranks")}))
-
-
-def _typed(frame: pd.DataFrame) -> pd.DataFrame:
-    out = frame.reindex(columns=column_names("ranks"))
-    types: dict[str, str] = {c: "Int64" for c in _INTS}
-    types.update({c: "float64" for c in column_names("ranks")
-                  if c not in _INTS and c != "straggler"}, straggler="bool")  # fmt: skip
-    typed: pd.DataFrame = out.astype(types)
-    return typed

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dlprof_lite.report.denominators import of_scope
 from dlprof_lite.report.summary_types import Advice, Communication, Summary
+from dlprof_lite.report.units import of_scope
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
 
 

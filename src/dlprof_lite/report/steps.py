@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.numeric import sum_by
-from dlprof_lite.report.frames import empty_report, gpu_ops, ordered, share
+from dlprof_lite.report.frames import gpu_ops, ordered, share
 from dlprof_lite.report.intervals import (
     Timeline,
     bounds,
@@ -40,6 +40,7 @@ from dlprof_lite.report.intervals import (
 )
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
+from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.ranks import comm_time
 from dlprof_lite.rules.names import DOMAIN, ITERATION, PHASES
 

@@ -31,7 +31,7 @@ from dlprof_lite.report.facts import (
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations
-from dlprof_lite.report.metrics import column_names, threshold
+from dlprof_lite.report.metrics import threshold
 from dlprof_lite.report.projection import ProjectionInput, outside_steps, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -42,7 +42,6 @@ from dlprof_lite.report.run_facts import (
 )
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
-from dlprof_lite.report.writers import Table
 from dlprof_lite.rules.iterations import GUESSED
 from dlprof_lite.rules.names import DOMAIN, ITERATION
 from dlprof_lite.rules.steps import key_regex
@@ -391,10 +390,3 @@ def _compile_warnings(iterations: pd.DataFrame) -> list[str]:
             "shapes or guards?): their compile time is in the step statistics (step_compile_*)"
         )
     return out
-
-
-def combined_table(rows: Sequence[Mapping[str, object]]) -> Table:
-    """The ``runs`` table (one summary row per input), written as ``summary.*``."""
-    # object columns: a failed input's empty row must not turn every count into a float.
-    frame = pd.DataFrame(rows, dtype=object).reindex(columns=column_names("runs"))
-    return Table("runs", frame, file="summary")

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.errors import SchemaError
-from dlprof_lite.report.frames import empty_report, ordered, share
+from dlprof_lite.report.frames import ordered, share
+from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.overhead import overhead_summary
 from dlprof_lite.report.ranks import collectives
 

@@ -5,7 +5,7 @@ ranges, CUDA API calls, kernels, memcpys and memsets; marks are instants, not ev
 iterations ``[A, B)``, by default the one steady iteration :func:`steady_iteration` picks,
 and stacks them into one frame of the ``timeline`` report table (report/metrics.py). The
 report keeps at most :data:`TIMELINE_MAX_EVENTS` rows of it (:func:`capped`);
-``trace.json`` is drawn from that frame (report/trace.py). A profile without iterations shows
+``trace.json`` is drawn from that frame (render/trace.py). A profile without iterations shows
 its busiest stretch instead (:func:`busiest_stretch`, :func:`timeline_between`), its events
 in no iteration (``iteration`` empty), so that ``trace.json`` is never empty while there are
 events.
@@ -28,7 +28,7 @@ import pandas as pd
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.profile import Profile
-from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.model import empty_timeline, typed_timeline
 from dlprof_lite.report.window import op_steps, step_of
 from dlprof_lite.rules.comm import is_comm_kernel
 from dlprof_lite.rules.names import DOMAIN, PHASES, parse_module_range
@@ -37,8 +37,6 @@ from dlprof_lite.rules.threads import stream_label, thread_labels
 # The report's timeline table holds at most this many events (the longest, when over).
 TIMELINE_MAX_EVENTS = 20_000
 KINDS = ("range", "api", "kernel", "memcpy", "memset")
-_TEXT = ("kind", "name", "full_name", "domain", "layer", "phase", "track")
-_INTS = ("pid", "tid", "device_id", "stream_id", "depth", "correlation_id")
 _OP_COLUMNS = ["start_ns", "end_ns", "pid", "tid", "device_id", "stream_id",
                "correlation_id", "range_id", "layer", "phase", "iteration"]  # fmt: skip
 
@@ -104,7 +102,7 @@ def _stacked(ranges: pd.DataFrame, calls: pd.DataFrame, ops: pd.DataFrame) -> pd
     frame = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
     order = np.lexsort((frame["kind"].map(KINDS.index).to_numpy(), -frame["end_ns"].to_numpy(),
                         frame["start_ns"].to_numpy()))  # fmt: skip
-    return _typed(frame.iloc[order])
+    return typed_timeline(frame.iloc[order])
 
 
 # -- without iterations: the busiest stretch -------------------------------------------------
@@ -199,27 +197,6 @@ def _in_window(
     first = int(iterations.sort_values("start_ns")["iteration"].iloc[0]) == int(steps[0])
     inside: np.ndarray = ((times > t0) | (first & (times == t0))) & (times <= t1)
     return inside
-
-
-def empty_timeline() -> pd.DataFrame:
-    """The timeline table with no rows, typed as a filled one."""
-    return _typed(pd.DataFrame({c: pd.Series(dtype="object") for c in column_names("timeline")}))
-
-
-def _typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """Declared column order and dtypes: times int64, ids nullable Int64, text categorical."""
-    out = frame.reindex(columns=column_names("timeline")).reset_index(drop=True)
-    # Text as object first: a column no event has (no ranges: no domain) would otherwise
-    # become a category of float64, and read back as one of object.
-    out = out.astype({c: object for c in _TEXT})
-    types: dict[str, str] = {c: "Int64" for c in _INTS}
-    types.update({c: "category" for c in _TEXT}, start_ns="int64", end_ns="int64",
-                 iteration="Int64")  # fmt: skip
-    typed: pd.DataFrame = out.astype(types)
-    # A negative correlation id is none (ingest reads a NULL one as -1; nsys writes ids >= 0).
-    corr = typed["correlation_id"]
-    typed["correlation_id"] = corr.mask(corr < 0)
-    return typed
 
 
 def _gpu_events(profile: Profile, steps: np.ndarray) -> pd.DataFrame:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from dlprof_lite.report import read_schema as rs
+from dlprof_lite.render import read_schema as rs
 from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.store import stored, trust
 from dlprof_lite.store.engine import (
@@ -233,7 +233,7 @@ class RunStore:
 
 
 def export_csv(infos: Sequence[RunInfo], target: str | Path | IO[str]) -> None:
-    from dlprof_lite.report.writers import formula_safe
+    from dlprof_lite.render.writers import formula_safe
 
     rows = [{**info.row(), "command": shlex.join(info.command)} for info in infos]
     table = pd.DataFrame(rows, columns=[f.name for f in fields(RunInfo)])

@@ -20,7 +20,7 @@ from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary
 
 if TYPE_CHECKING:
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
 
 
 @dataclass(frozen=True)

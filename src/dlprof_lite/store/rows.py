@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from dlprof_lite.render.writers import plain, records
 from dlprof_lite.report.summary_types import scalar
-from dlprof_lite.report.writers import plain, records
 
 Row = dict[str, object]
 

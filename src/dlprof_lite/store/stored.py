@@ -4,7 +4,7 @@ Place in the pipeline: store. A store may come from elsewhere, so nothing it hol
 trust: every value a query returns is checked against what :meth:`RunStore.record` writes
 before it becomes a :class:`RunInfo`, :class:`RunContext` or :class:`RunRecord`: the run row's
 types and domains here, the summary and the report tables by the report reader's own schema
-(:mod:`dlprof_lite.report.read_schema`). Sizes are bounded in the query itself: text columns
+(:mod:`dlprof_lite.render.read_schema`). Sizes are bounded in the query itself: text columns
 come back cut at their limit plus one character (``substr``; longer is refused), and a
 table's rows are counted and measured before they are fetched. JSON columns are fetched as
 text and parsed here (bounded nesting), never by the driver.
@@ -24,7 +24,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from dlprof_lite.errors import InputError
-from dlprof_lite.report import read_schema as rs
+from dlprof_lite.render import read_schema as rs
 from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.store.engine import StoreError
 from dlprof_lite.store.record import RunContext

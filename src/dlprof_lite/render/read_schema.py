@@ -1,6 +1,6 @@
 """What a report may hold when it is read back: the writer's own schema, checked, and limits.
 
-Place in the pipeline: report (the read side). :mod:`dlprof_lite.report.reader` (report
+Place in the pipeline: report (the read side). :mod:`dlprof_lite.render.reader` (report
 folders) and the run store (stored runs) read reports someone may have sent; nothing in one is
 shown or computed on before it passes these checks, and each refusal is one
 :class:`~dlprof_lite.errors.InputError` line naming the file (or stored run) and the field.

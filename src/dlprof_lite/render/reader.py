@@ -3,14 +3,14 @@
 A report folder may come from anyone, so it is read as untrusted input (issue 40): only
 regular files inside the folder are read (a symbolic link, FIFO or device where a report file
 belongs is refused), each within a size limit before a byte is parsed, and every table and
-summary field is checked against the writer's own schema (:mod:`dlprof_lite.report.read_schema`):
+summary field is checked against the writer's own schema (:mod:`dlprof_lite.render.read_schema`):
 its columns, dtypes, types and domains. Anything else is one :class:`InputError` line naming
 the file and the field; nothing outside the schema is shown.
 
 The JSON files are the faithful form: each table's ``dtypes`` (and ``categories``) give the
 frame back with the dtypes it was written with, floats keep every digit, and ``summary.json``
 holds every list of the :class:`Summary`. A folder written with ``csv`` only is read from the
-CSV files (:mod:`dlprof_lite.report.csv_reader`); their dtypes follow from the cells, and the
+CSV files (:mod:`dlprof_lite.render.csv_reader`); their dtypes follow from the cells, and the
 summary's GPU list is not in them.
 """
 
@@ -26,13 +26,10 @@ from typing import Any
 import pandas as pd
 
 from dlprof_lite.errors import InputError
-from dlprof_lite.report import read_schema as rs
-from dlprof_lite.report.build import TABLES, Report
-from dlprof_lite.report.frames import empty_report
+from dlprof_lite.render import read_schema as rs
 from dlprof_lite.report.metrics import SCHEMA
-from dlprof_lite.report.ranks import empty_ranks
+from dlprof_lite.report.model import TABLES, Report, empty_ranks, empty_report, empty_timeline
 from dlprof_lite.report.summary_types import Summary
-from dlprof_lite.report.timeline import empty_timeline
 
 # Tables a report folder may lack (written by an older dlprof-lite): how to read their absence.
 OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {"timeline": empty_timeline,
@@ -163,7 +160,7 @@ def _read_table(files: ReportFiles, name: str) -> pd.DataFrame:
         return rs.typed_frame(name, doc["dtypes"], doc["categories"], doc["rows"], where)
     if not files.present(f"{name}.csv"):
         raise InputError(f"{files.root}: incomplete report, no {name}.json or {name}.csv")
-    from dlprof_lite.report.csv_reader import csv_table
+    from dlprof_lite.render.csv_reader import csv_table
 
     path = files.root / f"{name}.csv"
     frame = csv_table(name, files.read(path.name), str(path))
@@ -179,7 +176,7 @@ def _read_summary(files: ReportFiles, advice: pd.DataFrame) -> Summary:
         doc = _document(files, "summary", None)
         body = {k: v for k, v in doc.items() if k not in HEAD}
         return rs.summary(body, str(files.root / "summary.json"))
-    from dlprof_lite.report.csv_reader import csv_summary
+    from dlprof_lite.render.csv_reader import csv_summary
 
     path = files.root / "summary.csv"
     return csv_summary(files.read(path.name), advice, str(path))

@@ -1,7 +1,7 @@
 """The module tree as Graphviz text (``layers.dot``): each layer with its time per step.
 
 Place in the pipeline: report (a renderer of the layers table, like the CSV and JSON
-writers; :mod:`dlprof_lite.report.output` writes it into the report folder). The network can
+writers; :mod:`dlprof_lite.render.output` writes it into the report folder). The network can
 then be drawn as Neural Network Console's graph view does: ``dot -Tsvg layers.dot``.
 
 The tree comes from the layer names' nesting, ``model`` -> ``layer1`` -> ``layer1.0`` ->
@@ -30,7 +30,7 @@ from dlprof_lite.report.summary_types import number
 from dlprof_lite.rules.names import FORWARD, MODULE_RANGE_RE, ROOT_MODULE
 
 if TYPE_CHECKING:
-    from dlprof_lite.report.build import Report
+    from dlprof_lite.report.model import Report
 
 # Fill colours by the node's share of the largest root's time (ColorBrewer "Oranges").
 HEAT = ("#fff5eb", "#fee6ce", "#fdd0a2", "#fdae6b", "#fd8d3c")

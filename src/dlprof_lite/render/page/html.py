@@ -5,17 +5,15 @@ Sections, each ``<section id=...>`` with an ``<h2>``, left out when the report h
 for them: ``header`` (source, GPUs, versions, window, step time and its spread, projection,
 annotation cost), ``steps`` (step breakdown), ``layers`` (chart and sortable table),
 ``iterations``, ``kernels``, ``advice``, ``timeline``. On a CPU-only run the GPU parts are
-hidden, not drawn as zeros. Charts: report/charts.py; tables: report/html_tables.py; the
-page frame and plotly.js: report/plotly_bundle.py.
+hidden, not drawn as zeros. Charts: render/page/charts.py; tables: render/page/html_tables.py; the
+page frame and plotly.js: render/page/plotly_bundle.py.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from dlprof_lite.report.advice import duration, percent
-from dlprof_lite.report.build import Report
-from dlprof_lite.report.charts import (
+from dlprof_lite.render.page.charts import (
     containers,
     iterations_figure,
     kernels_figure,
@@ -23,17 +21,19 @@ from dlprof_lite.report.charts import (
     layers_figure,
     steps_figure,
 )
-from dlprof_lite.report.html_tables import (
+from dlprof_lite.render.page.html_tables import (
     advice_list,
     facts_table,
     kernels_table,
     layer_table,
     plain,
 )
-from dlprof_lite.report.phrases import share_of, step_phrase, tc_phrase
-from dlprof_lite.report.plotly_bundle import Chart, document, esc, section
+from dlprof_lite.render.page.plotly_bundle import Chart, document, esc, section
+from dlprof_lite.render.page.timeline_chart import timeline_figure
+from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
+from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary
-from dlprof_lite.report.timeline_chart import timeline_figure
+from dlprof_lite.report.units import duration, percent
 
 TOP_KERNEL_ROWS = 20
 
@@ -191,7 +191,7 @@ def _kernels(report: Report) -> str | None:
 
 
 def _ranks(report: Report) -> str | None:
-    from dlprof_lite.report.rank_views import ranks_figure, ranks_table_html
+    from dlprof_lite.render.page.rank_views import ranks_figure, ranks_table_html
 
     fig = ranks_figure(report.ranks)
     if fig is None:

@@ -1,8 +1,8 @@
 """A gzip reader in the page's JavaScript, so plotly.js is unpacked before the page loads.
 
-Place in the pipeline: report (rendering; report/plotly_bundle.py puts :data:`GUNZIP` in
+Place in the pipeline: report (rendering; render/page/plotly_bundle.py puts :data:`GUNZIP` in
 every page, before its loader). The page carries plotly.js gzip-compressed (about 2 MB
-instead of 4.8: report/plotly_cache.py). The browser's own ``DecompressionStream`` unpacks
+instead of 4.8: render/page/plotly_cache.py). The browser's own ``DecompressionStream`` unpacks
 it only asynchronously, after the page's ``load`` event: a ``chromium --headless
 --screenshot``, a print or a PDF export taken at ``load`` then shows white boxes where the
 charts belong. This reader works synchronously inside the loader script, so plotly.js runs

@@ -15,12 +15,12 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from dlprof_lite.narrow import distinct_short
-from dlprof_lite.report.advice import duration as _t
-from dlprof_lite.report.advice import percent as _pct
-from dlprof_lite.report.build import Report
+from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.phrases import share_of, step_phrase, tc_phrase
+from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
+from dlprof_lite.report.units import duration as _t
+from dlprof_lite.report.units import percent as _pct
 from dlprof_lite.rules.payloads import display_name
 from dlprof_lite.safe_text import printable
 

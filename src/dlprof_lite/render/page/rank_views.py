@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.advice import duration, percent
-from dlprof_lite.report.charts import base_layout, scaled, unit_for
-from dlprof_lite.report.figures import Figure, figure, marker, text
-from dlprof_lite.report.html_tables import Column, table
+from dlprof_lite.render.page.charts import base_layout, scaled, unit_for
+from dlprof_lite.render.page.figures import Figure, figure, marker, text
+from dlprof_lite.render.page.html_tables import Column, table
+from dlprof_lite.report.units import duration, percent
 
 PARTS = (  # (name, colour): the bar's stack, left to right
     ("compute", "#1e88e5"),

@@ -1,7 +1,7 @@
 """Plotly figures from a Report's tables and summary (never from raw events).
 
-Place in the pipeline: report (rendering, for report/html.py). Each function returns a
-plotly figure as JSON data (report/figures.py) or None when the report has nothing for it
+Place in the pipeline: report (rendering, for render/page/html.py). Each function returns a
+plotly figure as JSON data (render/page/figures.py) or None when the report has nothing for it
 (the page then leaves the section out). Durations are shown in one unit per chart, picked
 from its largest value; ``layout.meta`` carries that unit and its size in ns (``{"unit":
 "ms", "ns": 1e6}``) so a reader of the figure JSON (the tests) converts back exactly.
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.narrow import distinct_short
-from dlprof_lite.report.figures import Figure, figure, marker, text
+from dlprof_lite.render.page.figures import Figure, figure, marker, text
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.rules.names import PHASES

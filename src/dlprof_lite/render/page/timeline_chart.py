@@ -1,6 +1,6 @@
 """The one-iteration timeline of report.html: a Gantt chart from ``Report.timeline``.
 
-Place in the pipeline: report (rendering, for report/html.py). The timeline table (one
+Place in the pipeline: report (rendering, for render/page/html.py). The timeline table (one
 steady iteration's events: ranges, CUDA API calls, kernels and memory operations) becomes
 horizontal bars on lanes, CPU above GPU: per thread (named: ``main``, ``autograd 0``,
 ``DataLoader worker 1``, rules/threads.py) its ranges packed on levels (an enclosing range
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.charts import PHASE_COLORS, base_layout, short, unit_for
-from dlprof_lite.report.figures import Figure, figure, text
+from dlprof_lite.render.page.charts import PHASE_COLORS, base_layout, short, unit_for
+from dlprof_lite.render.page.figures import Figure, figure, text
 
 TIMELINE_PAGE_MAX = 5000
 GPU_KINDS = ("kernel", "memcpy", "memset")

@@ -1,14 +1,14 @@
 """The frame of every HTML page: plotly.js inlined once, compressed, and each chart's figure.
 
-Place in the pipeline: report (rendering; report/html.py and compare/page.py build the
+Place in the pipeline: report (rendering; render/page/html.py and compare/page.py build the
 pages). A page must open from disk with no network, so plotly.js (from the ``plotly``
 package, ``plotly.offline.get_plotlyjs()``, 4.8 MB) is inlined gzip-compressed and
 base64-encoded (about 2 MB; packed once per plotly release and cached on disk:
-report/plotly_cache.py) and decompressed in the browser synchronously, while the page loads
-(report/inflate_js.py), so every chart is drawn before the ``load`` event: screenshots,
+render/page/plotly_cache.py) and decompressed in the browser synchronously, while the page loads
+(render/page/inflate_js.py), so every chart is drawn before the ``load`` event: screenshots,
 printing and PDF export taken then show the charts. Each chart is a ``<div class="chart"
 id="chart-NAME" data-points="N">`` with its figure, built in Python as plotly's figure JSON
-(report/figures.py), in a ``<script type="application/json">`` block beside it; the loader
+(render/page/figures.py), in a ``<script type="application/json">`` block beside it; the loader
 draws them with ``Plotly.newPlot`` and then sets ``document.body.dataset.rendered`` (any
 failure: ``dataset.error`` and ``console.error``). No chart code is written by hand.
 
@@ -25,11 +25,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlprof_lite.report.figures import Figure
-from dlprof_lite.report.inflate_js import GUNZIP
+from dlprof_lite.render.page.figures import Figure
+from dlprof_lite.render.page.inflate_js import GUNZIP
 
 # The browser-side loader (not chart code), run while the page loads: unpack plotly.js with
-# ``gunzip`` (report/inflate_js.py, synchronous), run it, draw every figure. Plotly draws SVG
+# ``gunzip`` (render/page/inflate_js.py, synchronous), run it, draw every figure. Plotly draws SVG
 # charts synchronously inside ``newPlot``, so they are on screen before the ``load`` event;
 # the rendered flag waits for newPlot's promises (anything plotly still finishes later).
 _LOADER = """
@@ -106,8 +106,8 @@ details summary { cursor: pointer; }
 @functools.cache
 def plotly_payload() -> str:
     """plotly.js, gzip level 9 then base64: packed once per plotly.js release and kept in the
-    user's cache folder (report/plotly_cache.py), read once per process."""
-    from dlprof_lite.report.plotly_cache import payload
+    user's cache folder (render/page/plotly_cache.py), read once per process."""
+    from dlprof_lite.render.page.plotly_cache import payload
 
     return payload()
 

@@ -1,6 +1,6 @@
 """plotly.js packed once per plotly.js release and kept in the user's cache folder.
 
-Place in the pipeline: report (rendering; report/plotly_bundle.py inlines the payload in every
+Place in the pipeline: report (rendering; render/page/plotly_bundle.py inlines the payload in every
 page). Packing plotly.min.js (4.8 MB: gzip level 9, then base64) costs about 0.15 s, a fifth
 of a small report, and its result depends only on plotly.js's bytes. So it is packed once and
 written to the cache folder (``$XDG_CACHE_HOME/dlprof-lite``, else ``~/.cache/dlprof-lite``;

@@ -1,6 +1,6 @@
 """The HTML tables of report.html: run facts, the sortable layer table, top kernels, advice.
 
-Place in the pipeline: report (rendering, for report/html.py). Every name and value goes
+Place in the pipeline: report (rendering, for render/page/html.py). Every name and value goes
 through ``esc`` (html.escape); sortable columns carry their number in ``data-sort`` so a
 header click sorts numerically (the page's few lines of sorting script, plotly_bundle.py).
 Row counts are capped (``LAYER_ROWS``) so a page stays small for any model.
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dlprof_lite.report.advice import duration, percent
-from dlprof_lite.report.charts import kernel_labels
-from dlprof_lite.report.plotly_bundle import esc
+from dlprof_lite.render.page.charts import kernel_labels
+from dlprof_lite.render.page.plotly_bundle import esc
 from dlprof_lite.report.summary_types import number
+from dlprof_lite.report.units import duration, percent
 
 LAYER_ROWS = 2000  # rows of the layer table (network order; the rest counted in a note)
 

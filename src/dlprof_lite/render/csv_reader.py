@@ -1,12 +1,12 @@
 """A report table or summary read back from its CSV file, strictly (issue 40).
 
 Place in the pipeline: report (the read side, for folders written with ``--formats csv``).
-The CSV writer (:class:`~dlprof_lite.report.writers.CsvWriter`) writes the registry's columns
+The CSV writer (:class:`~dlprof_lite.render.writers.CsvWriter`) writes the registry's columns
 in order, one row per line, every line ending in a newline, empty cells for missing values
 and a quote before text that would start a spreadsheet formula. So a file that does not end
 in a newline is truncated, a row with more or fewer cells than the header is refused (pandas
 would shift every column), and each column's cells must be what its kind allows
-(:mod:`dlprof_lite.report.read_schema`): numbers parsed exactly (64-bit integers stay
+(:mod:`dlprof_lite.render.read_schema`): numbers parsed exactly (64-bit integers stay
 integers), ``True``/``False``, or text.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report import read_schema as rs
+from dlprof_lite.render import read_schema as rs
+from dlprof_lite.render.writers import unquote_cell
 from dlprof_lite.report.summary_types import LISTS, Summary, scalar
-from dlprof_lite.report.writers import unquote_cell
 
 _CHUNK_ROWS = 65_536  # rows converted to columns at a time (bounds the rows held as text)
 _INTEGER = re.compile(r"-?[0-9]{1,19}")

@@ -29,8 +29,8 @@ from pathlib import Path
 import pandas as pd
 
 from dlprof_lite.errors import OutputError
-from dlprof_lite.report.build import TABLES, WINDOWED, Report
-from dlprof_lite.report.writers import WRITERS, Table
+from dlprof_lite.render.writers import WRITERS, Table
+from dlprof_lite.report.model import TABLES, WINDOWED, Report
 from dlprof_lite.rules.inputs import INPUT_SUFFIXES
 from dlprof_lite.rules.outputs import TABLE_FORMATS
 
@@ -233,9 +233,9 @@ def write_tables(tables: Iterable[Table], folder: Path, formats: Iterable[str]) 
 
 
 def write_graph(report: Report, folder: Path) -> Path:
-    """``layers.dot``: the module tree with each layer's time per step (report/graph.py),
+    """``layers.dot``: the module tree with each layer's time per step (render/graph.py),
     whatever the formats (it is no table)."""
-    from dlprof_lite.report.graph import report_graph
+    from dlprof_lite.render.graph import report_graph
 
     path = folder / GRAPH_FILE
     atomic_write(path, report_graph(report))
@@ -243,8 +243,8 @@ def write_graph(report: Report, folder: Path) -> Path:
 
 
 def write_page(report: Report, folder: Path) -> Path:
-    """``report.html``: the one self-contained page of the report (report/html.py)."""
-    from dlprof_lite.report.html import report_page
+    """``report.html``: the one self-contained page of the report (render/page/html.py)."""
+    from dlprof_lite.render.page.html import report_page
 
     path = folder / PAGE_FILE
     atomic_write(path, report_page(report))
@@ -254,7 +254,7 @@ def write_page(report: Report, folder: Path) -> Path:
 def write_trace(report: Report, folder: Path, events: pd.DataFrame | None = None) -> Path:
     """``trace.json`` (Chrome trace-event format) of ``events``, by default the report's
     timeline (its one steady iteration)."""
-    from dlprof_lite.report.trace import trace_text
+    from dlprof_lite.render.trace import trace_text
 
     chosen = report.timeline if events is None else events
     iterations = sorted(int(i) for i in pd.unique(chosen["iteration"].dropna()))

@@ -1,6 +1,6 @@
 """Plotly figures as plain JSON data, built without plotly's Python figure classes.
 
-Place in the pipeline: report (rendering; report/charts.py, timeline_chart.py, rank_views.py
+Place in the pipeline: report (rendering; render/page/charts.py, timeline_chart.py, rank_views.py
 and compare/page.py build their charts with it). A figure is what ``Plotly.newPlot`` takes,
 ``{"data": [trace, ...], "layout": {...}}``, written with plotly's full property names
 (``{"marker": {"color": c}}``, ``{"title": {"text": t}}``: never the ``marker_color`` or
@@ -20,7 +20,7 @@ import functools
 import json
 from typing import Any
 
-from dlprof_lite.report.plotly_cache import package_data
+from dlprof_lite.render.page.plotly_cache import package_data
 
 Figure = dict[str, Any]
 TEMPLATE = "plotly_white"

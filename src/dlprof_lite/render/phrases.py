@@ -9,9 +9,8 @@ beside a second one (a CV on a run with one slow outlier says 204 % where p10-p9
 
 from __future__ import annotations
 
-from dlprof_lite.report.advice import duration, percent
-from dlprof_lite.report.denominators import of_scope
 from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.units import duration, of_scope, percent
 
 
 def share_of(value: object, scope: object, *, scale: float = 100.0) -> str:

@@ -1,6 +1,6 @@
 """Writers: one per output format, behind one two-member interface.
 
-A writer turns a :class:`Table` into text; :mod:`dlprof_lite.report.output` decides where the
+A writer turns a :class:`Table` into text; :mod:`dlprof_lite.render.output` decides where the
 text goes and writes it atomically. Every JSON document carries the schema version, the
 table name and the one-line definition of each column from the metric registry.
 """
@@ -8,7 +8,7 @@ table name and the one-line definition of each column from the metric registry.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +20,7 @@ from dlprof_lite.report.metrics import (
     GPU_FIELDS,
     SCHEMA,
     SUMMARY_LISTS,
+    column_names,
     definitions,
 )
 from dlprof_lite.report.summary_types import scalar
@@ -104,7 +105,7 @@ class JsonWriter:
     written by the ``json`` module (``window``: the kernels, ranges and layers tables').
 
     ``dtypes`` (pandas dtype names) and the categories of categorical columns let
-    :func:`dlprof_lite.report.reader.open_report` give a table back with the dtypes it was
+    :func:`dlprof_lite.render.reader.open_report` give a table back with the dtypes it was
     written with; NaN, infinities and NA become null.
     """
 
@@ -186,3 +187,10 @@ def plain(value: object) -> object:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return scalar(value)
+
+
+def combined_table(rows: Sequence[Mapping[str, object]]) -> Table:
+    """The ``runs`` table (one summary row per input), written as ``summary.*``."""
+    # object columns: a failed input's empty row must not turn every count into a float.
+    frame = pd.DataFrame(rows, dtype=object).reindex(columns=column_names("runs"))
+    return Table("runs", frame, file="summary")

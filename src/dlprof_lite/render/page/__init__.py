@@ -1,0 +1,1 @@
+"""``report.html``: one self-contained page (charts, tables, timeline) of a Report."""

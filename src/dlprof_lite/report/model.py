@@ -1,0 +1,177 @@
+"""The report's model: the :class:`Report` type, its table names and its typed empty tables.
+
+What every later stage may read of ``report/`` (``render``, ``store``, ``compare``): this
+module, the summary's types (:mod:`.summary_types`), the registry of columns and fields
+(:mod:`.metrics`) and how figures are written (:mod:`.units`). The analyses that fill a
+Report live beside it; :func:`dlprof_lite.report.build.build_report` is their entry point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from dlprof_lite.errors import OutputError
+from dlprof_lite.report.metrics import column_names
+from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.units import of_scope
+from dlprof_lite.rules.outputs import FORMATS
+
+RANK_INTS = ("rank", "pid", "device_id", "steps", "compute_ns", "comm_ns", "exposed_comm_ns",
+             "comm_kernels", "data_ns", "kernels", "kernel_ns")  # fmt: skip
+TIMELINE_TEXT = ("kind", "name", "full_name", "domain", "layer", "phase", "track")
+TIMELINE_INTS = ("pid", "tid", "device_id", "stream_id", "depth", "correlation_id")
+
+
+def empty_report(table: str) -> pd.DataFrame:
+    """A report table with its declared columns and no rows."""
+    return pd.DataFrame({name: pd.Series(dtype="object") for name in column_names(table)})
+
+
+def empty_ranks() -> pd.DataFrame:
+    """The ranks table with no rows, typed as a filled one."""
+    return typed_ranks(empty_report("ranks"))
+
+
+def typed_ranks(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ranks table's declared column order and dtypes."""
+    out = frame.reindex(columns=column_names("ranks"))
+    types: dict[str, str] = {c: "Int64" for c in RANK_INTS}
+    types.update({c: "float64" for c in column_names("ranks")
+                  if c not in RANK_INTS and c != "straggler"}, straggler="bool")  # fmt: skip
+    typed: pd.DataFrame = out.astype(types)
+    return typed
+
+
+def empty_timeline() -> pd.DataFrame:
+    """The timeline table with no rows, typed as a filled one."""
+    return typed_timeline(empty_report("timeline"))
+
+
+def typed_timeline(frame: pd.DataFrame) -> pd.DataFrame:
+    """Declared column order and dtypes: times int64, ids nullable Int64, text categorical."""
+    out = frame.reindex(columns=column_names("timeline")).reset_index(drop=True)
+    # Text as object first: a column no event has (no ranges: no domain) would otherwise
+    # become a category of float64, and read back as one of object.
+    out = out.astype({c: object for c in TIMELINE_TEXT})
+    types: dict[str, str] = {c: "Int64" for c in TIMELINE_INTS}
+    types.update({c: "category" for c in TIMELINE_TEXT}, start_ns="int64", end_ns="int64",
+                 iteration="Int64")  # fmt: skip
+    typed: pd.DataFrame = out.astype(types)
+    # A negative correlation id is none (ingest reads a NULL one as -1; nsys writes ids >= 0).
+    corr = typed["correlation_id"]
+    typed["correlation_id"] = corr.mask(corr < 0)
+    return typed
+
+
+TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
+          "ranks")  # fmt: skip
+WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
+
+
+@dataclass(frozen=True)
+class Report:
+    """One analysed profile: the typed ``summary`` and one DataFrame per table.
+
+    ``kernels``, ``ranges``, ``layers``, ``iterations``, ``advice``, ``timeline`` and
+    ``ranks`` are the tables the report folder holds (their columns: the metric registry,
+    :mod:`dlprof_lite.report.metrics`). Frozen and complete when built; ``save`` writes the
+    folder, :func:`dlprof_lite.open_report` reads it back equal."""
+
+    summary: Summary
+    kernels: pd.DataFrame
+    ranges: pd.DataFrame
+    layers: pd.DataFrame
+    iterations: pd.DataFrame
+    advice: pd.DataFrame
+    # One steady iteration's events, capped (report/timeline.py); a folder written before
+    # the timeline existed reads back with none.
+    timeline: pd.DataFrame = field(default_factory=empty_timeline)
+    # Communication vs compute per (process, device) and the straggler (report/ranks.py);
+    # a folder written before it existed reads back with none.
+    ranks: pd.DataFrame = field(default_factory=empty_ranks)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A report table by name (``summary`` is its one-row flat form)."""
+        if name == "summary":
+            return pd.DataFrame([self.summary.row()], columns=column_names("summary"))
+        frame: pd.DataFrame = getattr(self, name)
+        return frame
+
+    def save(
+        self,
+        folder: str | Path,
+        *,
+        formats: Sequence[str] = FORMATS,
+        force: bool = False,
+    ) -> Path:
+        """Write this report as a folder, the way the command line does: staged and renamed
+        into place (never half written), an existing folder replaced only with ``force``."""
+        from dlprof_lite.render.output import write_report  # the one way back (render)
+
+        unknown = sorted(set(formats) - set(FORMATS))
+        if unknown or not formats:
+            raise OutputError(f"unknown report format(s) {unknown or list(formats)}; "
+                              f"choose from {', '.join(FORMATS)}")  # fmt: skip
+        return write_report(self, Path(folder), tuple(formats), force=force)
+
+    def __repr__(self) -> str:
+        return "\n".join(describe(self))
+
+    def with_source(self, source: str) -> Report:
+        """The same report naming another input file (a new Report; this one is unchanged)."""
+        system = replace(self.summary.system, source=source)
+        return replace(self, summary=replace(self.summary, system=system))
+
+
+def describe(report: Report) -> list[str]:
+    """The short ``repr``: source, GPUs, iterations, steady step time, top layer, top advice
+    (at most 8 lines; the tables hold the rest)."""
+    s = report.summary
+    gpus = ", ".join(
+        f"{g.name or '?'} (device {g.device_id}" + (f", pid {g.pid}" if g.pid is not None else "")
+        + (f", busy {g.utilization:.0%} of {of_scope(s.totals.utilization_scope)})"
+           if g.utilization is not None else ")")
+        for g in s.gpus[:4]
+    ) + (f", ... ({len(s.gpus)} in all)" if len(s.gpus) > 4 else "")  # fmt: skip
+    it = s.iterations
+    steps = "no iterations found"
+    if it.iterations_count:
+        steps = (f"{it.iterations_count} iterations ({it.iterations_warmup} warm-up, "
+                 f"{s.window.iterations_analysed} analysed) of {s.window.key_range!r}")  # fmt: skip
+    return [
+        f"<Report of {s.system.source}>",
+        f"  GPUs: {gpus or 'none with GPU work'}",
+        f"  iterations: {steps}",
+        f"  steady step: {_duration(it.iterations_median_ns)} median"
+        f" ({_duration(it.iterations_mean_ns)} mean)",
+        f"  top layer: {_top_layer(report.layers)}",
+        "  top advice: " + (f"[{s.advice[0].severity}] {s.advice[0].problem}" if s.advice
+                            else "nothing stands out"),
+        "  tables: " + ", ".join(f"{n} {len(report.table(n))}" for n in TABLES[1:]),
+    ]  # fmt: skip
+
+
+def _duration(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f} ms"
+
+
+def _top_layer(layers: pd.DataFrame) -> str:
+    """The layer with the most self time per step (in the window without steps): its own
+    kernels' GPU time, else (a CPU run) its own forward + backward host time."""
+    if layers.empty:
+        return "- (no layer ranges)"
+    gpu = pd.to_numeric(layers["gpu_ns"], errors="coerce").fillna(0)
+    cpu = float(gpu.max()) == 0
+    per_step = pd.to_numeric(layers["step_self_wall_ns"], errors="coerce").notna().any()
+    if per_step:
+        own = pd.to_numeric(layers["step_self_wall_ns" if cpu else "step_self_gpu_ns"])
+    else:
+        own = layers["self_forward_wall_ns"] + layers["self_backward_wall_ns"] if cpu else gpu
+    what = ("host (self)" if cpu else "GPU (self)") + (" per step" if per_step else "")
+    row = layers.iloc[int(own.to_numpy().argmax())]
+    kind = f" ({row['type']})" if isinstance(row["type"], str) and row["type"] else ""
+    return f"{row['layer']}{kind}, {_duration(float(own.max()))} {what}"

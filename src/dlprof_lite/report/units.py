@@ -1,0 +1,46 @@
+"""How the report's figures are written for people: durations, shares, and what a share is of.
+
+Part of the report's model (``render`` and the analyses both read it): the console, the page,
+the advice and ``compare`` write every duration with :func:`ms` and name every share's
+denominator with :func:`of_scope`, so that they say the same thing as the JSON.
+"""
+
+from __future__ import annotations
+
+from dlprof_lite.report.summary_types import number
+
+# Each ``*_scope`` value of the summary, as a sentence names it ("busy 7 % of <this>").
+DENOMINATORS = {
+    "session": "the session",
+    "event_span": "the events' span",
+    "iterations": "the analysed steps",
+    "active_span": "each GPU's active span",
+}
+
+
+def ms(ns: float) -> str:
+    """Nanoseconds as a short human duration."""
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def duration(value: object) -> str:
+    """A nanosecond value (any number type) as :func:`ms` does, '-' when unknown."""
+    ns = number(value)
+    return "-" if ns is None else ms(ns)
+
+
+def percent(value: object, scale: float = 100.0) -> str:
+    """A share (0-1; ``scale=1`` for a value already in %) as '12.3%', '-' when unknown."""
+    share = number(value)
+    return "-" if share is None else f"{share * scale:.1f}%"
+
+
+def of_scope(scope: object) -> str:
+    """``the session``, ``the analysed steps``...: the denominator a ``*_scope`` value names."""
+    return DENOMINATORS.get(str(scope), "an unknown span")
