@@ -218,22 +218,11 @@ def import_graph() -> dict[str, set[str]]:
             for n, p in found.items()}  # fmt: skip
 
 
-# Circles still there, each with what it waits for. The list may only shrink.
-KNOWN_CIRCLES = {
-    # Type hints only (under TYPE_CHECKING): the helpers of ModuleRanges name their owner's
-    # class. Waits for a Protocol per helper (docs/design.md, issue "the house").
-    ("dlprof_lite.annotate.backward", "dlprof_lite.annotate.compiled",
-     "dlprof_lite.annotate.folding", "dlprof_lite.annotate.modules",
-     "dlprof_lite.annotate.nodehooks"),
-}
-
-
 def test_no_import_circle_in_a_stage() -> None:
     """Every import counts (inside functions and under TYPE_CHECKING too): a module of a
     stage never reaches itself through other modules."""
-    circles = {tuple(c) for c in _circles(import_graph()) if any(part(m) in STAGES for m in c)}
-    assert circles <= KNOWN_CIRCLES, sorted(circles - KNOWN_CIRCLES)
-    assert circles >= KNOWN_CIRCLES, f"{sorted(KNOWN_CIRCLES - circles)} fixed: remove them"
+    circles = [c for c in _circles(import_graph()) if any(part(m) in STAGES for m in c)]
+    assert not circles, circles
 
 
 def test_the_circle_check_finds_a_planted_circle() -> None:

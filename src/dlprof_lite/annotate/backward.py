@@ -30,10 +30,17 @@ here refers to a node once bound, so a step leaves no reference cycle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from dlprof_lite.annotate.modules import ModuleRanges
+
+class ModuleRanges(Protocol):
+    """What the backward hooks call on their owner (:class:`~.modules.ModuleRanges`)."""
+
+    def sync(self, owner: Call) -> None: ...
+
+    def root_backward(self, hook: RootHook) -> None: ...
+
+    def end_forward(self, root: Call) -> None: ...
 
 
 class Call:

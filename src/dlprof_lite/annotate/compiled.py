@@ -32,14 +32,19 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from dlprof_lite.annotate.after_import import AfterImport
 
-if TYPE_CHECKING:
-    from dlprof_lite.annotate.modules import ModuleRanges
+
+class ModuleRanges(Protocol):
+    """What a compiled region's hooks call on their owner (:class:`~.modules.ModuleRanges`)."""
+
+    def forward_pre(self, module: torch.nn.Module, args: tuple[Any, ...]) -> None: ...
+
+    def forward_post(self, module: torch.nn.Module, args: tuple[Any, ...], *rest: Any) -> None: ...
 
 _CALLBACK_MODULE = "torch._dynamo.callback"
 _WRAPPED_CODE = torch.nn.Module._wrapped_call_impl.__code__

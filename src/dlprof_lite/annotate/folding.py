@@ -43,7 +43,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -61,9 +61,21 @@ from dlprof_lite.rules.gemm import is_tc_eligible
 from dlprof_lite.rules.names import FOLDED
 
 if TYPE_CHECKING:
-    from dlprof_lite.annotate.module_names import ModuleName
-    from dlprof_lite.annotate.modules import ModuleRanges
+    from dlprof_lite.annotate.module_names import ModuleName, ModuleNames
     from dlprof_lite.annotate.phases import PhaseTracker
+
+
+
+class ModuleRanges(Protocol):
+    """What the warm-up reads and sets on its owner (:class:`~.modules.ModuleRanges`)."""
+
+    names: ModuleNames
+    calls: int
+    warmup: Warmup | None
+    warm_up: dict[str, int]
+
+    def hook_cost(self, rounds: int = ...) -> int: ...
+
 
 # The calling thread's CPU time: a call's own work, not the time another process held the
 # core (on a loaded machine a wall-clock sample of one call may be preemption). Warm-up only.

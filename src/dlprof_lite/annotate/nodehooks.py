@@ -9,10 +9,18 @@ node shared by a parent and its child is hooked once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from dlprof_lite.annotate.modules import ModuleRanges
+
+class ModuleRanges(Protocol):
+    """What the node hooks use of their owner (:class:`~.modules.ModuleRanges`): its
+    thread's stack of open ranges, popped to an entry, and the start of a backward."""
+
+    _frame: Any
+
+    def _pop_to(self, frame: Any, key: object) -> Any: ...
+
+    def _backward_started(self, call: BackwardCall) -> None: ...
 
 
 class BackwardCall:
