@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from dlprof_lite.cli import _program_name
-from dlprof_lite.render.output import STALE_AFTER_S, staged_folder, sweep_stale
+from dlprof_lite.render.output import staged_folder
+from dlprof_lite.staging import STALE_AFTER_S, sweep_stale
 from test_timeouts import fake_nsys
 
 TOKEN = "0123456789"

@@ -493,6 +493,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Profile the program under nsys, then analyze and report like ``analyze``; with
     ``--repeat N``, N times into one folder, recorded as one group."""
     from dlprof_lite.render import output as files
+    from dlprof_lite.staging import unique_dir
 
     cmd = args.program[1:] if args.program[:1] == ["--"] else list(args.program)
     if not cmd:
@@ -501,9 +502,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise DlprofError(f"{cmd[0]} is a profile, not a program: run '{PROG} analyze {cmd[0]}'")
     name = _program_name(cmd)
     if args.repeat == 1:
-        target = (args.output or files.unique_dir(Path.cwd(), name + files.REPORT_SUFFIX))
+        target = (args.output or unique_dir(Path.cwd(), name + files.REPORT_SUFFIX))
         return _run_once(args, cmd, target.absolute())
-    parent = (args.output or files.unique_dir(Path.cwd(), name + REPEAT_SUFFIX)).absolute()
+    parent = (args.output or unique_dir(Path.cwd(), name + REPEAT_SUFFIX)).absolute()
     files.check_target(parent, force=args.force)  # before N long profiling runs
     group = args.tag or f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
     interrupted: KeyboardInterrupt | None = None

@@ -90,10 +90,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from dlprof_lite.errors import InputError
     from dlprof_lite.render import output as files
     from dlprof_lite.rules.compare import DETECTABLE_CHANGE
+    from dlprof_lite.staging import atomic_write, unique_dir
 
     if len(args.sides) < 2:
         raise InputError("compare needs a baseline and at least one other side")
-    target = (args.output or files.unique_dir(Path.cwd(), COMPARE_DIR)).absolute()
+    target = (args.output or unique_dir(Path.cwd(), COMPARE_DIR)).absolute()
     files.check_target(target, force=args.force)  # before analysing anything
 
     with ExitStack() as stack:
@@ -114,7 +115,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if "html" in args.formats:
             from dlprof_lite.compare.page import compare_page
 
-            files.atomic_write(stage / PAGE_FILE, compare_page(comparison, sides))
+            atomic_write(stage / PAGE_FILE, compare_page(comparison, sides))
     return _show(args, comparison, target)
 
 

@@ -260,7 +260,7 @@ def _export(infos: Sequence[RunInfo], file: Path, *, force: bool) -> int:
     if str(file) == "-":
         sys.stdout.write(buffer.getvalue())
         return 0
-    from dlprof_lite.render.output import atomic_write
+    from dlprof_lite.staging import atomic_write
 
     if file.exists() and not force:
         raise OutputError(f"{file} exists; use --force to replace it")

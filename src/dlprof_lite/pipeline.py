@@ -283,9 +283,10 @@ def analyze_many(
     from dlprof_lite.batch import run_all
     from dlprof_lite.render import output as files
     from dlprof_lite.render.writers import combined_table
+    from dlprof_lite.staging import unique_dir
 
     first = paths[0].absolute()
-    parent = (parent or files.unique_dir(first.parent, MULTI_DIR)).absolute()
+    parent = (parent or unique_dir(first.parent, MULTI_DIR)).absolute()
     files.check_target(parent, force=options.force)
     rows: list[dict[str, Scalar]] = []
     failures: list[Failure] = []
@@ -293,7 +294,7 @@ def analyze_many(
     with files.staged_folder(parent, force=options.force) as stage:
         items = []
         for path in paths:
-            name = files.unique_dir(stage, files.report_stem(path) + files.REPORT_SUFFIX).name
+            name = unique_dir(stage, files.report_stem(path) + files.REPORT_SUFFIX).name
             (stage / name).mkdir()  # reserve the name; the report replaces the empty folder
             items.append((path, stage / name, replace(options, force=True)))
         outcomes = run_all(analyze_row, items, jobs=jobs, scheduler=scheduler)

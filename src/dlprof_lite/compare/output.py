@@ -4,7 +4,7 @@ Place in the pipeline: compare. ``compare.csv`` is one long table (columns defin
 :mod:`dlprof_lite.compare.columns`): the step statistics of every side, then every ranked
 delta. ``compare.json`` is the whole :class:`Comparison` as plain data (``json.dumps``), with
 the column and metric definitions and the rules. The caller stages the folder (the CLI uses
-``report.output.staged_folder``); each file is written atomically into it.
+``dlprof_lite.staging.staged_folder``); each file is written atomically into it.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dlprof_lite.compare.columns import (
 )
 from dlprof_lite.compare.comparison import Comparison
 from dlprof_lite.compare.stats import Estimate, StepDelta, StepStats
-from dlprof_lite.render.output import atomic_write
 from dlprof_lite.render.writers import formula_safe, plain
 from dlprof_lite.report.metrics import SCHEMA
+from dlprof_lite.staging import atomic_write
 
 FILE_STEM = "compare"
 STEP_METRICS = (
