@@ -58,7 +58,7 @@ def build_page(folder: Path, kernels: int, ranges: bool) -> tuple[Path, dict[str
     times["page_s"] = time.perf_counter() - start
     page = folder / f"{name}.html"
     page.write_text(html, encoding="utf-8")
-    times["kernels"] = report.summary.number("kernel_count") or 0.0
+    times["kernels"] = report.summary.totals.kernel_count or 0.0
     return page, times
 
 

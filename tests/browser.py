@@ -502,10 +502,10 @@ def expected_sections(report: Any) -> list[str]:
     s = report.summary
     has = {
         "header": True,
-        "steps": (s.get("iterations_analysed") or 0) > 0,
+        "steps": (s.window.iterations_analysed or 0) > 0,
         "layers": rows(report.layers) > 0,
         "iterations": rows(report.iterations) > 0,
-        "kernels": rows(report.kernels) > 0 and (s.get("kernel_count") or 0) > 0,
+        "kernels": rows(report.kernels) > 0 and (s.totals.kernel_count or 0) > 0,
         "ranks": rows(getattr(report, "ranks", None)) >= 2,  # several ranks only
         "advice": rows(report.advice) > 0,
         "timeline": rows(getattr(report, "timeline", None)) > 0,

@@ -23,6 +23,7 @@ from dlprof_lite.render.page.plotly_bundle import count_points, script_json
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.model import Report
+from dlprof_lite.report.summary_types import number
 from dlprof_lite.rules.names import PHASES
 from example_profiles import training_profile
 
@@ -173,8 +174,8 @@ def test_steps_chart_is_the_hand_worked_breakdown(example: Report) -> None:
         ("host", "optimizer"): 300, ("host", "other"): 600,
     }  # fmt: skip
     s = example.summary
-    assert got[("GPU", "forward")] == s.number("step_forward_ns")
-    assert got[("host", "other")] == s.number("step_other_wall_ns")
+    assert got[("GPU", "forward")] == s.step.step_forward_ns
+    assert got[("host", "other")] == s.step.step_other_wall_ns
 
 
 def test_layers_chart_in_network_order_with_toggle(example: Report) -> None:
@@ -300,7 +301,7 @@ def test_million_kernel_page_stays_under_5_mb(tmp_path: Path, shape: list[str]) 
     export = tmp_path / "big.sqlite"
     assert make_profile([str(export), "--kernels", "1000000", *shape]) == 0
     report = dlprof_lite.analyze(export)
-    assert report.summary.number("kernel_count") >= 1_000_000
+    assert report.summary.totals.kernel_count >= 1_000_000
     start = time.perf_counter()
     text = report_page(report)
     took = time.perf_counter() - start
@@ -348,11 +349,11 @@ def assert_steps_are_the_summary(report: Report, fig: dict) -> None:
     step_<p>_ns, launch overhead the phases' host gaps, idle the rest of step_idle_ns; host
     phases step_<p>_wall_ns. Parts that are 0 are not drawn."""
     s = report.summary
-    gaps = sum(s.number(f"step_{p}_host_gap_ns") or 0.0 for p in PHASE_COLUMNS)
-    want = {("GPU", p): s.number(f"step_{p}_ns") for p in PHASE_COLUMNS}
+    gaps = sum(number(s[f"step_{p}_host_gap_ns"]) or 0.0 for p in PHASE_COLUMNS)
+    want = {("GPU", p): number(s[f"step_{p}_ns"]) for p in PHASE_COLUMNS}
     want[("GPU", "launch overhead")] = gaps
-    want[("GPU", "idle")] = (s.number("step_idle_ns") or 0.0) - gaps
-    want.update({("host", p): s.number(f"step_{p}_wall_ns") for p in (*PHASES, "other")})
+    want[("GPU", "idle")] = (s.step.step_idle_ns or 0.0) - gaps
+    want.update({("host", p): number(s[f"step_{p}_wall_ns"]) for p in (*PHASES, "other")})
     want = {k: v for k, v in want.items() if v}
     got = {(view, t["name"]): value for t in fig["data"]
            for view, value in zip(t["y"], ns(fig, t["x"]), strict=True)}  # fmt: skip
@@ -369,7 +370,7 @@ def test_corpus_steps_chart_is_the_summary(corpus_dir: Path) -> None:
         key_range="^cublasSgemmEx$",
     )
     page = read(report)
-    assert (report.summary.number("kernel_count") or 0) > 0
+    assert (report.summary.totals.kernel_count or 0) > 0
     assert_steps_are_the_summary(report, page.figure("steps"))
     assert_steps_are_the_summary(build_report(training_profile()), read(
         build_report(training_profile())).figure("steps"))  # fmt: skip

@@ -128,9 +128,9 @@ def test_summary_facts_fill_the_run_row(tmp_path: Path) -> None:
         (info,) = store.find()
         row = _one(store, f"SELECT gpus, nsys_version, source, host FROM runs WHERE id={run_id}")
     assert (info.id, info.steps, info.step_median_ns, info.step_mean_ns) == (run_id, 2, 2500, 2500)
-    assert row[:3] == (run.summary.get("gpu_names"), run.summary.get("nsys_version"),
-                       run.summary.get("source"))  # fmt: skip
-    assert row[3] == run.summary.get("host")  # None unless the summary knows the host
+    assert row[:3] == (run.summary["gpu_names"], run.summary["nsys_version"],
+                       run.summary["source"])  # fmt: skip
+    assert row[3] == run.summary["host"]  # None unless the summary knows the host
     with RunStore(sqlite_url(tmp_path)) as store:
         assert store.get(store.record(synthetic_record(host="mine"))).context.host == "mine"
 
@@ -370,17 +370,17 @@ def test_system_facts_of_a_real_export(tmp_path: Path) -> None:
     host (a report analysed later); versions it does not know stay empty."""
     run = corpus_record(CORPUS_EXPORTS[0], host=None)
     summary = run.summary
-    assert summary.get("host") and summary.get("driver_version")  # the export knows them
+    assert summary["host"] and summary["driver_version"]  # the export knows them
     columns = ("host", "driver_version", "cuda_version", "torch_version", "python_version",
                "gpus", "nsys_version", "source")  # fmt: skip
-    expected = [summary.get(c) for c in columns[:5]]
-    expected += [summary.get("gpu_names"), summary.get("nsys_version"), summary.get("source")]
+    expected = [summary[c] for c in columns[:5]]
+    expected += [summary["gpu_names"], summary["nsys_version"], summary["source"]]
     with RunStore(sqlite_url(tmp_path)) as store:
         run_id = store.record(run)
         assert list(_one(store, f"SELECT {', '.join(columns)} FROM runs WHERE id={run_id}")) == (
             expected
         )
-        assert store.get(run_id).context.host == summary.get("host")
+        assert store.get(run_id).context.host == summary["host"]
 
 
 def check_hostile_context(url: str) -> None:

@@ -81,16 +81,16 @@ def test_every_corpus_export_reports_the_system_its_table_names(corpus_dir: Path
         raw = system_env(path)
         without_table += not raw
         summary = dlprof_lite.analyze(path).summary
-        assert summary.get("host") == raw.get("Hostname"), path.name
-        assert summary.get("os") == raw.get("OsDescription"), path.name
-        check_driver(path.name, raw.get("NvDriverVersion"), summary.get("driver_version"))
+        assert summary["host"] == raw.get("Hostname"), path.name
+        assert summary["os"] == raw.get("OsDescription"), path.name
+        check_driver(path.name, raw.get("NvDriverVersion"), summary["driver_version"])
         cuda = raw.get("CudaDriverVersion")
         want = None if cuda is None else f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
-        assert summary.get("cuda_driver_version") == want, path.name
+        assert summary["cuda_driver_version"] == want, path.name
         if path.name in KNOWN_CUDA:
             assert want == KNOWN_CUDA[path.name]
         for key in PROCESS_FIELDS:  # no dlprof-lite annotation in any of them
-            assert summary.get(key) is None, (path.name, key)
+            assert summary[key] is None, (path.name, key)
         for field, value in summary.system.items():
             seen[field] = seen.get(field, 0) + (value is not None)
     # Not vacuous: each field is known somewhere, and some exports (2020.3) have no table.
@@ -122,21 +122,21 @@ def test_the_environment_row_never_reaches_the_report(tmp_path: Path, corpus_dir
     folder = report.save(tmp_path / "report")
     for file in folder.iterdir():
         assert "hf_dlprof_secret" not in file.read_text(encoding="utf-8", errors="replace")
-    assert report.summary.get("host") == "node\ufffd1\x1b[31m"  # raw in the report files
+    assert report.summary["host"] == "node\ufffd1\x1b[31m"  # raw in the report files
     header = str(_header_lines(report.summary)[0])  # on the console, escaped
     assert "host node\ufffd1\\x1b[31m" in header and "\x1b" not in header
-    os_name = report.summary.get("os")
+    os_name = report.summary["os"]
     assert isinstance(os_name, str) and set(os_name) == {"x"} and len(os_name) <= 200
-    assert report.summary.get("driver_version") == "515.43.04"  # the rest still read
+    assert report.summary["driver_version"] == "515.43.04"  # the rest still read
 
 
 def test_an_unreadable_system_table_is_a_warning(tmp_path: Path, corpus_dir: Path) -> None:
     path = crafted(tmp_path, corpus_dir,
                    "ALTER TABLE TARGET_INFO_SYSTEM_ENV RENAME COLUMN value TO v")  # fmt: skip
     summary = dlprof_lite.analyze(path).summary
-    assert all(summary.get(f) is None for f in FIELDS.values())
+    assert all(summary[f] is None for f in FIELDS.values())
     assert any("TARGET_INFO_SYSTEM_ENV could not be read" in w for w in summary.warnings)
-    assert summary.get("kernel_count") == 46  # the analysis went on (MANIFEST: 46 kernels)
+    assert summary["kernel_count"] == 46  # the analysis went on (MANIFEST: 46 kernels)
 
 
 # --- the process fact ------------------------------------------------------------------

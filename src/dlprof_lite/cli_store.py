@@ -85,7 +85,7 @@ def record_report(
     git = git_state(script if script and script.endswith(".py") else None) if command else None
     context = RunContext(
         tag=args.tag, group=group, repeat_index=repeat_index, command=tuple(command),
-        cwd=os.getcwd() if command else None, script=script or _text(report.summary.get("source")),
+        cwd=os.getcwd() if command else None, script=script or _text(report.summary.system.source),
         host=socket.gethostname() if command else None,  # analyze: the export's host
         git_commit=git.commit if git else None, git_dirty=git.dirty if git else None,
         report_dir=str(folder), tool_version=__version__,
@@ -242,7 +242,7 @@ def _show_run(store: RunStore, run_id: int, *, as_json: bool) -> int:
             shown = " ".join(value) if isinstance(value, tuple | list) else value
             lines.append(f"  {key:<14}{printable(str(shown))}")
     for key in ("gpu_names", "driver_version", "nsys_version", "torch_version", "cuda_version"):
-        value = run.summary.get(key)
+        value = run.summary.metrics().get(key)
         if value not in (None, ""):
             lines.append(f"  {key:<14}{printable(str(value))}")
     if len(steps):

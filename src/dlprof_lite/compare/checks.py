@@ -56,7 +56,7 @@ def run_name(run: RunRecord, index: int) -> str:
 
 
 def has_kernels(run: RunRecord) -> bool:
-    count = number(run.summary.get("kernel_count"))
+    count = number(run.summary.totals.kernel_count)
     return bool(count) or not run.kernels.empty
 
 
@@ -107,7 +107,7 @@ def _values(side: Side, field: str) -> list[str]:
     """The distinct known values of a summary field over a side's runs, in run order."""
     seen: dict[str, None] = {}
     for run in side.runs:
-        value = run.summary.get(field)
+        value = run.summary.metrics().get(field)
         if value is None and field == "host":
             value = run.context.host
         if value is not None and str(value) != "":
@@ -133,7 +133,7 @@ def environment_warnings(sides: Sequence[Side]) -> list[str]:
 def _command(run: RunRecord) -> tuple[str, ...]:
     if run.context.command:
         return run.context.command
-    text = run.summary.get("command")
+    text = run.summary.system.command
     try:
         return tuple(shlex.split(text)) if isinstance(text, str) and text else ()
     except ValueError:  # unbalanced quotes in a recorded command: compare it whole

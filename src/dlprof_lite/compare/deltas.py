@@ -96,7 +96,7 @@ class Delta:
 
 def table_steps(run: RunRecord) -> int:
     """The steps a run's layers and kernels tables cover (their per-step divisor)."""
-    steps = number(run.summary.get("window_steps"))
+    steps = number(run.summary.window.window_steps)
     return int(steps) if steps else len(run.analysed())
 
 
@@ -162,7 +162,7 @@ def _phase_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
 
 def _summary_value(side: Side, field: str) -> float | None:
     """Mean of a summary field over the runs that have it, weighted by their steps."""
-    pairs = [(number(r.summary.get(field)), len(r.analysed())) for r in side.runs]
+    pairs = [(number(r.summary.metrics().get(field)), len(r.analysed())) for r in side.runs]
     known = [(v, w) for v, w in pairs if v is not None and w > 0]
     if not known:
         return None

@@ -41,7 +41,7 @@ def is_report_folder(path: Path) -> bool:
 
 def record_of_report(report: Report, folder: Path | None) -> RunRecord:
     """A record of a report read from a folder or analysed now: what the report knows."""
-    command = report.summary.get("command")
+    command = report.summary.system.command
     context = RunContext(
         command=tuple(shlex.split(command)) if isinstance(command, str) and command else (),
         report_dir=str(folder) if folder is not None else None,

@@ -38,30 +38,32 @@ def _text(*parts: str | tuple[str, str]) -> Text:
 
 
 def _header_lines(s: Summary) -> list[str | Text]:
-    lines: list[str | Text] = [_text(("dlprof-lite", "bold"), f" {s['source']}  ({_system(s)})")]
+    head = f" {s.system.source}  ({_system(s)})"
+    lines: list[str | Text] = [_text(("dlprof-lite", "bold"), head)]
     several = len({g.pid for g in s.gpus if g.pid is not None}) > 1
     for g in s.gpus:
         who = f" (pid {g.pid})" if several and g.pid is not None else ""
         lines.append(
             f"GPU {g.device_id}{who}: {g.name or '?'} ({g.sm_count or '?'} SMs, "
             f"cc {g.compute_capability or '?'}), busy "
-            f"{share_of(g.utilization, s.get('utilization_scope'))}"
+            f"{share_of(g.utilization, s.totals.utilization_scope)}"
         )
+    t, lo = s.totals, s.launch_overhead
     lines.append(
-        f"session {_t(s['wall_ns'])} · kernels {s['kernel_count']} in {_t(s['kernel_ns'])}"
-        f" · memcpy {_t(s['memcpy_ns'])} · memset {_t(s['memset_ns'])} · launch overhead "
-        f"{share_of(s['launch_overhead_pct'], s.get('launch_overhead_scope'), scale=1.0)}"
+        f"session {_t(s.system.wall_ns)} · kernels {t.kernel_count} in {_t(t.kernel_ns)}"
+        f" · memcpy {_t(t.memcpy_ns)} · memset {_t(t.memset_ns)} · launch overhead "
+        f"{share_of(lo.launch_overhead_pct, lo.launch_overhead_scope, scale=1.0)}"
     )
-    if s.get("kernel_count"):
+    if s.totals.kernel_count:
         lines.append(f"Tensor Cores: {tc_phrase(s)}")
-    if s.get("iterations_count"):
+    if s.iterations.iterations_count:
         steady = ""
-        if s.get("steady_start") is not None:
-            steady = f" · steady window {s['steady_start']}..{s['steady_stop']}"
+        if s.iterations.steady_start is not None:
+            steady = f" · steady window {s.iterations.steady_start}..{s.iterations.steady_stop}"
         lines.append(
-            f"iterations {s['iterations_count']} ({s['iterations_warmup']} warm-up,"
-            f" {s['iterations_analysed']} analysed): {step_phrase(s)},"
-            f" mean {_t(s['iterations_mean_ns'])}{steady}"
+            f"iterations {s.iterations.iterations_count} ({s.iterations.iterations_warmup} warm-up,"
+            f" {s.window.iterations_analysed} analysed): {step_phrase(s)},"
+            f" mean {_t(s.iterations.iterations_mean_ns)}{steady}"
         )
         outside = _outside_line(s)
         lines += [*([outside] if outside else []), *_step_lines(s)]
@@ -71,7 +73,8 @@ def _header_lines(s: Summary) -> list[str | Text]:
 
 def _outside_line(s: Summary) -> str | None:
     """Time in no step (evaluation, logging, checkpoints; after the last step), when any."""
-    between, after = s.number("between_steps_ns") or 0, s.number("after_training_ns") or 0
+    it = s.iterations
+    between, after = number(it.between_steps_ns) or 0, number(it.after_training_ns) or 0
     if not between and not after:
         return None
     return f"outside steps: between steps {_long(between)} · after training {_long(after)}"
@@ -79,10 +82,11 @@ def _outside_line(s: Summary) -> str | None:
 
 def _system(s: Summary) -> str:
     """``nsys 2024.5.1, host gpu01, driver 550.54.15, torch 2.4.0``: what is known."""
-    parts = [f"nsys {s.get('nsys_version') or '?'}"]
-    for label, key in (("host", "host"), ("driver", "driver_version"), ("torch", "torch_version")):
-        if s.get(key) is not None:
-            parts.append(f"{label} {s.get(key)}")
+    parts = [f"nsys {s.system.nsys_version or '?'}"]
+    for label, value in (("host", s.system.host), ("driver", s.system.driver_version),
+                         ("torch", s.system.torch_version)):  # fmt: skip
+        if value is not None:
+            parts.append(f"{label} {value}")
     return ", ".join(parts)
 
 
@@ -110,16 +114,17 @@ def _span(low: float, high: float) -> str:
 def _projection_line(s: Summary) -> str | None:
     """The projected epoch and training time (summary ``projection_*``); None without a
     projection, whose reason is already among the warnings."""
-    epoch, train = s.number("projection_epoch_ns"), s.number("projection_train_ns")
+    pr = s.projection
+    epoch, train = number(pr.projection_epoch_ns), number(pr.projection_train_ns)
     if epoch is None or train is None:
         return None
-    low, high = s.number("projection_epoch_p10_ns"), s.number("projection_epoch_p90_ns")
+    low, high = number(pr.projection_epoch_p10_ns), number(pr.projection_epoch_p90_ns)
     spread = f" (p10–p90 {_span(low, high)})" if low is not None and high is not None else ""
-    epochs = int(s.number("projection_epochs") or 1)
-    steps = f"{s.get('projection_steps_per_epoch')} steps of {_t(s.get('projection_step_ns'))}"
-    source = s.get("projection_steps_source")
-    startup = _long(s.number("projection_startup_ns") or 0)
-    outside = _long(s.number("projection_outside_ns") or 0)
+    epochs = int(number(s.projection.projection_epochs) or 1)
+    steps = f"{pr.projection_steps_per_epoch} steps of {_t(pr.projection_step_ns)}"
+    source = s.projection.projection_steps_source
+    startup = _long(number(s.projection.projection_startup_ns) or 0)
+    outside = _long(number(s.projection.projection_outside_ns) or 0)
     return (
         f"projected: epoch {_long(epoch)}{spread}, {steps}"
         f"{f' ({source})' if source else ''}; training {_long(train)} for {epochs} "
@@ -129,14 +134,14 @@ def _projection_line(s: Summary) -> str | None:
 
 def _window_line(s: Summary) -> str:
     """What the layers, kernels and ranges tables cover (the summary's window fields)."""
-    scope = s.get("window_scope")
+    scope = s.window.window_scope
     if scope == "analysed":
-        first, stop = s.get("window_iter_start"), s.get("window_iter_stop")
+        first, stop = s.window.window_iter_start, s.window.window_iter_stop
         where = f"iterations {first}..{int(number(stop) or 0) - 1}" if first is not None else "none"
-        return (f"tables: the analysed iterations ({where}, {s.get('window_steps')} steps; "
+        return (f"tables: the analysed iterations ({where}, {s.window.window_steps} steps; "
                 "--all-iterations: the whole run)")  # fmt: skip
     if scope == "whole-run":
-        return f"tables: the whole run (per step: all {s.get('window_steps')} iterations)"
+        return f"tables: the whole run (per step: all {s.window.window_steps} iterations)"
     return "tables: the whole run (no iterations found: no per-step figures)"
 
 
@@ -158,17 +163,17 @@ def _step_lines(s: Summary) -> list[str]:
     profile without GPU work; ``other`` is the step time no phase covers. Each line adds up
     to the step (GPU: x devices).
     """
-    source = str(s.get("key_range_source") or "")
+    source = str(s.window.key_range_source or "")
     lines = []
     if source in ("annotation", "forward-backward"):
         lines.append(f"steps: {_KEY_RULES[source]} (from its data wait to its end)")
-    elif source in _KEY_RULES and s.get("key_range"):
-        lines.append(f"steps: instances of {s['key_range']!r} ({_KEY_RULES[source]})")
-    gpu = [(p, s.get(f"step_{p}_ns")) for p in PHASE_COLUMNS]
-    host = [(p, s.get(f"step_{p}_wall_ns")) for p in PHASE_COLUMNS]
+    elif source in _KEY_RULES and s.window.key_range:
+        lines.append(f"steps: instances of {s.window.key_range!r} ({_KEY_RULES[source]})")
+    gpu = [(p, s.step.gpu_ns(p)) for p in PHASE_COLUMNS]
+    host = [(p, s.step.wall_ns(p)) for p in PHASE_COLUMNS]
     has_host = any(v for p, v in host if p != "other")
     shown = [(p, v) for p, v in gpu if _nonzero(v) or _nonzero(dict(host).get(p))]
-    shown.append(("idle", s.get("step_idle_ns")))
+    shown.append(("idle", s.step.step_idle_ns))
     if any(_nonzero(v) for _, v in gpu):
         lines.append("step (mean, GPU): " + " · ".join(f"{p} {_t(v)}" for p, v in shown))
     if has_host:

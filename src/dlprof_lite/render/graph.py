@@ -212,7 +212,7 @@ def report_graph(report: Report) -> str:
     """``layers.dot`` of a report: per step over the steps its tables cover (the window's
     ``window_steps`` where the summary states a window, else every iteration)."""
     summary = report.summary
-    window = number(summary.get("window_steps"))
+    window = number(summary.window.window_steps)
     counted = summary.iterations.iterations_count if window is None else int(window)
     where = summary.system.source or "the profile"
     if counted:

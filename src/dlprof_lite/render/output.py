@@ -121,7 +121,7 @@ def write_trace(report: Report, folder: Path, events: pd.DataFrame | None = None
 
     chosen = report.timeline if events is None else events
     iterations = sorted(int(i) for i in pd.unique(chosen["iteration"].dropna()))
-    meta: dict[str, object] = {"source": report.summary.get("source"), "iterations": iterations}
+    meta: dict[str, object] = {"source": report.summary.system.source, "iterations": iterations}
     if len(chosen) and not iterations:  # no iterations: the session's busiest stretch
         meta["stretch_ns"] = [int(chosen["start_ns"].min()), int(chosen["end_ns"].max())]
     path = folder / TRACE_FILE

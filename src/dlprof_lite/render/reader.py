@@ -184,7 +184,7 @@ def _read_summary(files: ReportFiles, advice: pd.DataFrame) -> Summary:
 
 def _consistent(summary: Summary, frames: dict[str, pd.DataFrame], root: Path) -> None:
     """The row counts the summary states (a table cut short at a line end parses)."""
-    counts = {"iterations": summary.get("iterations_count"), "advice": len(summary.advice)}
+    counts = {"iterations": summary.iterations.iterations_count, "advice": len(summary.advice)}
     for table, count in counts.items():
         if isinstance(count, int) and len(frames[table]) != count:
             raise InputError(f"{root}: {table} has {len(frames[table])} rows but the summary "

@@ -15,23 +15,19 @@ import pandas as pd
 from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
 from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
-from dlprof_lite.report.summary_types import Advice, Summary
+from dlprof_lite.report.summary_types import Advice, Summary, number
 from dlprof_lite.report.units import ms, of_scope
 
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
 
 
-def _num(summary: Summary, key: str) -> float | None:
-    """A numeric summary metric, None when it could not be measured."""
-    return summary.number(key)
+def _f(value: object) -> float:
+    """A measured number, 0 when it could not be measured."""
+    return number(value) or 0.0
 
 
-def _f(summary: Summary, key: str) -> float:
-    return _num(summary, key) or 0.0
-
-
-def _i(summary: Summary, key: str) -> int:
-    return int(_f(summary, key))
+def _i(value: object) -> int:
+    return int(_f(value))
 
 
 def _graded(
@@ -86,7 +82,7 @@ _AMP = (
 
 
 def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    share = _num(summary, "eligible_non_tc_share")
+    share = number(summary.tensor_cores.eligible_non_tc_share)
     if share is None or not _has_tensor_cores(summary):
         return None
     grade = _graded(share, "tc_nontc_share_warn", "tc_nontc_share_high")
@@ -99,7 +95,7 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         f"{r['layer']} ({r['type']}) {ms(r['miss'])}" for r in top.to_dict("records")
     )
     evidence = (
-        f"{ms(_f(summary, 'eligible_non_tc_ns'))} ({share:.0%} of kernel time) in "
+        f"{ms(_f(summary.tensor_cores.eligible_non_tc_ns))} ({share:.0%} of kernel time) in "
         f"Tensor-Core-eligible layers ran on kernels without Tensor Cores; largest: {names}"
     )
     return _make(
@@ -115,7 +111,7 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 def fp32_gemm(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     """FP32 GEMM/conv time from kernel names alone: for profiles whose layers cannot tell
     (no module ranges, or modules of no eligible type); silent when the layer rule spoke."""
-    share = _num(summary, "fp32_gemm_share")
+    share = number(summary.tensor_cores.fp32_gemm_share)
     if share is None or not _has_tensor_cores(summary):
         return None
     grade = _graded(share, "fp32_gemm_share_warn", "fp32_gemm_share_high")
@@ -123,7 +119,7 @@ def fp32_gemm(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         return None
     top = ", ".join(f"{k.name} {ms(k.gpu_ns)}" for k in summary.fp32_gemm_kernels)
     evidence = (
-        f"{ms(_f(summary, 'fp32_gemm_ns'))} ({share:.0%} of kernel time) in FP32 GEMM/"
+        f"{ms(_f(summary.tensor_cores.fp32_gemm_ns))} ({share:.0%} of kernel time) in FP32 GEMM/"
         f"convolution kernels on CUDA cores (from kernel names); largest: {top}"
     )
     return _make(
@@ -132,15 +128,16 @@ def fp32_gemm(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    pct = _num(summary, "launch_overhead_pct")
+    pct = number(summary.launch_overhead.launch_overhead_pct)
     grade = _graded(pct, "launch_overhead_warn_pct", "launch_overhead_high_pct")
     if pct is None or grade is None:
         return None
     evidence = (
-        f"the GPU waited {ms(_f(summary, 'launch_overhead_ns'))} for the CPU to launch work, "
-        f"{pct:.1f}% of {of_scope(summary['launch_overhead_scope'])}"
+        f"the GPU waited {ms(_f(summary.launch_overhead.launch_overhead_ns))} for the CPU to "
+        "launch work, "
+        f"{pct:.1f}% of {of_scope(summary.launch_overhead.launch_overhead_scope)}"
     )
-    phases = [(p, _num(summary, f"step_{p}_host_gap_pct")) for p in PHASE_COLUMNS]
+    phases = [(p, summary.step.host_gap_pct(p)) for p in PHASE_COLUMNS]
     if any(v for _, v in phases):
         evidence += "; by phase: " + ", ".join(f"{p} {v:.1f}%" for p, v in phases if v)
     if len(layers) and layers["host_gap_ns"].sum() > 0:
@@ -161,15 +158,16 @@ def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    pct = _num(summary, "step_data_wall_pct")
+    pct = number(summary.step.step_data_wall_pct)
     grade = _graded(pct, "data_stall_warn_pct", "data_stall_high_pct")
     if pct is None or grade is None:
         return None
     evidence = (
-        f"{ms(_f(summary, 'step_data_wall_ns'))} per step in data loading, "
+        f"{ms(_f(summary.step.step_data_wall_ns))} per step in data loading, "
         f"{pct:.1f}% of the mean step"
     )
-    settings, workers = summary.get("dataloader_settings"), _num(summary, "dataloader_num_workers")
+    loading = summary.data_loading
+    settings, workers = loading.dataloader_settings, number(loading.dataloader_num_workers)
     if settings:
         evidence += f"; DataLoader: {settings}"
     else:
@@ -197,7 +195,8 @@ def _loader_flags(summary: Summary) -> str:
     pinning only where the profile has GPU work (it speeds host-to-device copies)."""
     loaders = summary.dataloaders
     switches = (
-        ("pin_memory", "persistent_workers") if _i(summary, "devices") else ("persistent_workers",)
+        ("pin_memory", "persistent_workers") if _i(summary.system.devices)
+        else ("persistent_workers",)
     )
     flags = [
         f", set {flag}=True (now False)"
@@ -208,11 +207,12 @@ def _loader_flags(summary: Summary) -> str:
 
 
 def annotation_cost(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    pct = _num(summary, "annotation_cost_pct")
+    pct = number(summary.annotation_cost.annotation_cost_pct)
     if pct is None or pct < threshold("annotation_cost_warn_pct"):
         return None
     evidence = (
-        f"the module annotation added an estimated {ms(_f(summary, 'annotation_cost_ns'))} "
+        "the module annotation added an estimated "
+        f"{ms(_f(summary.annotation_cost.annotation_cost_ns))} "
         f"of host time per step, {pct:.1f}% of the mean step (module calls x measured cost "
         "per call / steps): host and per-layer wall times include it"
     )
@@ -261,8 +261,8 @@ _NAMED = 6  # folded modules named in the advice
 
 
 def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    cv = _num(summary, "iterations_cv")
-    count = _i(summary, "iterations_analysed")
+    cv = number(summary.iterations.iterations_cv)
+    count = _i(summary.window.iterations_analysed)
     if (
         cv is None
         or count < threshold("iteration_min_count")
@@ -270,11 +270,11 @@ def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     ):
         return None
     evidence = (
-        f"{count} iterations: mean {ms(_f(summary, 'iterations_mean_ns'))}, std "
-        f"{ms(_f(summary, 'iterations_std_ns'))} (cv {cv:.0%}), "
-        f"p90 {ms(_f(summary, 'iterations_p90_ns'))}"
+        f"{count} iterations: mean {ms(_f(summary.iterations.iterations_mean_ns))}, std "
+        f"{ms(_f(summary.iterations.iterations_std_ns))} (cv {cv:.0%}), "
+        f"p90 {ms(_f(summary.iterations.iterations_p90_ns))}"
     )
-    start, stop = summary.get("steady_start"), summary.get("steady_stop")
+    start, stop = summary.iterations.steady_start, summary.iterations.steady_stop
     tolerance = f"{threshold('steady_tolerance'):.0%}"
     if start is not None:
         window = (
@@ -295,11 +295,12 @@ def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 def low_utilization(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     metric = (
         "step_utilization"
-        if summary.get("step_utilization") is not None
+        if summary.step.step_utilization is not None
         else ("active_utilization")
     )
-    util = _num(summary, metric)
-    if util is None or not _i(summary, "devices"):  # no GPU work at all: nothing to judge
+    util = number(summary.step.step_utilization if metric == "step_utilization"
+                  else summary.totals.active_utilization)  # fmt: skip
+    if util is None or not _i(summary.system.devices):  # no GPU work at all: nothing to judge
         return None
     grade = _graded(util, "gpu_util_warn", "gpu_util_high", below=True)
     if grade is None:
@@ -313,15 +314,16 @@ def low_utilization(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     return _make("Low GPU utilization", grade, evidence, rec, metric, util)
 
 
-def _count_rule(summary: Summary, key: str, tkey: str) -> tuple[int, int] | None:
-    count = _i(summary, f"{key}_count")
+def _count_rule(count_value: object, ns_value: object, tkey: str) -> tuple[int, int] | None:
+    count = _i(count_value)
     if count < threshold(tkey):
         return None
-    return count, _i(summary, f"{key}_ns")
+    return count, _i(ns_value)
 
 
 def sync_memcpy(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    found = _count_rule(summary, "sync_memcpy", "sync_memcpy_min_count")
+    sync = summary.host_sync
+    found = _count_rule(sync.sync_memcpy_count, sync.sync_memcpy_ns, "sync_memcpy_min_count")
     if found is None:
         return None
     count, ns = found
@@ -345,7 +347,9 @@ def sync_memcpy(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def pageable_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    found = _count_rule(summary, "pageable_async", "pageable_async_min_count")
+    sync = summary.host_sync
+    found = _count_rule(sync.pageable_async_count, sync.pageable_async_ns,
+                        "pageable_async_min_count")  # fmt: skip
     if found is None:
         return None
     count, ns = found
@@ -365,15 +369,15 @@ def pageable_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def sync_calls(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    calls = _i(summary, "sync_api_calls")
+    calls = _i(summary.host_sync.sync_api_calls)
     if calls == 0:
         return None
-    pct = _f(summary, "sync_api_pct")
+    pct = _f(summary.host_sync.sync_api_pct)
     warn = pct >= threshold("sync_api_warn_pct")
     evidence = (
         f"{calls} cudaDeviceSynchronize/cudaStreamSynchronize calls, "
-        f"{ms(_f(summary, 'sync_api_ns'))} in total, some thread in one "
-        f"{pct:.1f}% of {of_scope(summary['sync_api_scope'])}"
+        f"{ms(_f(summary.host_sync.sync_api_ns))} in total, some thread in one "
+        f"{pct:.1f}% of {of_scope(summary.host_sync.sync_api_scope)}"
     )
     rec = (
         "Avoid host synchronization inside the step: .item(), .cpu(), printing CUDA tensors, "
@@ -384,13 +388,13 @@ def sync_calls(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    median = _num(summary, "kernel_median_ns")
-    count = _i(summary, "kernel_count")
+    median = number(summary.totals.kernel_median_ns)
+    count = _i(summary.totals.kernel_count)
     if median is None or count < threshold("tiny_kernel_min_count"):
         return None
     if median >= threshold("tiny_kernel_median_ns"):
         return None
-    short = _i(summary, "short_launches")
+    short = _i(summary.totals.short_launches)
     evidence = (
         f"median kernel runs {ms(median)} over {count} kernels; {short} ({short / count:.0%}) "
         "ran shorter than their launch call"
@@ -399,7 +403,7 @@ def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         "Give each launch more work: fuse elementwise chains (torch.compile), use fused or "
         "foreach optimizers, larger batches; CUDA graphs remove the per-launch CPU cost."
     )
-    pct = _f(summary, "launch_overhead_pct")
+    pct = _f(summary.launch_overhead.launch_overhead_pct)
     severity = "warn" if pct >= threshold("launch_overhead_warn_pct") else "info"
     return _make(
         "Many tiny kernels",

@@ -120,6 +120,26 @@ class Totals(_Group):
 class StepBreakdown(_Group):
     """Mean per analysed step; phases as in :data:`metrics.PHASE_COLUMNS`."""
 
+    def gpu_ns(self, phase: str) -> float | None:
+        """GPU time of ``phase`` (a :data:`metrics.PHASE_COLUMNS` name) per step."""
+        return self._of(f"step_{phase}_ns")
+
+    def wall_ns(self, phase: str) -> float | None:
+        """Host (range) time of ``phase`` per step."""
+        return self._of(f"step_{phase}_wall_ns")
+
+    def host_gap_ns(self, phase: str) -> float | None:
+        """GPU time waiting for the host during ``phase`` per step (launch overhead)."""
+        return self._of(f"step_{phase}_host_gap_ns")
+
+    def host_gap_pct(self, phase: str) -> float | None:
+        """:meth:`host_gap_ns` in % of the step."""
+        return self._of(f"step_{phase}_host_gap_pct")
+
+    def _of(self, name: str) -> float | None:
+        value: float | None = getattr(self, name, None)
+        return value
+
     step_utilization: float | None
     step_data_ns: float | None
     step_forward_ns: float | None
@@ -329,7 +349,8 @@ LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
 
 @dataclass(frozen=True)
 class Summary:
-    """The run summary. ``summary["kernel_ns"]`` reads a flat metric (or a list) by name."""
+    """The run summary: one typed group per concern and the lists. Read fields as attributes
+    (``summary.totals.kernel_ns``); ``summary["kernel_ns"]`` is the notebook's by-name read."""
 
     system: System
     window: Window
@@ -359,20 +380,14 @@ class Summary:
         return out
 
     def __getitem__(self, key: str) -> object:
+        """A field or a list by its flat name, for notebooks (``summary["kernel_ns"]``);
+        dlprof-lite itself reads attributes (``summary.totals.kernel_ns``)."""
         if key in LISTS:
             return getattr(self, key)
         metrics = self.metrics()
         if key not in metrics:
             raise KeyError(key)
         return metrics[key]
-
-    def get(self, key: str) -> Scalar:
-        """A scalar metric, None when unknown or not a metric."""
-        return self.metrics().get(key)
-
-    def number(self, key: str) -> float | None:
-        """A numeric metric as a float, None when it could not be measured."""
-        return number(self.get(key))
 
     def row(self) -> dict[str, Scalar]:
         """The flat CSV row: registry order, lists folded into a string and a count."""

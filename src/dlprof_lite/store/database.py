@@ -284,11 +284,11 @@ def _run_values(run: RunRecord) -> dict[str, object]:
         "cwd": ctx.cwd,
         "script": ctx.script,
         "host": ctx.host or facts["host"],
-        "gpus": summary.get("gpu_names"),
-        "nsys_version": summary.get("nsys_version"),
+        "gpus": summary.system.gpu_names,
+        "nsys_version": summary.system.nsys_version,
         "tool_version": ctx.tool_version or __version__,
         "git_commit": ctx.git_commit,
-        "source": summary.get("source"),
+        "source": summary.system.source,
         "report_dir": ctx.report_dir,
     }
     return {
@@ -307,7 +307,7 @@ def _run_values(run: RunRecord) -> dict[str, object]:
 
 
 def _summary_fact(summary: Summary, name: str) -> str | None:
-    return sql_text(summary.get(name)) or None
+    return sql_text(summary.metrics().get(name)) or None
 
 
 def _finite(value: float) -> float | None:

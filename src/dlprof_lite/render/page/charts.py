@@ -20,7 +20,7 @@ import pandas as pd
 from dlprof_lite.narrow import distinct_short
 from dlprof_lite.render.page.figures import Figure, figure, marker, text
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.rules.names import PHASES
 
 LAYER_CHART_MAX = 400  # layers in the chart (the largest, in network order); "+N more" noted
@@ -76,9 +76,9 @@ def base_layout(title: str, unit: str, size: float, **more: object) -> dict[str,
     }  # fmt: skip
 
 
-def _value(summary: Summary, key: str) -> float:
-    value = summary.number(key)
-    return 0.0 if value is None else value
+def _value(value: object) -> float:
+    known = number(value)
+    return 0.0 if known is None else known
 
 
 def step_parts(summary: Summary, *, gpu: bool) -> dict[str, dict[str, float]]:
@@ -88,13 +88,13 @@ def step_parts(summary: Summary, *, gpu: bool) -> dict[str, dict[str, float]]:
     the mean step (x devices for the GPU view)."""
     views: dict[str, dict[str, float]] = {}
     if gpu:
-        parts = {p: _value(summary, f"step_{p}_ns") for p in PHASE_COLUMNS}
-        gaps = sum(_value(summary, f"step_{p}_host_gap_ns") for p in PHASE_COLUMNS)
-        idle = _value(summary, "step_idle_ns")
+        parts = {p: _value(summary.step.gpu_ns(p)) for p in PHASE_COLUMNS}
+        gaps = sum(_value(summary.step.host_gap_ns(p)) for p in PHASE_COLUMNS)
+        idle = _value(summary.step.step_idle_ns)
         parts["launch overhead"] = min(gaps, idle)
         parts["idle"] = idle - parts["launch overhead"]
         views["GPU"] = parts
-    views["host"] = {p: _value(summary, f"step_{p}_wall_ns") for p in (*PHASES, "other")}
+    views["host"] = {p: _value(summary.step.wall_ns(p)) for p in (*PHASES, "other")}
     return views
 
 

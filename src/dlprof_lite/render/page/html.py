@@ -32,7 +32,7 @@ from dlprof_lite.render.page.plotly_bundle import Chart, document, esc, section
 from dlprof_lite.render.page.timeline_chart import timeline_figure
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.model import Report
-from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import duration, percent
 
 TOP_KERNEL_ROWS = 20
@@ -40,8 +40,8 @@ TOP_KERNEL_ROWS = 20
 
 def has_gpu(summary: Summary) -> bool:
     """The run did GPU work (kernels or memory operations)."""
-    counts = (summary.number(k) for k in ("kernel_count", "memcpy_count", "memset_count"))
-    return any(c for c in counts)
+    t = summary.totals
+    return any(number(c) for c in (t.kernel_count, t.memcpy_count, t.memset_count))
 
 
 def _window_line(s: Summary) -> str:
