@@ -77,3 +77,15 @@ def test_the_by_name_modules_still_read_by_name() -> None:
     """The allowed list may only shrink: a module that no longer needs it leaves it."""
     for module in BY_NAME - {"report/summary_types.py"}:
         assert by_name_reads(PACKAGE / module), module
+
+
+def test_every_field_carries_its_unit_and_definition_and_is_the_registry() -> None:
+    """One declaration: the registry's summary columns are the fields' metadata, in order."""
+    from dlprof_lite.report.metrics import SUMMARY_REPORT
+
+    declared = [(f.name, f.metadata["unit"], f.metadata["doc"])
+                for cls in GROUPS.values() for f in fields(cls)]  # fmt: skip
+    assert all(unit in ("", "ns", "%") and doc for _, unit, doc in declared)
+    registry = [(c.name, c.unit, c.doc) for c in SUMMARY_REPORT]
+    assert registry[: len(declared)] == declared
+    assert [name for name, _, _ in registry[len(declared):]] == ["advice_count", "warnings"]

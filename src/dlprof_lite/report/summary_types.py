@@ -2,8 +2,9 @@
 
 A :class:`Summary` holds one group per concern (system, window, totals, ...) plus the lists
 (GPUs, warnings, advice, DataLoaders, FP32 GEMM kernels). Every scalar field is named exactly
-as its flat metric in :mod:`dlprof_lite.report.metrics` (``SUMMARY_REPORT``), so the one flat
-CSV row and the one JSON document are derived from the fields, never hand-listed:
+as its flat metric, and carries its unit and one-line definition (``_d``): the registry's
+``summary`` columns (``SUMMARY_REPORT`` in :mod:`dlprof_lite.report.metrics`) are made from
+the fields, and so are the one flat CSV row and the one JSON document, never hand-listed:
 :meth:`Summary.row`, :meth:`Summary.document` and :meth:`Summary.from_document` are the only
 serializers. Numbers are plain Python values (no numpy scalars, no NaN: unknown is ``None``),
 so a summary read back from ``summary.json`` compares equal to the one written.
@@ -13,13 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
-
-from dlprof_lite.report.metrics import column_names
 
 Scalar = str | int | float | bool | None
 T = TypeVar("T")
@@ -46,6 +45,12 @@ def scalar(value: object) -> Scalar:
     return str(value)
 
 
+def _d(unit: str, doc: str) -> Any:
+    """A summary field's unit ("ns", "%" or "") and one-line definition: the registry's
+    ``summary`` columns (:data:`dlprof_lite.report.metrics.SUMMARY_REPORT`) are made of them."""
+    return field(metadata={"unit": unit, "doc": doc})
+
+
 class _Group:
     """A group of flat metrics: each field is one ``summary`` column."""
 
@@ -63,20 +68,46 @@ class System(_Group):
     """What was profiled where: the export's system table (host, OS, driver) and the
     profiled process's own ``process`` fact (torch, CUDA, Python, command)."""
 
-    source: str | None
-    nsys_version: str | None
-    host: str | None
-    os: str | None
-    driver_version: str | None
-    cuda_driver_version: str | None
-    torch_version: str | None
-    cuda_version: str | None
-    python_version: str | None
-    command: str | None
-    gpu_names: str | None
-    devices: int | None
-    wall_ns: int | None
-    event_span_ns: int | None
+    source: str | None = _d("", "input file analysed")
+    nsys_version: str | None = _d("", "Nsight Systems version that wrote the export")
+    host: str | None = _d(
+        "",
+        "host name of the profiled system (nsys TARGET_INFO_SYSTEM_ENV Hostname)")
+    os: str | None = _d("", "operating system of the profiled system (nsys OsDescription)")
+    driver_version: str | None = _d(
+        "",
+        "NVIDIA driver version, e.g. 535.54.03 (nsys NvDriverVersion)")
+    cuda_driver_version: str | None = _d(
+        "",
+        "CUDA version the driver supports, e.g. 12.2 (nsys CudaDriverVersion)")
+    torch_version: str | None = _d(
+        "",
+        "torch.__version__ in the profiled process (the lowest rank's); none without the "
+        "annotation")
+    cuda_version: str | None = _d(
+        "",
+        "CUDA version torch was built with (torch.version.cuda); none for a CPU build or "
+        "without the annotation")
+    python_version: str | None = _d(
+        "",
+        "Python version of the profiled process; none without the annotation")
+    command: str | None = _d(
+        "",
+        "the profiled program's sys.argv, shell-quoted (shlex.join; the lowest rank's); none "
+        "without the annotation")
+    gpu_names: str | None = _d("", "GPU product names, '; '-separated (summary.json: gpus list)")
+    devices: int | None = _d(
+        "",
+        "GPU timelines (process, device) with at least one kernel or memop")
+    wall_ns: int | None = _d(
+        "ns",
+        "session duration: nsys's ANALYSIS_DETAILS.duration (every event lies in [0, "
+        "duration] on its clock; startTime/stopTime are on another); without the table, the "
+        "events' span")
+    event_span_ns: int | None = _d(
+        "ns",
+        "first event's start to the last event's end (kernels, copies, CUDA API calls, NVTX "
+        "ranges)")
 
 
 @dataclass(frozen=True)
@@ -85,35 +116,73 @@ class Window(_Group):
     kernels, ranges and layers tables cover (``window_*``: report/window.py) and which
     iteration the timeline shows (report/timeline.py)."""
 
-    key_range: str | None
-    key_range_source: str | None
-    iterations_analysed: int | None
-    window_scope: str | None
-    window_iter_start: int | None
-    window_iter_stop: int | None
-    window_steps: int | None
-    window_start_ns: int | None
-    window_end_ns: int | None
-    window_kernel_ns: int | None
-    timeline_iteration: int | None
-    timeline_start_ns: int | None
-    timeline_end_ns: int | None
+    iterations_analysed: int | None = _d(
+        "",
+        "in-window iterations after warm-up: step statistics use these")
+    key_range: str | None = _d("", "NVTX range whose instances delimit iterations")
+    key_range_source: str | None = _d(
+        "",
+        "rule that chose the key range: key-range, numbered-ranges, annotation, "
+        "forward-backward, root-model-calls, most-repeated or none (also when every guess "
+        "failed the step test: a warning names the candidates)")
+    window_scope: str | None = _d(
+        "",
+        "what the kernels, ranges and layers tables cover: analysed (the analysed "
+        "iterations), whole-run (--all-iterations) or no-iterations (whole run, none found)")
+    window_iter_start: int | None = _d(
+        "",
+        "first iteration of the window's steps (empty: no steps)")
+    window_iter_stop: int | None = _d(
+        "",
+        "iteration after its last step (exclusive, as --iter-stop)")
+    window_steps: int | None = _d("", "steps the tables' per-step columns are taken over")
+    window_start_ns: int | None = _d(
+        "ns",
+        "window start (first step's start; whole run: session start)")
+    window_end_ns: int | None = _d("ns", "window end (last step's end; whole run: session end)")
+    window_kernel_ns: int | None = _d(
+        "ns",
+        "GPU time of the kernels in the window (the kernels table's)")
+    timeline_iteration: int | None = _d(
+        "",
+        "iteration the timeline table and trace.json show: the analysed one whose wall time "
+        "is nearest the median (empty without iterations)")
+    timeline_start_ns: int | None = _d(
+        "ns",
+        "first start of the events the timeline table and trace.json show: "
+        "timeline_iteration's, or without iterations the busiest stretch's (of the runs of "
+        "20000 events in start order, the one holding the most GPU op time; without GPU work,"
+        " top-level range and API call time)")
+    timeline_end_ns: int | None = _d("ns", "last end of those events")
 
 
 @dataclass(frozen=True)
 class Totals(_Group):
-    kernel_ns: int | None
-    kernel_count: int | None
-    memcpy_ns: int | None
-    memcpy_count: int | None
-    memset_ns: int | None
-    memset_count: int | None
-    gpu_busy_ns: int | None
-    gpu_utilization: float | None
-    utilization_scope: str | None
-    active_utilization: float | None
-    kernel_median_ns: float | None
-    short_launches: int | None
+    kernel_ns: int | None = _d("ns", "sum of kernel GPU durations")
+    kernel_count: int | None = _d("", "kernel executions")
+    memcpy_ns: int | None = _d("ns", "sum of memcpy GPU durations")
+    memcpy_count: int | None = _d("", "memcpy operations")
+    memset_ns: int | None = _d("ns", "sum of memset GPU durations")
+    memset_count: int | None = _d("", "memset operations")
+    gpu_busy_ns: int | None = _d(
+        "ns",
+        "union of busy intervals (kernels and memops) per device, summed")
+    gpu_utilization: float | None = _d(
+        "",
+        "gpu_busy_ns / (span x devices), the span utilization_scope names: share of the "
+        "session a GPU was busy")
+    utilization_scope: str | None = _d(
+        "",
+        "denominator of gpu_utilization and gpus[].utilization: session (wall_ns), or "
+        "event_span (event_span_ns) when the events cover less than trimmed_capture_share of "
+        "the session (a trimmed capture)")
+    active_utilization: float | None = _d(
+        "",
+        "busy share of each device's first-op-to-last-op span, averaged")
+    kernel_median_ns: float | None = _d("ns", "median kernel GPU duration over all executions")
+    short_launches: int | None = _d(
+        "",
+        "kernel executions shorter on the GPU than their launch call (HTA)")
 
 
 @dataclass(frozen=True)
@@ -140,123 +209,264 @@ class StepBreakdown(_Group):
         value: float | None = getattr(self, name, None)
         return value
 
-    step_utilization: float | None
-    step_data_ns: float | None
-    step_forward_ns: float | None
-    step_backward_ns: float | None
-    step_optimizer_ns: float | None
-    step_compile_ns: float | None
-    step_other_ns: float | None
-    step_idle_ns: float | None
-    step_data_wall_ns: float | None
-    step_forward_wall_ns: float | None
-    step_backward_wall_ns: float | None
-    step_optimizer_wall_ns: float | None
-    step_compile_wall_ns: float | None
-    step_other_wall_ns: float | None
-    step_data_wall_pct: float | None
-    step_data_host_gap_ns: float | None
-    step_forward_host_gap_ns: float | None
-    step_backward_host_gap_ns: float | None
-    step_optimizer_host_gap_ns: float | None
-    step_compile_host_gap_ns: float | None
-    step_other_host_gap_ns: float | None
-    step_data_host_gap_pct: float | None
-    step_forward_host_gap_pct: float | None
-    step_backward_host_gap_pct: float | None
-    step_optimizer_host_gap_pct: float | None
-    step_compile_host_gap_pct: float | None
-    step_other_host_gap_pct: float | None
+    step_utilization: float | None = _d(
+        "",
+        "gpu_busy_ns / (wall_ns x devices) over analysed iterations")
+    step_data_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of device time in data-phase GPU ops")
+    step_forward_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of device time in forward-phase GPU ops")
+    step_backward_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of device time in backward-phase GPU ops")
+    step_optimizer_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of device time in optimizer-phase GPU ops")
+    step_compile_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of device time in compile-phase GPU ops")
+    step_other_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of device time in other-phase GPU ops")
+    step_idle_ns: float | None = _d("ns", "mean per analysed step of device time with no GPU op")
+    step_data_wall_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host time in 'data' ranges")
+    step_forward_wall_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host time in 'forward' ranges")
+    step_backward_wall_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host time in 'backward' ranges")
+    step_optimizer_wall_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host time in 'optimizer' ranges")
+    step_compile_wall_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host time in 'compile' ranges")
+    step_other_wall_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host time outside phase ranges")
+    step_data_wall_pct: float | None = _d("%", "step_data_wall_ns / mean step wall time x 100")
+    step_data_host_gap_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host-bound gaps, data phase")
+    step_forward_host_gap_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host-bound gaps, forward phase")
+    step_backward_host_gap_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host-bound gaps, backward phase")
+    step_optimizer_host_gap_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host-bound gaps, optimizer phase")
+    step_compile_host_gap_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host-bound gaps, compile phase")
+    step_other_host_gap_ns: float | None = _d(
+        "ns",
+        "mean per analysed step of host-bound gaps, other phase")
+    step_data_host_gap_pct: float | None = _d(
+        "%",
+        "data-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+    step_forward_host_gap_pct: float | None = _d(
+        "%",
+        "forward-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+    step_backward_host_gap_pct: float | None = _d(
+        "%",
+        "backward-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+    step_optimizer_host_gap_pct: float | None = _d(
+        "%",
+        "optimizer-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+    step_compile_host_gap_pct: float | None = _d(
+        "%",
+        "compile-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
+    step_other_host_gap_pct: float | None = _d(
+        "%",
+        "other-phase host-bound gaps / (step wall x devices) x 100, analysed steps")
 
 
 @dataclass(frozen=True)
 class TensorCores(_Group):
-    tc_gpu_ns: int | None
-    tc_share: float | None
-    tc_unknown_ns: int | None
-    tc_unknown_share: float | None
-    tc_inferred_ns: int | None
-    eligible_non_tc_ns: int | None
-    eligible_non_tc_share: float | None
-    fp32_gemm_ns: int | None
-    fp32_gemm_share: float | None
+    tc_gpu_ns: int | None = _d("ns", "GPU time of Tensor Core kernels")
+    tc_share: float | None = _d(
+        "",
+        "tc_gpu_ns / GPU time of the kernels whose names tell (tc_class tc or no_tc); the "
+        "others apart in tc_unknown_share")
+    tc_unknown_ns: int | None = _d(
+        "ns",
+        "GPU time of kernels whose names cannot tell (tc_class unknown: nvFuser, Triton, XLA "
+        "fusions, bare CUTLASS names)")
+    tc_unknown_share: float | None = _d("", "tc_unknown_ns / kernel_ns")
+    tc_inferred_ns: int | None = _d(
+        "ns",
+        "the part of tc_unknown_ns launched in layers marked 'tc (inferred)' (layers "
+        "tc_inferred: recorded dtype and GPU allow Tensor Cores): inferred, not measured")
+    eligible_non_tc_ns: int | None = _d(
+        "ns",
+        "GPU time of TC-eligible layers in kernels without Tensor Cores (layers table: the "
+        "window)")
+    eligible_non_tc_share: float | None = _d("", "eligible_non_tc_ns / window_kernel_ns")
+    fp32_gemm_ns: int | None = _d(
+        "ns",
+        "GPU time of FP32 GEMM/conv kernels on CUDA cores (by kernel name)")
+    fp32_gemm_share: float | None = _d("", "fp32_gemm_ns / kernel_ns")
 
 
 @dataclass(frozen=True)
 class LaunchOverhead(_Group):
-    launch_overhead_ns: int | None
-    launch_overhead_pct: float | None
-    launch_overhead_scope: str | None
-    launch_coverage: float | None
+    launch_overhead_ns: int | None = _d(
+        "ns",
+        "host-bound GPU gaps inside the analysed steps (each clipped to its step); no "
+        "iterations: all gaps")
+    launch_overhead_pct: float | None = _d(
+        "%",
+        "launch_overhead_ns / (analysed steps' wall x devices) x 100; no iterations: / the "
+        "devices' active spans (first op start to last op end), 0-100")
+    launch_overhead_scope: str | None = _d(
+        "",
+        "denominator of launch_overhead_pct: iterations (analysed steps) or active_span (no "
+        "iterations: each GPU's first op start to last op end)")
+    launch_coverage: float | None = _d(
+        "",
+        "share of GPU operations (kernels, memcpys, memsets) whose launch call is in the "
+        "export: launch overhead and layer attribution see only these (a warning below "
+        "launch_coverage_warn)")
 
 
 @dataclass(frozen=True)
 class HostSync(_Group):
     """Synchronous copies and synchronization calls (nsys expert-system selections)."""
 
-    sync_memcpy_count: int | None
-    sync_memcpy_ns: int | None
-    pageable_async_count: int | None
-    pageable_async_ns: int | None
-    sync_api_calls: int | None
-    sync_api_ns: int | None
-    sync_api_pct: float | None
-    sync_api_scope: str | None
+    sync_memcpy_count: int | None = _d(
+        "",
+        "synchronous cudaMemcpy* (nsys cuda-sync-memcpy selection)")
+    sync_memcpy_ns: int | None = _d("ns", "GPU time of those copies")
+    pageable_async_count: int | None = _d("", "cudaMemcpy*Async from or to pageable host memory")
+    pageable_async_ns: int | None = _d("ns", "GPU time of those copies")
+    sync_api_calls: int | None = _d("", "cudaDeviceSynchronize/cudaStreamSynchronize calls")
+    sync_api_ns: int | None = _d(
+        "ns",
+        "time threads spent in those calls: union per thread (duplicates and overlaps once), "
+        "summed over threads")
+    sync_api_pct: float | None = _d(
+        "%",
+        "time some thread was in one, inside the span sync_api_scope names / its length x "
+        "100, 0-100")
+    sync_api_scope: str | None = _d(
+        "",
+        "denominator of sync_api_pct: iterations (the analysed steps' wall), or without steps"
+        " session (wall_ns) or event_span (event_span_ns, a trimmed capture)")
 
 
 @dataclass(frozen=True)
 class Iterations(_Group):
-    iterations_count: int | None
-    iterations_warmup: int | None
-    iterations_mean_ns: float | None
-    iterations_median_ns: float | None
-    iterations_std_ns: float | None
-    iterations_p10_ns: float | None
-    iterations_p90_ns: float | None
-    iterations_cv: float | None
-    steady_start: int | None
-    steady_stop: int | None
-    between_steps_ns: int | None
-    after_training_ns: int | None
+    iterations_count: int | None = _d("", "iterations found")
+    iterations_warmup: int | None = _d("", "iterations marked warm-up")
+    iterations_mean_ns: float | None = _d("ns", "mean wall time of analysed iterations")
+    iterations_median_ns: float | None = _d("ns", "median wall time of analysed iterations")
+    iterations_std_ns: float | None = _d(
+        "ns",
+        "sample standard deviation (ddof=1) of analysed iteration wall times")
+    iterations_p10_ns: float | None = _d(
+        "ns",
+        "10th percentile (linear) of analysed iteration wall times: p10-p90 is the spread "
+        "shown beside a step time (console, page)")
+    iterations_p90_ns: float | None = _d(
+        "ns",
+        "90th percentile (linear) of analysed iteration wall times")
+    iterations_cv: float | None = _d(
+        "",
+        "iterations_std_ns / iterations_mean_ns (coefficient of variation)")
+    steady_start: int | None = _d(
+        "",
+        "suggested --iter-start when variance is high (longest near-median run)")
+    steady_stop: int | None = _d("", "suggested --iter-stop (exclusive) for that run")
+    between_steps_ns: int | None = _d(
+        "ns",
+        "time between steps, summed over the run: each step's between_before_ns (evaluation, "
+        "logging, checkpoints; in no step's figures)")
+    after_training_ns: int | None = _d(
+        "ns",
+        "the last step's end to the program's last recorded event (a final evaluation, saving"
+        " the model)")
 
 
 @dataclass(frozen=True)
 class DataLoading(_Group):
-    dataloader_count: int | None
-    dataloader_num_workers: int | None
-    dataloader_settings: str | None
+    dataloader_count: int | None = _d(
+        "",
+        "DataLoaders that fed a data phase (run facts); empty: not recorded")
+    dataloader_num_workers: int | None = _d(
+        "",
+        "their num_workers (the smallest); empty: not recorded")
+    dataloader_settings: str | None = _d(
+        "",
+        "num_workers, batch_size, pin_memory, ... per DataLoader, '; '")
 
 
 @dataclass(frozen=True)
 class AnnotationCost(_Group):
-    annotation_cost_ns: float | None
-    annotation_cost_pct: float | None
+    annotation_cost_ns: float | None = _d(
+        "ns",
+        "estimated annotation host time per step: calls x cost / steps")
+    annotation_cost_pct: float | None = _d("%", "annotation_cost_ns / iterations_mean_ns x 100")
 
 
 @dataclass(frozen=True)
 class Compile(_Group):
-    compile_count: int | None
-    compile_wall_ns: int | None
+    compile_count: int | None = _d(
+        "",
+        "torch.compile compilations ('compile' ranges) in the whole session")
+    compile_wall_ns: int | None = _d("ns", "host time of all compilations, in steps or not")
 
 
 @dataclass(frozen=True)
 class Projection(_Group):
     """Projected epoch and training time (report/projection.py); all None when unknown."""
 
-    projection_steps_per_epoch: int | None
-    projection_steps_source: str | None
-    projection_epochs: int | None
-    projection_step_ns: float | None
-    projection_step_p10_ns: float | None
-    projection_step_p90_ns: float | None
-    projection_startup_ns: float | None
-    projection_outside_ns: float | None
-    projection_epoch_ns: float | None
-    projection_epoch_p10_ns: float | None
-    projection_epoch_p90_ns: float | None
-    projection_train_ns: float | None
-    projection_train_p10_ns: float | None
-    projection_train_p90_ns: float | None
+    projection_steps_per_epoch: int | None = _d(
+        "",
+        "steps per epoch: --steps-per-epoch, or the training DataLoader's len / batches per "
+        "step")
+    projection_steps_source: str | None = _d(
+        "",
+        "where steps per epoch came from (--steps-per-epoch or dataloader: its batches and "
+        "batches per step)")
+    projection_epochs: int | None = _d("", "epochs projected (--epochs, default 1)")
+    projection_step_ns: float | None = _d(
+        "ns",
+        "mean analysed step wall time, less time between steps")
+    projection_step_p10_ns: float | None = _d("ns", "10th percentile (linear) of those step times")
+    projection_step_p90_ns: float | None = _d("ns", "90th percentile (linear) of those step times")
+    projection_startup_ns: float | None = _d(
+        "ns",
+        "program start (its import of torch) to the first step, plus the warm-up steps' time "
+        "above the mean step; once per run")
+    projection_outside_ns: float | None = _d(
+        "ns",
+        "per epoch: time between steps and after the last step (evaluation, checkpoints), "
+        "over the epochs the profile covered")
+    projection_epoch_ns: float | None = _d(
+        "ns",
+        "projected from the analysed steps: steps per epoch x mean step + outside time")
+    projection_epoch_p10_ns: float | None = _d(
+        "ns",
+        "projected from the analysed steps: the same with the p10 step")
+    projection_epoch_p90_ns: float | None = _d(
+        "ns",
+        "projected from the analysed steps: the same with the p90 step")
+    projection_train_ns: float | None = _d(
+        "ns",
+        "projected from the analysed steps: start-up + epochs x projection_epoch_ns")
+    projection_train_p10_ns: float | None = _d(
+        "ns",
+        "projected from the analysed steps: start-up + epochs x projection_epoch_p10_ns")
+    projection_train_p90_ns: float | None = _d(
+        "ns",
+        "projected from the analysed steps: start-up + epochs x projection_epoch_p90_ns")
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> Projection:
@@ -269,16 +479,38 @@ class Communication(_Group):
     """Communication vs compute across GPU timelines, rank imbalance and the straggler
     (report/ranks.py; all None without ranks)."""
 
-    comm_ns: int | None
-    comm_share: float | None
-    exposed_comm_ns: float | None
-    exposed_comm_pct: float | None
-    exposed_comm_scope: str | None
-    ranks: int | None
-    rank_imbalance: float | None
-    straggler_rank: int | None
-    straggler_excess_ns: float | None
-    straggler_data_ns: float | None
+    comm_ns: int | None = _d(
+        "ns",
+        "communication kernel time in the window: union per GPU timeline, summed")
+    comm_share: float | None = _d(
+        "",
+        "comm_ns / (comm_ns + compute_ns) over GPU timelines: share of kernel busy time spent"
+        " communicating")
+    exposed_comm_ns: float | None = _d(
+        "ns",
+        "exposed communication per analysed step, mean over GPU timelines (no steps: the "
+        "window's total)")
+    exposed_comm_pct: float | None = _d(
+        "%",
+        "exposed communication as % of each timeline's mean step, mean over GPU timelines (no"
+        " steps: of the span exposed_comm_scope names x timelines)")
+    exposed_comm_scope: str | None = _d(
+        "",
+        "denominator of exposed_comm_pct: iterations (each timeline's mean analysed step), or"
+        " without steps session (wall_ns) or event_span (event_span_ns, a trimmed capture)")
+    ranks: int | None = _d("", "ranks (processes) in the ranks table")
+    rank_imbalance: float | None = _d(
+        "",
+        "max / median of the per-rank median step times (>= 2 ranks)")
+    straggler_rank: int | None = _d(
+        "",
+        "the rank the others wait for (rules/ranks.py); empty: none")
+    straggler_excess_ns: float | None = _d(
+        "ns",
+        "the straggler's compute + data time per step above the median of the other ranks'")
+    straggler_data_ns: float | None = _d(
+        "ns",
+        "the straggler's data time per step above the median of the other ranks'")
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> Communication:
@@ -329,22 +561,34 @@ class DataLoaderFacts:
         return dict(self.settings).get(key)
 
 
+# The groups in the order of summary.csv's columns.
 GROUPS = {
     "system": System,
-    "window": Window,
     "totals": Totals,
-    "step": StepBreakdown,
     "tensor_cores": TensorCores,
     "launch_overhead": LaunchOverhead,
-    "host_sync": HostSync,
+    "compile": Compile,
     "iterations": Iterations,
+    "window": Window,
+    "step": StepBreakdown,
     "data_loading": DataLoading,
     "annotation_cost": AnnotationCost,
-    "compile": Compile,
+    "host_sync": HostSync,
     "projection": Projection,
     "communication": Communication,
 }
 LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
+# The flat row's columns after the groups' fields: the lists folded (Summary.row).
+ROW_EXTRA = (
+    ("advice_count", "", "number of advice rows"),
+    ("warnings", "", "warnings from reading and analysis, '; '-separated"),
+)
+# (name, unit, definition) of every summary.csv column, in order: the registry's source.
+SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    *((f.name, f.metadata["unit"], f.metadata["doc"]) for cls in GROUPS.values()
+      for f in fields(cls)),
+    *ROW_EXTRA,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -394,7 +638,7 @@ class Summary:
         metrics = self.metrics()
         metrics["warnings"] = "; ".join(self.warnings)
         metrics["advice_count"] = len(self.advice)
-        return {name: metrics.get(name) for name in column_names("summary")}
+        return {name: metrics.get(name) for name, _, _ in SUMMARY_COLUMNS}
 
     def document(self) -> dict[str, Any]:
         """The JSON document's content: the flat row plus every list, plain values only."""
