@@ -11,8 +11,9 @@ import pytest
 from builders import PID, make_profile
 from dlprof_lite.report import advice as rules
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.metrics import REPORTS, THRESHOLDS, column_names, definitions
+from dlprof_lite.report.metrics import REPORTS, column_names, definitions
 from dlprof_lite.report.summary_types import Gpu, Summary, build_summary
+from dlprof_lite.rules.advice import THRESHOLDS
 from example_profiles import training_profile
 
 

@@ -9,8 +9,9 @@ value means, per section), ``COMPARE_JSON_FIELDS`` (compare.json's own lists and
 
 from __future__ import annotations
 
-from dlprof_lite.report.metrics import ReportColumn, Threshold
+from dlprof_lite.report.metrics import ReportColumn
 from dlprof_lite.rules import compare as rules
+from dlprof_lite.rules.advice import Threshold
 
 
 def _cols(*specs: tuple[str, str, str]) -> tuple[ReportColumn, ...]:

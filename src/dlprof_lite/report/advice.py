@@ -12,11 +12,12 @@ from dataclasses import asdict
 
 import pandas as pd
 
-from dlprof_lite.report.metrics import PHASE_COLUMNS, THRESHOLDS, threshold
+from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number
 from dlprof_lite.report.units import ms, of_scope
+from dlprof_lite.rules.advice import THRESHOLDS, threshold
 
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlprof_lite.ingest.profile import Profile
-from dlprof_lite.report.metrics import threshold
+from dlprof_lite.rules.advice import threshold
 
 SESSION, EVENT_SPAN = "session", "event_span"
 

@@ -31,7 +31,6 @@ from dlprof_lite.report.facts import (
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations
-from dlprof_lite.report.metrics import threshold
 from dlprof_lite.report.projection import ProjectionInput, outside_steps, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -42,6 +41,7 @@ from dlprof_lite.report.run_facts import (
 )
 from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
 from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
+from dlprof_lite.rules.advice import threshold
 from dlprof_lite.rules.iterations import GUESSED
 from dlprof_lite.rules.names import DOMAIN, ITERATION
 from dlprof_lite.rules.steps import key_regex
