@@ -26,6 +26,7 @@ from builders import (
     build_ranges,
     fact_mark,
 )
+from dlprof_lite.ingest.facts import facts_of
 from dlprof_lite.ingest.tensorcore import classify_names_with_rules
 from dlprof_lite.report.layer_kernels import (
     LAYER_KERNEL_COLUMNS,
@@ -63,7 +64,7 @@ def implementations(
 ) -> pd.DataFrame:
     r = build_ranges(ranges)
     k = build_kernels(kernels, r, build_iterations([]))
-    out = layer_implementations(k, build_marks(marks), build_gpus([gpu]), layers)
+    out = layer_implementations(k, facts_of(build_marks(marks)), build_gpus([gpu]), layers)
     assert list(out.columns) == list(LAYER_KERNEL_COLUMNS)
     assert out["layer"].is_unique
     return out.set_index("layer")
@@ -192,7 +193,7 @@ def test_first_fact_of_a_layer_wins_and_foreign_marks_are_ignored() -> None:
         dict(start_ns=5, name='fact:{"module": {"layer": "x"}}', domain="other", pid=1, tid=10),
         dict(start_ns=6, name="fact:{not json", domain="dlprof-lite", pid=1, tid=10),
     ])  # fmt: skip
-    facts = module_facts(marks)
+    facts = module_facts(facts_of(marks))
     assert facts["layer"].tolist() == ["fc"] and facts["in_shape"].tolist() == ["8x64"]
 
 
@@ -333,7 +334,7 @@ def test_shapes_and_dtypes_from_a_real_profile(nsys: str, tmp_path: Path) -> Non
     run = profile_program([sys.executable, str(script)], out_dir=tmp_path / "out", nsys=nsys,
                           echo=False, timeout=300)  # fmt: skip
     profile = dlprof_lite.load(run.sqlite_path)
-    out = layer_implementations(profile.kernels, profile.marks, profile.gpus).set_index("layer")
+    out = layer_implementations(profile.kernels, profile.facts, profile.gpus).set_index("layer")
     rows = out[["in_shape", "in_dtype", "dtype"]].apply(tuple, axis=1).to_dict()
     assert rows == {
         "model": ("2x3x8x8", "float32", "float32"),
@@ -343,7 +344,7 @@ def test_shapes_and_dtypes_from_a_real_profile(nsys: str, tmp_path: Path) -> Non
         "3": ("2x288", "bfloat16", "bfloat16"),
         "head": ("2x10", "float64", "float64"),
     }
-    assert module_facts(profile.marks).set_index("layer").loc["head", "autocast"] == "bfloat16"
+    assert module_facts(profile.facts).set_index("layer").loc["head", "autocast"] == "bfloat16"
     assert set(out["device"]) == {"cpu"} and (out["distinct_kernels"] == 0).all()
     assert out["top_kernels"].isna().all() and out["tc_inferred"].isna().all()
 
@@ -374,7 +375,7 @@ def test_corpus_layers_recounted(corpus_dir: Path, export: str) -> None:
     import dlprof_lite
 
     profile = dlprof_lite.load(corpus_dir / export)
-    out = layer_implementations(profile.kernels, profile.marks, profile.gpus).set_index("layer")
+    out = layer_implementations(profile.kernels, profile.facts, profile.gpus).set_index("layer")
     expected = _recount(profile.kernels)
     assert expected and set(out.index) == set(expected)
     for layer, (distinct, top) in expected.items():
@@ -396,7 +397,7 @@ def test_corpus_name_verdicts_kept(corpus_dir: Path) -> None:
     import dlprof_lite
 
     profile = dlprof_lite.load(corpus_dir / MFU_2GPU)
-    out = layer_implementations(profile.kernels, profile.marks, profile.gpus).set_index("layer")
+    out = layer_implementations(profile.kernels, profile.facts, profile.gpus).set_index("layer")
     addmm = out.loc["aten::addmm", "top_kernels"].split("; ")
     assert all(part.startswith("nvjet_") and part.endswith("% tc") for part in addmm)
     assert out.loc["FlashAttnFunc", "top_kernels"] == "flash_fwd_kernel 100% tc"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dlprof_lite.cli import main
+from dlprof_lite.ingest.facts import facts_of
 from dlprof_lite.ingest.load import enrich, load, load_raw
 from dlprof_lite.pipeline import AnalyzeOptions, analyze_one
 from dlprof_lite.ranks_run import RANKS_STEM, rank_processes
@@ -55,7 +56,7 @@ def test_per_pid_load_sees_one_process(two_processes: tuple[Path, GroundTruth]) 
     path, truth = two_processes
     expected = truth_by_pid(truth)
     raw = load_raw(path)
-    found = rank_processes(raw.marks, raw.nvtx)
+    found = rank_processes(facts_of(raw.marks), raw.nvtx)
     assert [(p.rank, p.pid) for p in found] == [(None, p) for p in sorted(expected)]
     for pid, kernel_ns in expected.items():
         one = load(path, pids=[pid])

@@ -24,6 +24,7 @@ from builders import (
     make_profile,
     phase,
 )
+from dlprof_lite.ingest.facts import facts_of
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.run_facts import read_run_facts
 from dlprof_lite.rules.gemm import is_fp32_gemm
@@ -51,13 +52,13 @@ def test_read_run_facts_dedupes_loaders_and_keeps_each_process() -> None:
         fact_mark("annotation", dict(module_calls=10, ns_per_call=100, steps=2), 900),
         fact_mark("annotation", dict(module_calls=30, ns_per_call=100, steps=2), 910, pid=2),
     ])  # fmt: skip
-    facts = read_run_facts(marks)
+    facts = read_run_facts(facts_of(marks))
     assert [d["num_workers"] for d in facts.dataloaders] == [4, 0]
     assert dict(facts.annotation) == {
         1: dict(module_calls=10, ns_per_call=100, steps=2),
         2: dict(module_calls=30, ns_per_call=100, steps=2),
     }
-    assert read_run_facts(build_marks([])) == type(facts)()
+    assert read_run_facts(facts_of(build_marks([]))) == type(facts)()
 
 
 def test_summary_names_the_loaders_and_the_costliest_process() -> None:
@@ -201,7 +202,7 @@ def test_fact_marks_survive_a_real_nsys_run(nsys: str, tmp_path: Path) -> None:
            "--force-overwrite=true", "--export=sqlite", sys.executable, str(script)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    facts = read_run_facts(dlprof_lite.load(out.with_suffix(".sqlite")).marks)
+    facts = read_run_facts(dlprof_lite.load(out.with_suffix(".sqlite")).facts)
     assert facts.dataloaders == (
         dict(num_workers=3, batch_size=32, pin_memory=True, persistent_workers=False, length=10),
     )

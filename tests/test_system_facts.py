@@ -29,6 +29,7 @@ import dlprof_lite
 from builders import build_marks, fact_mark
 from conftest import corpus_files
 from dlprof_lite.annotate import bootstrap
+from dlprof_lite.ingest.facts import facts_of
 from dlprof_lite.render.console import _header_lines
 from dlprof_lite.report.run_facts import process_summary, read_run_facts
 
@@ -168,7 +169,7 @@ def test_the_lowest_rank_speaks_and_torch_disagreement_warns() -> None:
                  argv=["train.py", "--local-rank=0", "a b"])  # fmt: skip
     marks = build_marks([fact_mark("process", rank1, 10, pid=2),
                          fact_mark("process", rank0, 20, pid=1)])  # fmt: skip
-    flat, warnings = process_summary(read_run_facts(marks))
+    flat, warnings = process_summary(read_run_facts(facts_of(marks)))
     assert flat == {"torch_version": "2.5.0", "cuda_version": "12.4",
                     "python_version": "3.11.9",
                     "command": "train.py --local-rank=0 'a b'"}  # fmt: skip
@@ -177,14 +178,14 @@ def test_the_lowest_rank_speaks_and_torch_disagreement_warns() -> None:
     marks = build_marks([fact_mark("process", {**rank1, "rank": None, "torch": "2.5.0"}, 5,
                                    pid=7),
                          fact_mark("process", {**rank0, "rank": None}, 9, pid=3)])  # fmt: skip
-    flat, warnings = process_summary(read_run_facts(marks))
+    flat, warnings = process_summary(read_run_facts(facts_of(marks)))
     assert flat["command"] == "train.py --local-rank=1" and warnings == []
 
 
 def test_facts_of_an_older_annotation_or_none_leave_the_fields_empty() -> None:
     old = build_marks([fact_mark("process", dict(rank=None, local_rank=None), 10)])
     for marks in (old, build_marks([])):
-        flat, warnings = process_summary(read_run_facts(marks))
+        flat, warnings = process_summary(read_run_facts(facts_of(marks)))
         assert flat == dict.fromkeys(PROCESS_FIELDS) and warnings == []
 
 

@@ -118,7 +118,7 @@ def _analyze_export(
         iter_stop=options.iter_stop,
         **extra,
     )
-    processes = rank_processes(profile.marks, profile.ranges) if ranks else []
+    processes = rank_processes(profile.facts, profile.ranges) if ranks else []
     if not processes:
         del raw  # one process: its frames go before the report is built (peak memory)
     release_freed_memory()
@@ -144,7 +144,7 @@ def _own_rank(profile: Profile) -> int | None:
     """The rank recorded by the one process that recorded one (``process`` fact)."""
     from dlprof_lite.report.run_facts import read_run_facts
 
-    ranks = read_run_facts(profile.marks).ranks
+    ranks = read_run_facts(profile.facts).ranks
     return int(ranks[0][1]) if len(ranks) == 1 else None
 
 

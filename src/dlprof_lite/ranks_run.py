@@ -52,13 +52,13 @@ class RankReport:
                 "error": None}  # fmt: skip
 
 
-def rank_processes(marks: pd.DataFrame, ranges: pd.DataFrame) -> list[RankProcess]:
+def rank_processes(facts: pd.DataFrame, ranges: pd.DataFrame) -> list[RankProcess]:
     """The processes to report one by one: those that recorded a rank (two or more), else
     those that each ran the annotation's iteration ranges (two or more); else none.
-    ``marks``, ``ranges``: a profile's (or the raw NVTX events: the same columns)."""
+    ``facts``, ``ranges``: a profile's (``ranges``: or the raw NVTX events, same columns)."""
     from dlprof_lite.report.run_facts import read_run_facts
 
-    ranks = dict(read_run_facts(marks).ranks)
+    ranks = dict(read_run_facts(facts).ranks)
     stepping = _iterating_pids(ranges)
     if len(ranks) >= 2:
         # A recorded rank whose process ran no iteration (it crashed early) still gets its

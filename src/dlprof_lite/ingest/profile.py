@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from dlprof_lite.ingest.columns import check_frame
+from dlprof_lite.ingest.facts import facts_of
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Profile:
 
     ``kernels`` and ``memops`` (one row per GPU operation, labelled with its launch call,
     range, layer, phase, iteration and Tensor Core verdict), ``api`` (CUDA API calls),
-    ``ranges`` and ``marks`` (NVTX), ``gpus`` and ``iterations``; times are int64 nanoseconds
+    ``ranges`` and ``marks`` (NVTX), ``gpus`` and ``iterations``, and ``facts``, the run
+    facts among the marks, parsed (:mod:`dlprof_lite.ingest.facts`); times are int64 nanoseconds
     on the nsys session clock. Each frame's columns are declared once
     (:mod:`dlprof_lite.ingest.columns`) and checked when a Profile is built."""
 
@@ -62,6 +64,8 @@ class Profile:
     gpus: pd.DataFrame
     iterations: pd.DataFrame
     meta: Meta
+    # The run facts among the marks, parsed once when the Profile is built (ingest/facts.py).
+    facts: pd.DataFrame = field(init=False, repr=False, compare=False)
 
     def __repr__(self) -> str:
         # Shapes, not frames: a notebook shows this for a profile of millions of events.
@@ -82,3 +86,4 @@ class Profile:
         check_frame(self.marks, "marks", derived=False)
         check_frame(self.gpus, "gpus", derived=False)
         check_frame(self.iterations, "iterations", derived=False)
+        object.__setattr__(self, "facts", facts_of(self.marks))

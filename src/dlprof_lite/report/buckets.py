@@ -16,44 +16,39 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.metrics import LAYER_GRAD_SYNC_REPORT
-from dlprof_lite.report.run_facts import fact_marks
-from dlprof_lite.rules.facts import parse_fact
 from dlprof_lite.rules.names import DDP_BUCKET
 
 # Per layer (index), what the layers table adds.
 GRAD_COLUMNS = tuple(c.name for c in LAYER_GRAD_SYNC_REPORT)
 
 
-def bucket_layers(marks: pd.DataFrame) -> pd.DataFrame:
+def bucket_layers(facts: pd.DataFrame) -> pd.DataFrame:
     """One row per ``ddp_bucket`` fact and layer in it: process, bucket id, model, DDP's
     bucket ``index``, ``generation``, the layer's gradient ``bytes`` in the bucket and its
     ``share`` of the bucket's bytes. A bucket's facts repeat in every generation it is in."""
     rows = []
-    if not marks.empty:
-        found = fact_marks(marks)
-        for pid, text in zip(found["pid"].to_numpy(), found["name"].astype(str), strict=True):
-            fact = parse_fact(text)
-            if fact is None or fact[0] != DDP_BUCKET:
-                continue
-            value = fact[1]
-            layers = value.get("layers")
-            if not isinstance(layers, dict) or not isinstance(value.get("id"), int):
-                continue
-            sizes = {str(k): int(v) for k, v in layers.items() if isinstance(v, int) and v >= 0}
-            total = sum(sizes.values())
-            for layer, size in sizes.items():
-                rows.append((int(pid), value["id"], str(value.get("model")), value.get("index"),
-                             value.get("generation"), layer, size,
-                             size / total if total else 1 / len(sizes)))  # fmt: skip
+    for pid, key, value in zip(facts["pid"].to_numpy(), facts["key"], facts["value"],
+                               strict=True):  # fmt: skip
+        if key != DDP_BUCKET:
+            continue
+        layers = value.get("layers")
+        if not isinstance(layers, dict) or not isinstance(value.get("id"), int):
+            continue
+        sizes = {str(k): int(v) for k, v in layers.items() if isinstance(v, int) and v >= 0}
+        total = sum(sizes.values())
+        for layer, size in sizes.items():
+            rows.append((int(pid), value["id"], str(value.get("model")), value.get("index"),
+                         value.get("generation"), layer, size,
+                         size / total if total else 1 / len(sizes)))  # fmt: skip
     columns = ["pid", "bucket", "model", "index", "generation", "layer", "bytes", "share"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def layer_grad_sync(kernels: pd.DataFrame, marks: pd.DataFrame | None, steps: int) -> pd.DataFrame:
+def layer_grad_sync(kernels: pd.DataFrame, facts: pd.DataFrame | None, steps: int) -> pd.DataFrame:
     """Per layer (index ``layer``) :data:`GRAD_COLUMNS`: its gradient bytes per step (in the
     buckets of its process's last composition), DDP bucket indices, and the bucket op time
     booked to it over ``kernels`` (the window's) and per step over ``steps`` steps."""
-    parts = bucket_layers(marks) if marks is not None else pd.DataFrame()
+    parts = bucket_layers(facts) if facts is not None else pd.DataFrame()
     if parts.empty:
         return _typed(pd.DataFrame(columns=list(GRAD_COLUMNS), index=pd.Index([], name="layer")))
     column = kernels["ddp_bucket"].astype("category")  # ids as categories (ingest)

@@ -52,7 +52,7 @@ def build_report(
     )
     between_tables()
     layers = layers_table(kernels, ranges, profile.iterations, window,
-                          marks=profile.marks, gpus=profile.gpus)  # fmt: skip
+                          facts=profile.facts, gpus=profile.gpus)  # fmt: skip
     between_tables()
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices

@@ -53,19 +53,20 @@ _FIRST_ARG = re.compile(r"<\s*(?:\(\w+\)\s*)?([A-Za-z_][\w:]*)")
 
 
 def layer_implementations(
-    kernels: pd.DataFrame, marks: pd.DataFrame, gpus: pd.DataFrame, layers: Iterable[str] = ()
+    kernels: pd.DataFrame, facts: pd.DataFrame | None, gpus: pd.DataFrame,
+    layers: Iterable[str] = (),
 ) -> pd.DataFrame:
     """One row per layer (:data:`LAYER_KERNEL_COLUMNS`): the layers of ``kernels``, those of
-    the ``module`` facts in ``marks``, then ``layers`` (e.g. every layer with wall time).
+    the ``module`` facts (``Profile.facts``), then ``layers`` (e.g. every layer with wall time).
 
     ``kernels`` are the analysed window's (the caller chooses them); facts are first calls,
     wherever they were. A layer without a fact (a profile annotated before facts, emit_nvtx
     or DLProf layers) has no shape or dtype, and so no inferred Tensor Core use.
     """
-    facts = module_facts(marks).set_index("layer")
+    described = module_facts(facts).set_index("layer")
     own, distinct = _by_kernel(kernels)
-    names = list(dict.fromkeys([*own["layer"], *facts.index, *layers]))
-    fact = facts.reindex(pd.Index(names, dtype=object)).astype(object)
+    names = list(dict.fromkeys([*own["layer"], *described.index, *layers]))
+    fact = described.reindex(pd.Index(names, dtype=object)).astype(object)
     fact = fact.where(fact.notna(), None)
     kernel_types = _first_types(kernels)
     types = [t if t is not None else kernel_types.get(n) for n, t in zip(names, fact["type"])]

@@ -56,7 +56,7 @@ def layers_table(
     iterations: pd.DataFrame | None = None,
     window: StepWindow = NO_WINDOW,
     *,
-    marks: pd.DataFrame | None = None,
+    facts: pd.DataFrame | None = None,
     gpus: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per module of ``kernels``/``ranges`` (the window's: the caller cuts them),
@@ -76,9 +76,9 @@ def layers_table(
     out["calls_per_step"] = out["calls_per_step"].where(out["calls"].notna().to_numpy())
     out["order"] = _network_order(calls.sums, own, window, out["layer"])
     out = out.sort_values(["order", "layer"], kind="stable")
-    out = _with_folded(out, marks)
-    out = out.merge(_implementations(kernels, marks, gpus, out["layer"]), on="layer", how="left")
-    out = out.join(layer_grad_sync(kernels, marks, len(window.steps)), on="layer")
+    out = _with_folded(out, facts)
+    out = out.merge(_implementations(kernels, facts, gpus, out["layer"]), on="layer", how="left")
+    out = out.join(layer_grad_sync(kernels, facts, len(window.steps)), on="layer")
     return ordered(out, "layers")
 
 
@@ -365,31 +365,30 @@ def _network_order(
     return order.sort_index().to_numpy(dtype=np.int64)
 
 
-def _with_folded(out: pd.DataFrame, marks: pd.DataFrame | None) -> pd.DataFrame:
+def _with_folded(out: pd.DataFrame, facts: pd.DataFrame | None) -> pd.DataFrame:
     """Mark the modules the annotation folded after warm-up, and list those the window has no
     range of (report/folded_layers.py)."""
     from dlprof_lite.report.folded_layers import with_folded
     from dlprof_lite.report.run_facts import FOLDED_COLUMNS, folded_modules, module_facts
 
-    if marks is None or marks.empty:
+    if facts is None or facts.empty:
         return with_folded(out, pd.DataFrame(columns=list(FOLDED_COLUMNS)), {})
-    described = module_facts(marks)
+    described = module_facts(facts)
     types = dict(zip(described["layer"].astype(str), described["type"], strict=True))
-    return with_folded(out, folded_modules(marks), types)
+    return with_folded(out, folded_modules(facts), types)
 
 
 def _implementations(
-    kernels: pd.DataFrame, marks: pd.DataFrame | None, gpus: pd.DataFrame | None,
+    kernels: pd.DataFrame, facts: pd.DataFrame | None, gpus: pd.DataFrame | None,
     layers: pd.Series,
 ) -> pd.DataFrame:  # fmt: skip
     """What each layer ran (report/layer_kernels.py), one row per layer of the table."""
     from dlprof_lite.report.layer_kernels import layer_implementations
 
-    no_marks = pd.DataFrame(columns=["start_ns", "name", "domain", "pid", "tid"])
     no_gpus = pd.DataFrame(columns=["device_id", "cc_major", "cc_minor"])
     found = layer_implementations(
         kernels,
-        marks if marks is not None else no_marks,
+        facts,
         gpus if gpus is not None else no_gpus,
         layers=[str(x) for x in layers],
     )

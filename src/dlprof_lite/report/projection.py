@@ -34,8 +34,7 @@ import pandas as pd
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.frames import cat_mask
 from dlprof_lite.report.summary_types import Projection, Summary
-from dlprof_lite.rules.facts import parse_fact
-from dlprof_lite.rules.names import DOMAIN, FACT_PREFIX, PHASES
+from dlprof_lite.rules.names import DOMAIN, PHASES
 
 # Every warning of this module starts with one of these (replaced when options change).
 NO_PROJECTION = "no projected training time: "
@@ -63,7 +62,7 @@ def project(
     analysed = _analysed(iterations)
     if analysed.empty:
         return values, [NO_PROJECTION + "no analysed training steps were found"]
-    facts = _fact_marks(profile.marks)
+    facts = _facts(profile)
     steps, source, why = _steps_per_epoch(profile, iterations, facts, given.steps_per_epoch)
     if steps is None:
         return values, [NO_PROJECTION + why]
@@ -101,7 +100,7 @@ def outside_steps(
     program's last recorded event. Both 0 without steps."""
     if iterations.empty:
         return {"between_steps_ns": 0, "after_training_ns": 0}
-    facts = _fact_marks(profile.marks) if facts is None else facts
+    facts = _facts(profile) if facts is None else facts
     last = int(iterations["end_ns"].max())
     return {
         "between_steps_ns": int(iterations["between_before_ns"].sum()),
@@ -147,20 +146,11 @@ class _Fact:
     value: dict[str, object]
 
 
-def _fact_marks(marks: pd.DataFrame) -> list[_Fact]:
+def _facts(profile: Profile) -> list[_Fact]:
     """The run facts with their times (report/run_facts.py reads them without)."""
-    if marks.empty:
-        return []
-    ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
-        marks["domain"].astype(object) == DOMAIN
-    ).to_numpy(dtype=bool)
-    found = marks[ours].sort_values("start_ns", kind="stable")
-    out = []
-    for text, start in zip(found["name"].astype(str), found["start_ns"].to_numpy(), strict=True):
-        fact = parse_fact(text)
-        if fact is not None:
-            out.append(_Fact(int(start), fact[0], fact[1]))
-    return out
+    facts = profile.facts
+    return [_Fact(int(t), str(k), v) for t, k, v in
+            zip(facts["start_ns"].to_numpy(), facts["key"], facts["value"], strict=True)]
 
 
 def _inside(times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:

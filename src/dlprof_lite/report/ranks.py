@@ -52,7 +52,7 @@ def collectives(names: pd.Series) -> np.ndarray:
 def ranks_of(profile: Profile, pids: list[int]) -> dict[int, int]:
     """pid -> rank: the annotation's ``process`` facts when every process has one, else the
     processes' order by pid."""
-    facts = dict(read_run_facts(profile.marks).ranks)
+    facts = dict(read_run_facts(profile.facts).ranks)
     if pids and all(p in facts for p in pids):
         return {p: int(facts[p]) for p in pids}
     return {p: i for i, p in enumerate(sorted(pids))}

@@ -1,8 +1,9 @@
-"""Run facts: what the profiled process recorded about itself, read from the ``marks`` frame.
+"""Run facts: what the profiled process recorded about itself, from ``Profile.facts``.
 
 Place in the pipeline: report. The annotation layer writes each fact as an NVTX mark in the
-``dlprof-lite`` domain (:mod:`dlprof_lite.rules.facts`); ingest keeps marks as they are,
-and this module turns them into the summary's data-loader settings and annotation cost, so
+``dlprof-lite`` domain (the codec: :mod:`dlprof_lite.rules.facts`); ingest parses them once
+into the Profile's ``facts`` frame (:mod:`dlprof_lite.ingest.facts`), and this module turns
+them into the summary's data-loader settings and annotation cost, so
 the advice can name the ``num_workers`` a script really used instead of guessing, and into
 one row per module (:func:`module_facts`: input shapes and dtypes of its first call) for the
 layer table (:mod:`dlprof_lite.report.layer_kernels`), one row per module folded after the
@@ -18,14 +19,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from dlprof_lite.report.frames import cat_mask
-from dlprof_lite.rules.facts import parse_fact
-from dlprof_lite.rules.names import DOMAIN, FACT_PREFIX, FOLDED, ROOT_MODULE
+from dlprof_lite.rules.names import FOLDED, ROOT_MODULE
 from dlprof_lite.safe_text import printable
 
 # The settings a summary names for each DataLoader, in this order.
@@ -44,28 +44,14 @@ class RunFacts:
     processes: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
-def fact_marks(marks: pd.DataFrame) -> pd.DataFrame:
-    """The marks of our domain whose text is a fact, in time order."""
-    ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
-        marks["domain"].astype(object) == DOMAIN
-    ).to_numpy(dtype=bool)
-    return marks[ours].sort_values("start_ns", kind="stable")
-
-
-def read_run_facts(marks: pd.DataFrame) -> RunFacts:
-    """The fact marks of ``marks`` (others and malformed ones are ignored)."""
-    if marks.empty:
-        return RunFacts()
-    found = fact_marks(marks)
+def read_run_facts(facts: pd.DataFrame) -> RunFacts:
+    """The run facts of a profile (``Profile.facts``: :mod:`dlprof_lite.ingest.facts`)."""
     loaders: dict[str, dict[str, Any]] = {}
     annotation: dict[int, dict[str, Any]] = {}
     ranks: dict[int, int] = {}
     processes: dict[int, dict[str, Any]] = {}
-    for text, pid in zip(found["name"].astype(str), found["pid"].to_numpy(), strict=True):
-        fact = parse_fact(text)
-        if fact is None:
-            continue
-        key, value = fact
+    for key, value, pid in zip(facts["key"], facts["value"], facts["pid"].to_numpy(),
+                               strict=True):  # fmt: skip
         if key == "dataloader":
             loaders.setdefault(json.dumps(value, sort_keys=True), value)
         elif key == "annotation":
@@ -86,7 +72,7 @@ MODULE_FACT_FIELDS = (
 _FLAGS = ("tf32", "tf32_conv")
 
 
-def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
+def module_facts(facts: pd.DataFrame | None) -> pd.DataFrame:
     """One row per layer named by a ``module`` fact: :data:`MODULE_FACT_FIELDS`.
 
     Each module writes its fact once, at its first call, so a layer's row is its first call.
@@ -94,19 +80,16 @@ def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
     modules share (a module without a known qualified name) keeps the one that ran first.
     """
     rows: dict[str, tuple[object, ...]] = {}
-    if not marks.empty:
-        for text in fact_marks(marks)["name"].astype(str):
-            fact = parse_fact(text)
-            if fact is None or fact[0] != "module" or not isinstance(fact[1].get("layer"), str):
-                continue
-            value = fact[1]
-            layer = value["layer"] or ROOT_MODULE  # the range names an unnamed root so
-            if layer not in rows:
-                rows[layer] = tuple(
-                    value.get(f) is True if f in _FLAGS else _text(value.get(f))
-                    for f in MODULE_FACT_FIELDS[1:]
-                )
-                rows[layer] = (layer, *rows[layer])
+    for key, value in _pairs(facts):
+        if key != "module" or not isinstance(value.get("layer"), str):
+            continue
+        layer = value["layer"] or ROOT_MODULE  # the range names an unnamed root so
+        if layer not in rows:
+            rows[layer] = tuple(
+                value.get(f) is True if f in _FLAGS else _text(value.get(f))
+                for f in MODULE_FACT_FIELDS[1:]
+            )
+            rows[layer] = (layer, *rows[layer])
     frame = pd.DataFrame(list(rows.values()), columns=list(MODULE_FACT_FIELDS))
     return frame.astype({f: bool if f in _FLAGS else object for f in MODULE_FACT_FIELDS})
 
@@ -117,16 +100,14 @@ def module_facts(marks: pd.DataFrame) -> pd.DataFrame:
 FOLDED_COLUMNS = ("layer", "folded_call_ns", "into", "after")
 
 
-def folded_modules(marks: pd.DataFrame) -> pd.DataFrame:
+def folded_modules(facts: pd.DataFrame | None) -> pd.DataFrame:
     """One row per module the ``folded`` facts name (:data:`FOLDED_COLUMNS`), in fact order
     (network order). The first fact of a layer wins, as in :func:`module_facts`."""
     rows: dict[str, tuple[str, int, str | None, str | None]] = {}
-    texts = fact_marks(marks)["name"].astype(str).tolist() if not marks.empty else []
-    for text in texts:
-        fact = parse_fact(text)
-        if fact is None or fact[0] != FOLDED or not isinstance(fact[1].get("modules"), list):
+    for key, value in _pairs(facts):
+        if key != FOLDED or not isinstance(value.get("modules"), list):
             continue
-        for entry in fact[1]["modules"]:
+        for entry in value["modules"]:
             if (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], str)
                     and _number(entry[1]) is not None):  # fmt: skip
                 rows.setdefault(entry[0], (entry[0], int(entry[1]), _text(entry[2]),
@@ -134,6 +115,13 @@ def folded_modules(marks: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(list(rows.values()), columns=list(FOLDED_COLUMNS))
     return frame.astype({"layer": object, "folded_call_ns": "int64", "into": object,
                          "after": object})  # fmt: skip
+
+
+def _pairs(facts: pd.DataFrame | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, value) of each fact, in time order; none for no frame."""
+    if facts is None or facts.empty:
+        return iter(())
+    return zip(facts["key"], facts["value"], strict=True)
 
 
 def _text(value: object) -> str | None:

@@ -96,7 +96,7 @@ def summarize(
     flat.update(tc_miss_facts(layers, int(number(flat["window_kernel_ns"]) or 0)))
     fp32 = fp32_gemm_facts(profile.kernels, totals["kernel_ns"])
     flat.update(fp32)
-    facts = read_run_facts(profile.marks)
+    facts = read_run_facts(profile.facts)
     flat.update(dataloader_summary(facts))
     flat.update(annotation_summary(facts, number(flat.get("iterations_mean_ns"))))
     process, process_warnings = process_summary(facts)

@@ -1,0 +1,39 @@
+"""Run facts parsed once: the ``facts`` frame of a Profile, from its ``marks``.
+
+The annotation writes each fact as an NVTX mark of the ``dlprof-lite`` domain whose text is
+``fact:`` and a JSON object (the codec: :mod:`dlprof_lite.rules.facts`). Here every such mark
+is parsed, once, when a Profile is built; the report reads the frame (data-loader settings,
+annotation cost, ranks, module shapes, folded modules, DDP buckets, the projection's
+epochs), never the mark texts. Malformed facts and marks of other domains are left out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.rules.facts import parse_fact
+from dlprof_lite.rules.names import DOMAIN, FACT_PREFIX
+
+# One row per fact, in time order (a stable sort keeps the order of facts written at once).
+FACT_COLUMNS = ("start_ns", "pid", "key", "value")
+
+
+def facts_of(marks: pd.DataFrame) -> pd.DataFrame:
+    """The run facts among ``marks``: ``start_ns`` and ``pid`` (int64), ``key`` (a
+    :data:`~dlprof_lite.rules.names.FACT_KEYS` name) and ``value`` (its dict)."""
+    rows: list[tuple[int, int, str, dict[str, object]]] = []
+    if len(marks):
+        names = marks["name"].astype("category")
+        texts = pd.Series(names.cat.categories.astype(str))
+        hit = np.append(texts.str.startswith(FACT_PREFIX).to_numpy(dtype=bool), False)
+        ours = hit[names.cat.codes.to_numpy()] & (
+            marks["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool)  # fmt: skip
+        found = marks[ours].sort_values("start_ns", kind="stable")
+        for text, start, pid in zip(found["name"].astype(str), found["start_ns"].to_numpy(),
+                                    found["pid"].to_numpy(), strict=True):  # fmt: skip
+            fact = parse_fact(text)
+            if fact is not None:
+                rows.append((int(start), int(pid), fact[0], fact[1]))
+    frame = pd.DataFrame(rows, columns=list(FACT_COLUMNS))
+    return frame.astype({"start_ns": "int64", "pid": "int64", "key": object, "value": object})
