@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from builders import make_profile
-from dlprof_lite.ingest.load import load
+from dlprof_lite import load
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.steps import analysed
+from dlprof_lite.report.model import analysed
 
 NCCL_NEW = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NCCL_OLD = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"

@@ -12,6 +12,7 @@ from builders import START_END, ranges
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import check_frame
 from dlprof_lite.ingest.iterations import assign_iterations, find_iterations
+from dlprof_lite.ingest.selection import StepSelection
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV
 
@@ -77,14 +78,14 @@ def test_without_optimizer_phases_every_iteration_counts() -> None:
 
 
 def test_windows_and_warmup() -> None:
-    table, _, _ = find_iterations(annotated(), iter_start=1, iter_stop=3)
+    table, _, _ = find_iterations(annotated(), steps=StepSelection(iter_start=1, iter_stop=3))
     assert table["warmup"].tolist() == [True, False, False, False]  # before --iter-start 1
     assert table["in_window"].tolist() == [False, True, True, False]  # 1, 2; 3 is the stop
-    table, _, _ = find_iterations(annotated(), iter_start=2)
+    table, _, _ = find_iterations(annotated(), steps=StepSelection(iter_start=2))
     assert table["warmup"].tolist() == [True, True, False, False]
     assert table["in_window"].tolist() == [False, False, True, True]
     # Only a stop: nothing is before the window, so nothing is warm-up.
-    table, _, _ = find_iterations(annotated(), iter_stop=2)
+    table, _, _ = find_iterations(annotated(), steps=StepSelection(iter_stop=2))
     assert table["warmup"].tolist() == [False] * 4
     assert table["in_window"].tolist() == [True, True, False, False]
 
@@ -103,7 +104,7 @@ def test_two_iterations_have_no_default_warmup() -> None:
 )
 def test_bad_windows(start: int | None, stop: int | None, words: str) -> None:
     with pytest.raises(InputError, match=words):
-        find_iterations(annotated(), iter_start=start, iter_stop=stop)
+        find_iterations(annotated(), steps=StepSelection(iter_start=start, iter_stop=stop))
 
 
 def test_regex_key_over_numbered_ranges() -> None:
@@ -116,26 +117,27 @@ def test_regex_key_over_numbered_ranges() -> None:
             ("checkpoint", 300, 400, -1),
         ]
     )
-    table, name, source = find_iterations(frame, key_range=r"^step \d+$")
+    table, name, source = find_iterations(frame, steps=StepSelection(key_range=r"^step \d+$"))
     assert (name, source) == (r"^step \d+$", "key-range")  # several names: the regex
     assert table["end_ns"].tolist() == [100, 250, 300]
     assert table["wall_ns"].tolist() == [100, 150, 50]  # 100-0, 250-100, 300-250
-    _, name, _ = find_iterations(frame, key_range="check")
+    _, name, _ = find_iterations(frame, steps=StepSelection(key_range="check"))
     assert name == "checkpoint"  # one name matched: the name itself
 
 
 def test_regex_matching_nested_ranges_keeps_the_outer_ones() -> None:
     frame = ranges([("train a", 0, 100, -1), ("train b", 10, 20, 0), ("train c", 100, 180, -1)])
-    table, _, _ = find_iterations(frame, key_range="train")
+    table, _, _ = find_iterations(frame, steps=StepSelection(key_range="train"))
     # "train b" starts inside "train a": not a boundary. Ends 100 and 180.
     assert table["end_ns"].tolist() == [100, 180]
 
 
 def test_regex_that_matches_nothing_names_top_level_ranges() -> None:
     with pytest.raises(InputError, match=r"matches no NVTX range.*'step 0'"):
-        find_iterations(ranges([("step 0", 0, 10, -1), ("step 1", 10, 20, -1)]), key_range="epoch")
+        find_iterations(ranges([("step 0", 0, 10, -1), ("step 1", 10, 20, -1)]),
+                        steps=StepSelection(key_range="epoch"))  # fmt: skip
     with pytest.raises(InputError, match="not a valid regular expression"):
-        find_iterations(ranges([("step 0", 0, 10, -1)]), key_range="(")
+        find_iterations(ranges([("step 0", 0, 10, -1)]), steps=StepSelection(key_range="("))
 
 
 def test_most_repeated_top_level_range() -> None:
@@ -355,5 +357,6 @@ def test_compile_warm_up_with_few_steps_and_explicit_windows() -> None:
     assert find_iterations(two)[0]["warmup"].tolist() == [True, False]
     assert find_iterations(compiled_steps([], steps=2))[0]["warmup"].tolist() == [False, False]
     # An explicit window is the user's choice: compile time does not move it.
-    table, _, _ = find_iterations(compiled_steps([(10, 60), (120, 150)]), iter_start=1)
+    table, _, _ = find_iterations(compiled_steps([(10, 60), (120, 150)]),
+                                  steps=StepSelection(iter_start=1))  # fmt: skip
     assert table["warmup"].tolist() == [True, False, False, False, False]

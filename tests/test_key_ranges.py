@@ -14,6 +14,7 @@ import pytest
 
 from builders import ranges
 from dlprof_lite.ingest.iterations import find_iterations
+from dlprof_lite.ingest.selection import StepSelection
 from dlprof_lite.rules.steps import key_regex, step_key
 
 OURS = {"domain": "dlprof-lite"}
@@ -61,7 +62,8 @@ def test_the_override_regex_matches_every_step(style: str, key: str) -> None:
     regex = key_regex(frame["name"], key)
     hits = [n for n in frame["name"].astype(str) if re.search(regex, n)]
     assert hits == [style.format(i) for i in (12, 13, 14)]
-    assert find_iterations(frame, key_range=regex)[0]["end_ns"].tolist() == [180, 280, 380]
+    table = find_iterations(frame, steps=StepSelection(key_range=regex))[0]
+    assert table["end_ns"].tolist() == [180, 280, 380]
 
 
 @pytest.mark.parametrize(
@@ -132,7 +134,8 @@ def test_numbered_start_end_ranges_count() -> None:
 
 
 def test_key_range_regex_still_comes_first() -> None:
-    _, name, source = find_iterations(numbered_run("step {}"), key_range="^setup$")
+    _, name, source = find_iterations(numbered_run("step {}"),
+                                      steps=StepSelection(key_range="^setup$"))  # fmt: skip
     assert (name, source) == ("setup", "key-range")
 
 

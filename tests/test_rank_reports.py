@@ -19,6 +19,7 @@ import pytest
 from dlprof_lite.cli import main
 from dlprof_lite.ingest.facts import facts_of
 from dlprof_lite.ingest.load import enrich, load, load_raw
+from dlprof_lite.ingest.selection import StepSelection
 from dlprof_lite.pipeline import AnalyzeOptions, analyze_one
 from dlprof_lite.ranks_run import RANKS_STEM, rank_processes
 
@@ -75,7 +76,8 @@ def test_each_rank_report_holds_its_process(
     expected = truth_by_pid(truth)
     out = tmp_path / "two.dlprof"
     # The tables of the whole run (not the steady window), as the truth counts every kernel.
-    result = analyze_one(path, out, AnalyzeOptions(formats=("csv",), all_iterations=True))
+    options = AnalyzeOptions(formats=("csv",), steps=StepSelection(all_iterations=True))
+    result = analyze_one(path, out, options)
     assert [r.process.folder for r in result.ranks] == [f"pid{p}" for p in sorted(expected)]
     summary = {r["report_dir"]: r for r in rows(out / f"{RANKS_STEM}.csv")}
     assert len(summary) == 2

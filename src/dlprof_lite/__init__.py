@@ -51,9 +51,9 @@ def load(
     """Read an nsys ``.sqlite`` export (or ``.nsys-rep``, exported by ``nsys``: its path,
     default from PATH) into an analysed :class:`Profile`."""
     from dlprof_lite.ingest.load import load as _load
+    from dlprof_lite.ingest.selection import StepSelection
 
-    return _load(path, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
-                 nsys=nsys)  # fmt: skip
+    return _load(path, steps=StepSelection(key_range, iter_start, iter_stop), nsys=nsys)
 
 
 def analyze(
@@ -73,13 +73,12 @@ def analyze(
     left out); ``all_iterations`` makes them whole-run totals. ``steps_per_epoch`` and
     ``epochs`` set the projected training time (default: the DataLoader's length, 1);
     ``nsys``: the nsys that exports an ``.nsys-rep`` input (default: from PATH)."""
+    from dlprof_lite.ingest.selection import StepSelection
     from dlprof_lite.pipeline import AnalyzeOptions, analyze_profile
 
-    options = AnalyzeOptions(
-        key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
-        all_iterations=all_iterations, steps_per_epoch=steps_per_epoch, epochs=epochs,
-        nsys=nsys,
-    )  # fmt: skip
+    steps = StepSelection(key_range, iter_start, iter_stop, all_iterations)
+    options = AnalyzeOptions(steps=steps, steps_per_epoch=steps_per_epoch, epochs=epochs,
+                             nsys=nsys)  # fmt: skip
     return analyze_profile(Path(path), options)
 
 

@@ -32,6 +32,7 @@ from dlprof_lite import __version__
 from dlprof_lite.batch import default_jobs
 from dlprof_lite.cli_store import record_folders, record_report
 from dlprof_lite.errors import DlprofError, InputError
+from dlprof_lite.ingest.selection import StepSelection
 from dlprof_lite.memory import tune_process
 from dlprof_lite.pipeline import (
     AnalyzeOptions,
@@ -341,10 +342,8 @@ def _options(args: argparse.Namespace) -> AnalyzeOptions:
     return AnalyzeOptions(
         formats=tuple(args.formats),
         force=args.force,
-        key_range=args.key_range,
-        iter_start=args.iter_start,
-        iter_stop=args.iter_stop,
-        all_iterations=args.all_iterations,
+        steps=StepSelection(args.key_range, args.iter_start, args.iter_stop,
+                            args.all_iterations),
         steps_per_epoch=args.steps_per_epoch,
         epochs=args.epochs,
         trace_iterations=args.trace_iterations,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlprof_lite.ingest.selection import EVERY_STEP_BY_RULE, StepSelection
 from dlprof_lite.progress import Stage, StageProgress, no_progress
 from dlprof_lite.rules.outputs import FORMATS
 
@@ -38,10 +39,7 @@ class AnalyzeOptions:
 
     formats: tuple[str, ...] = FORMATS
     force: bool = False
-    key_range: str | None = None
-    iter_start: int | None = None
-    iter_stop: int | None = None
-    all_iterations: bool = False  # the tables cover the whole run, not the analysed window
+    steps: StepSelection = EVERY_STEP_BY_RULE  # the key range, the window, all iterations
     steps_per_epoch: int | None = None  # the projection's (report/projection.py)
     epochs: int | None = None
     # trace.json of iterations [A, B) instead of the report's timeline iteration
@@ -111,13 +109,7 @@ def _analyze_export(
     extra: dict[str, Any] = {"progress": progress} if progress is not None else {}
     raw = load_raw(path, **extra)
     release_freed_memory()  # each stage starts on what the earlier ones still hold
-    profile = enrich(
-        raw,
-        key_range=options.key_range,
-        iter_start=options.iter_start,
-        iter_stop=options.iter_stop,
-        **extra,
-    )
+    profile = enrich(raw, steps=options.steps, **extra)
     processes = rank_processes(profile.facts, profile.ranges) if ranks else []
     if not processes:
         del raw  # one process: its frames go before the report is built (peak memory)
@@ -132,8 +124,7 @@ def _analyze_export(
     per_rank, warnings = [], []
     for process in processes:
         try:
-            one = enrich(raw, key_range=options.key_range, iter_start=options.iter_start,
-                         iter_stop=options.iter_stop, pids=[process.pid])  # fmt: skip
+            one = enrich(raw, steps=options.steps, pids=[process.pid])
             per_rank.append(RankReport(process, *_report_of(one, options)))
         except DlprofError as err:  # e.g. a window past this rank's steps: the others go on
             warnings.append(f"no report for {process.folder} (pid {process.pid}): {err}")
@@ -157,7 +148,7 @@ def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.Da
     given = ProjectionInput(options.steps_per_epoch, options.epochs)
     # Each large table starts on what the report holds, not on the freed temporaries of the
     # one before it: about 20 MB off the report's peak at 1M kernels (508 -> 487 MB).
-    report = build_report(profile, all_iterations=options.all_iterations, projection=given,
+    report = build_report(profile, all_iterations=options.steps.all_iterations, projection=given,
                           between_tables=release_freed_memory)  # fmt: skip
     if options.trace_iterations is None:
         return report, None

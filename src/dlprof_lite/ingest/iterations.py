@@ -62,6 +62,7 @@ import pandas as pd
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import empty_frame
 from dlprof_lite.ingest.key_ranges import numbered_steps, repeated_names, root_model_calls
+from dlprof_lite.ingest.selection import EVERY_STEP_BY_RULE, StepSelection
 from dlprof_lite.ingest.step_bounds import ours, step_instances
 from dlprof_lite.ingest.step_guess import Verdict, Work, judge
 from dlprof_lite.rules.iterations import DEFAULT_WARMUP_MIN_ITERATIONS
@@ -79,21 +80,18 @@ def find_iterations(
     ranges: pd.DataFrame,
     marks: pd.DataFrame | None = None,
     *,
-    key_range: str | None = None,
-    iter_start: int | None = None,
-    iter_stop: int | None = None,
+    steps: StepSelection = EVERY_STEP_BY_RULE,
 ) -> tuple[pd.DataFrame, str | None, str]:
     """Return the ``iterations`` table, the key range name and where the key came from, by
     the rules alone (no step test: :func:`choose_iterations` with the profile's work has one).
 
     The source is one of :data:`SOURCES`. With a regex matching several names (``step 1``,
-    ``step 2``, ...) the name returned is the regex itself. ``iter_start``/``iter_stop``
+    ``step 2``, ...) the name returned is the regex itself. ``steps.iter_start``/``iter_stop``
     choose the window (stop exclusive); iterations before ``iter_start`` are warm-up.
     Raises :class:`InputError` for a regex that is invalid or matches no range, a negative or
     empty window, or a window that selects none of the iterations found.
     """
-    found = choose_iterations(ranges, marks, key_range=key_range, iter_start=iter_start,
-                              iter_stop=iter_stop)  # fmt: skip
+    found = choose_iterations(ranges, marks, steps=steps)
     return found.table, found.name, found.source
 
 
@@ -110,20 +108,18 @@ def choose_iterations(
     ranges: pd.DataFrame,
     marks: pd.DataFrame | None = None,
     *,
-    key_range: str | None = None,
-    iter_start: int | None = None,
-    iter_stop: int | None = None,
+    steps: StepSelection = EVERY_STEP_BY_RULE,
     work: Work | None = None,
 ) -> Found:
     """:func:`find_iterations`, each guessed key tested against ``work`` (the profile's GPU
     or main-thread time: ingest/step_guess.py); without ``work``, no test."""
-    _check_window(iter_start, iter_stop)
+    _check_window(steps.iter_start, steps.iter_stop)
     guesses = _Guesses(work)
-    key = _key_instances(ranges, marks, key_range, guesses)
+    key = _key_instances(ranges, marks, steps.key_range, guesses)
     if key.instances.empty:
         return Found(empty_frame("iterations"), None, "none", tuple(guesses.rejected))
-    table = _key_table(key, iter_start, iter_stop)
-    if iter_start is None and iter_stop is None:
+    table = _key_table(key, steps.iter_start, steps.iter_stop)
+    if not steps.bounded:
         table["warmup"] = _compiling_start(table, ranges)
     return Found(table, key.name, key.source)
 

@@ -28,6 +28,7 @@ from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.ingest.range_columns import enrich_ranges
 from dlprof_lite.ingest.raw import RawExport
 from dlprof_lite.ingest.reader import read_export
+from dlprof_lite.ingest.selection import EVERY_STEP_BY_RULE, StepSelection
 from dlprof_lite.ingest.step_guess import Work, rejected_note
 from dlprof_lite.ingest.tensorcore import classify_kernels
 from dlprof_lite.progress import Stage, StageProgress, no_progress
@@ -37,9 +38,7 @@ from dlprof_lite.rules.inputs import is_report
 def load(
     path: str | Path,
     *,
-    key_range: str | None = None,
-    iter_start: int | None = None,
-    iter_stop: int | None = None,
+    steps: StepSelection = EVERY_STEP_BY_RULE,
     progress: StageProgress = no_progress,
     pids: Collection[int] | None = None,
     nsys: str | None = None,
@@ -47,13 +46,11 @@ def load(
     """Read an nsys SQLite export (or a report, exported first by ``nsys``: a path, default
     from PATH) and run every analysis step.
 
-    ``key_range`` is a regular expression naming the iteration range (DLProf's key node);
-    ``iter_start``/``iter_stop`` choose the iteration window (stop exclusive); ``pids``:
-    analyse only these processes (one rank of a multi-process run).
+    ``steps``: which steps (the key range, the iteration window); ``pids``: analyse only
+    these processes (one rank of a multi-process run).
     """
     raw = load_raw(path, progress=progress, nsys=nsys)
-    return enrich(raw, key_range=key_range, iter_start=iter_start, iter_stop=iter_stop,
-                  progress=progress, pids=pids)  # fmt: skip
+    return enrich(raw, steps=steps, progress=progress, pids=pids)
 
 
 def load_raw(
@@ -88,9 +85,7 @@ def only_pids(raw: RawExport, pids: Collection[int]) -> RawExport:
 def enrich(
     raw: RawExport,
     *,
-    key_range: str | None = None,
-    iter_start: int | None = None,
-    iter_stop: int | None = None,
+    steps: StepSelection = EVERY_STEP_BY_RULE,
     progress: StageProgress = no_progress,
     pids: Collection[int] | None = None,
 ) -> Profile:
@@ -108,8 +103,8 @@ def enrich(
     kernels = classify_kernels(kernels)
     kernels, memops = launch_overhead(kernels, memops)
     kernels, memops = assign_layers(kernels, memops, ranges)
-    found = choose_iterations(ranges, raw.marks, key_range=key_range, iter_start=iter_start,
-                              iter_stop=iter_stop, work=Work(kernels, memops, ranges))  # fmt: skip
+    found = choose_iterations(ranges, raw.marks, steps=steps,
+                              work=Work(kernels, memops, ranges))  # fmt: skip
     iterations = found.table
     kernels, memops = assign_iterations(kernels, memops, iterations)
     ranges = enrich_ranges(ranges, kernels, memops)  # per-range GPU work reads the TC flags

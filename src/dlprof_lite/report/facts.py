@@ -12,8 +12,8 @@ import pandas as pd
 
 from dlprof_lite.report.frames import cat_mask
 from dlprof_lite.report.intervals import covered_between, merge, total
+from dlprof_lite.report.model import analysed
 from dlprof_lite.report.overhead import is_short_kernel
-from dlprof_lite.report.steps import analysed
 from dlprof_lite.rules.advice import threshold
 from dlprof_lite.rules.apis import SYNC_APIS
 from dlprof_lite.rules.gemm import is_fp32_gemm

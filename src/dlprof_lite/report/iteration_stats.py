@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.report.model import analysed_mask
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV, STEADY_MIN_ITERATIONS, STEADY_TOLERANCE
 from dlprof_lite.rules.names import COMPILE, DOMAIN
 
@@ -44,9 +45,7 @@ def iteration_stats(per_iter: pd.DataFrame) -> dict[str, float | int | bool | No
     longest run of consecutive iterations within ±:data:`STEADY_TOLERANCE` of the median, the
     earliest among equals, at least :data:`STEADY_MIN_ITERATIONS` long — else ``None``.
     """
-    chosen = per_iter[
-        per_iter["in_window"].to_numpy(dtype=bool) & ~per_iter["warmup"].to_numpy(dtype=bool)
-    ].sort_values("iteration")
+    chosen = per_iter[analysed_mask(per_iter)].sort_values("iteration")
     stats: dict[str, float | int | bool | None] = dict.fromkeys(
         ("mean_ns", "median_ns", "std_ns", "p10_ns", "p90_ns", "cv", "steady_start",
          "steady_stop")

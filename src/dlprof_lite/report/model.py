@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dlprof_lite.errors import OutputError
@@ -24,6 +25,24 @@ RANK_INTS = ("rank", "pid", "device_id", "steps", "compute_ns", "comm_ns", "expo
              "comm_kernels", "data_ns", "kernels", "kernel_ns")  # fmt: skip
 TIMELINE_TEXT = ("kind", "name", "full_name", "domain", "layer", "phase", "track")
 TIMELINE_INTS = ("pid", "tid", "device_id", "stream_id", "depth", "correlation_id")
+
+
+def analysed_mask(iterations: pd.DataFrame) -> np.ndarray:
+    """The analysed steps among ``iterations`` (a Profile's or the report's table): inside the
+    window and not warm-up. Every step statistic uses these, and only these."""
+    if iterations.empty:
+        return np.zeros(0, dtype=bool)
+    mask: np.ndarray = (iterations["in_window"].to_numpy(dtype=bool)
+                        & ~iterations["warmup"].to_numpy(dtype=bool))  # fmt: skip
+    return mask
+
+
+def analysed(iterations: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`analysed_mask`."""
+    if iterations.empty:
+        return iterations
+    kept: pd.DataFrame = iterations.loc[analysed_mask(iterations)]
+    return kept
 
 
 def empty_report(table: str) -> pd.DataFrame:

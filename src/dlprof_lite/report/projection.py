@@ -33,6 +33,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.frames import cat_mask
+from dlprof_lite.report.model import analysed, analysed_mask
 from dlprof_lite.report.summary_types import Projection, Summary
 from dlprof_lite.rules.names import DOMAIN, PHASES
 
@@ -59,15 +60,15 @@ def project(
     """The ``projection_*`` summary values and the warnings (one when there is none)."""
     values: dict[str, object] = {}
     epochs = given.epochs or 1
-    analysed = _analysed(iterations)
-    if analysed.empty:
+    kept = analysed(iterations)
+    if kept.empty:
         return values, [NO_PROJECTION + "no analysed training steps were found"]
     facts = _facts(profile)
     steps, source, why = _steps_per_epoch(profile, iterations, facts, given.steps_per_epoch)
     if steps is None:
         return values, [NO_PROJECTION + why]
     inside = _between_steps(iterations, _phase_starts(profile.ranges))
-    step = analysed["wall_ns"].to_numpy(np.float64) - inside[_analysed_mask(iterations)]
+    step = kept["wall_ns"].to_numpy(np.float64) - inside[analysed_mask(iterations)]
     mean = float(step.mean())
     p10, p90 = (float(v) for v in np.percentile(step, [10, 90]))
     startup = _startup(profile, facts, iterations, inside, mean)
@@ -108,12 +109,6 @@ def outside_steps(
     }
 
 
-def _analysed_mask(iterations: pd.DataFrame) -> np.ndarray:
-    warmup = iterations["warmup"].to_numpy(dtype=bool)
-    mask: np.ndarray = iterations["in_window"].to_numpy(dtype=bool) & ~warmup
-    return mask
-
-
 def _startup(
     profile: Profile, facts: list[_Fact], iterations: pd.DataFrame, between: np.ndarray,
     mean: float,
@@ -131,12 +126,6 @@ def _startup(
     warm = iterations["warmup"].to_numpy(dtype=bool)
     extra = iterations["wall_ns"].to_numpy(np.float64)[warm] - between[warm] - mean
     return before + float(np.clip(extra, 0, None).sum())
-
-
-def _analysed(iterations: pd.DataFrame) -> pd.DataFrame:
-    if iterations.empty:
-        return iterations
-    return iterations[_analysed_mask(iterations)]
 
 
 @dataclass(frozen=True)
@@ -208,7 +197,7 @@ def _batches_per_step(ranges: pd.DataFrame, iterations: pd.DataFrame) -> int:
     """Batches one analysed step fetched: its ``data`` ranges (several with gradient
     accumulation), the median over the steps; 1 when the profile has none."""
     starts = np.sort(_our_ranges(ranges, ("data",))["start_ns"].to_numpy(np.int64))
-    window = _analysed(iterations)
+    window = analysed(iterations)
     lo = np.searchsorted(starts, window["start_ns"].to_numpy(np.int64), side="left")
     # [start, end): the next step's first data range may start where this one ends.
     hi = np.searchsorted(starts, window["end_ns"].to_numpy(np.int64), side="left")

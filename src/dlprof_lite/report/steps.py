@@ -40,7 +40,7 @@ from dlprof_lite.report.intervals import (
 )
 from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
-from dlprof_lite.report.model import empty_report
+from dlprof_lite.report.model import analysed, empty_report
 from dlprof_lite.report.ranks import comm_time
 from dlprof_lite.rules.names import DOMAIN, ITERATION, PHASES
 
@@ -233,15 +233,6 @@ def _phase_wall(
     )
     segments = merge(ranges.loc[mine, "start_ns"].to_numpy(), ranges.loc[mine, "end_ns"].to_numpy())
     return covered_between(segments, t0, t1)
-
-
-def analysed(table: pd.DataFrame) -> pd.DataFrame:
-    """The iterations every step statistic uses: inside the window and not warm-up."""
-    if table.empty:
-        return table
-    keep = table["in_window"].to_numpy(dtype=bool) & ~table["warmup"].to_numpy(dtype=bool)
-    kept: pd.DataFrame = table.loc[keep]
-    return kept
 
 
 def iteration_summary(table: pd.DataFrame) -> dict[str, object]:

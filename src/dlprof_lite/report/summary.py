@@ -31,6 +31,7 @@ from dlprof_lite.report.facts import (
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations
+from dlprof_lite.report.model import analysed
 from dlprof_lite.report.projection import ProjectionInput, outside_steps, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -39,7 +40,7 @@ from dlprof_lite.report.run_facts import (
     process_summary,
     read_run_facts,
 )
-from dlprof_lite.report.steps import analysed, iteration_summary, step_breakdown
+from dlprof_lite.report.steps import iteration_summary, step_breakdown
 from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
 from dlprof_lite.rules.advice import threshold
 from dlprof_lite.rules.iterations import GUESSED

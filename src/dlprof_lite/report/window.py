@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.report.model import analysed_mask
+
 ANALYSED, WHOLE_RUN, NO_ITERATIONS = "analysed", "whole-run", "no-iterations"
 
 
@@ -66,8 +68,7 @@ def choose_window(
     if all_iterations:
         chosen, scope, bounds = table, WHOLE_RUN, session
     else:
-        keep = table["in_window"].to_numpy(dtype=bool) & ~table["warmup"].to_numpy(dtype=bool)
-        chosen, scope = table[keep], ANALYSED
+        chosen, scope = table[analysed_mask(table)], ANALYSED
         if chosen.empty:  # every iteration is warm-up: nothing analysed, say so, cover none
             return StepWindow(ANALYSED, (), (), (), None, None)
         bounds = (int(chosen["start_ns"].iloc[0]), int(chosen["end_ns"].iloc[-1]))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.model import analysed
 from dlprof_lite.report.summary_types import Summary
 
 if TYPE_CHECKING:
@@ -68,12 +69,7 @@ class RunRecord:
 
     def analysed(self) -> pd.DataFrame:
         """The iterations rows of the analysed steps (in the window, not warm-up)."""
-        it = self.iterations
-        if it.empty:
-            return it
-        keep = it["in_window"].to_numpy(dtype=bool) & ~it["warmup"].to_numpy(dtype=bool)
-        chosen: pd.DataFrame = it[keep]
-        return chosen
+        return analysed(self.iterations)
 
     def step_ns(self) -> np.ndarray:
         """Wall time of each analysed step, ns (float64), in iteration order."""
