@@ -204,3 +204,24 @@ def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
     for rank in (0, 1):
         assert rows(again / f"rank{rank}" / "summary.csv")[0]["source"] == str(rep)
         assert len(rows(again / f"rank{rank}" / "iterations.csv")) == steps
+
+
+def test_the_notebook_api_gives_each_rank_its_report(
+    two_processes: tuple[Path, GroundTruth],
+) -> None:
+    """``dlprof_lite.analyze_ranks``: the reports the command line writes per rank, by
+    folder name; the oracle is the generator's kernel time per process."""
+    import dlprof_lite
+
+    path, truth = two_processes
+    expected = truth_by_pid(truth)
+    reports = dlprof_lite.analyze_ranks(path, all_iterations=True)
+    assert sorted(reports) == [f"pid{p}" for p in sorted(expected)]
+    for pid, kernel_ns in expected.items():
+        report = reports[f"pid{pid}"]
+        assert report.summary.totals.kernel_ns == kernel_ns
+        assert report.summary.iterations.iterations_count == ITERATIONS
+    one = make_profile(path.with_name("one.sqlite"), iterations=ITERATIONS, layers=2,
+                       kernels_per_layer=1, processes=1, seed=4)  # fmt: skip
+    assert one.totals["kernel_ns"] > 0
+    assert dlprof_lite.analyze_ranks(path.with_name("one.sqlite")) == {}

@@ -57,6 +57,17 @@ def test_round_trip_keeps_dtypes_and_lists(tmp_path: Path) -> None:
     assert back.summary.gpus == report.summary.gpus
 
 
+def test_report_open_pairs_with_save_and_build_report_is_public(tmp_path: Path) -> None:
+    """``Report.open`` reads what ``save`` wrote; ``dlprof_lite.build_report`` is the report
+    ``analyze`` gives for the same profile (the oracle: the internal builder's)."""
+    profile = training_profile()
+    report = dlprof_lite.build_report(profile)
+    assert_same_report(report, build_report(profile))
+    back = Report.open(report.save(tmp_path / "r"))
+    assert_same_report(report, back)
+    assert back.summary == dlprof_lite.open_report(tmp_path / "r").summary
+
+
 def test_the_cli_writes_the_folder_analyze_and_save_write(tmp_path: Path) -> None:
     from dlprof_lite.cli import main
 
@@ -189,7 +200,8 @@ def test_api_is_exported_without_importing_pandas() -> None:
     import subprocess
     import sys
 
-    assert {"analyze", "open_report", "load", "Report", "Summary"} <= set(dlprof_lite.__all__)
+    assert {"analyze", "analyze_ranks", "build_report", "open_report", "load", "Report",
+            "Summary"} <= set(dlprof_lite.__all__)  # fmt: skip
     assert dlprof_lite.Report is Report
     code = "import sys, dlprof_lite; print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -28,9 +28,11 @@ REPORT_MAY_IMPORT_FROM_INGEST = {"dlprof_lite.ingest.profile"}
 REPORT_MODEL = {"dlprof_lite.report",  # the package itself: its __init__ imports nothing
                 *(f"dlprof_lite.report.{m}" for m in ("model", "summary_types", "metrics",
                                                        "units"))}  # fmt: skip
-# The one import against the order on purpose: ``Report.save`` writes through render (a
-# lazy import inside the method), so that a notebook's ``report.save(folder)`` works.
-ON_PURPOSE = {("dlprof_lite.report.model", "dlprof_lite.render.output")}
+# The imports against the order on purpose: ``Report.save`` writes and ``Report.open`` reads
+# through render (a lazy import inside each method), so that a notebook's
+# ``report.save(folder)`` and ``Report.open(folder)`` work.
+ON_PURPOSE = {("dlprof_lite.report.model", "dlprof_lite.render.output"),
+              ("dlprof_lite.report.model", "dlprof_lite.render.reader")}  # fmt: skip
 
 # Imports against the order that are still there, each with what it waits for. The list may
 # only shrink: a test fails when an entry is no longer needed, so it cannot go stale.

@@ -5,8 +5,10 @@ The notebook API::
     import dlprof_lite
     report = dlprof_lite.analyze("run.nsys-rep")   # a Report: summary + tables
     report.save("run.dlprof")                      # the folder the command line writes
-    again = dlprof_lite.open_report("run.dlprof")  # the same Report, read back
+    again = dlprof_lite.Report.open("run.dlprof")  # the same Report, read back
     profile = dlprof_lite.load("run.sqlite")       # the raw, enriched frames (a Profile)
+    report = dlprof_lite.build_report(profile)     # ... and its Report
+    ranks = dlprof_lite.analyze_ranks("ddp.nsys-rep")  # one Report per rank: {"rank0": ...}
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ if TYPE_CHECKING:
     from dlprof_lite.report.model import Report
     from dlprof_lite.report.summary_types import Summary
 
-__all__ = ["Profile", "Report", "Summary", "__version__", "analyze", "load", "open_report"]
+__all__ = ["Profile", "Report", "Summary", "__version__", "analyze", "analyze_ranks",
+           "build_report", "load", "open_report"]  # fmt: skip
 
 # The types are imported on first use: ``import dlprof_lite`` (which the annotation layer in
 # a training script does) must not import pandas.
 _TYPES = {
     "Profile": "dlprof_lite.ingest.profile",
-    "Report": "dlprof_lite.report.build",
+    "Report": "dlprof_lite.report.model",
     "Summary": "dlprof_lite.report.summary_types",
 }
 
@@ -80,6 +83,47 @@ def analyze(
     options = AnalyzeOptions(steps=steps, steps_per_epoch=steps_per_epoch, epochs=epochs,
                              nsys=nsys)  # fmt: skip
     return analyze_profile(Path(path), options)
+
+
+def analyze_ranks(
+    path: str | Path,
+    *,
+    key_range: str | None = None,
+    iter_start: int | None = None,
+    iter_stop: int | None = None,
+    all_iterations: bool = False,
+    nsys: str | None = None,
+) -> dict[str, Report]:
+    """One Report per rank of a multi-process profile (a ``torchrun`` run), as the command
+    line writes them into ``rank0/``, ``rank1/``, ...: keyed by that folder name (``pid<N>``
+    for a process that recorded no rank). Empty for a profile of one process. A rank that
+    cannot be analysed alone is left out with a warning (``warnings.warn``)."""
+    import warnings
+
+    from dlprof_lite.ingest.selection import StepSelection
+    from dlprof_lite.pipeline import AnalyzeOptions
+    from dlprof_lite.pipeline import analyze_ranks as _ranks
+
+    steps = StepSelection(key_range, iter_start, iter_stop, all_iterations)
+    found, problems = _ranks(Path(path), AnalyzeOptions(steps=steps, nsys=nsys))
+    for problem in problems:
+        warnings.warn(problem, stacklevel=2)
+    return {r.process.folder: r.report for r in found}
+
+
+def build_report(
+    profile: Profile,
+    *,
+    all_iterations: bool = False,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+) -> Report:
+    """The Report of a :class:`Profile` (``load``'s), as ``analyze`` builds it."""
+    from dlprof_lite.report.build import build_report as _build
+    from dlprof_lite.report.projection import ProjectionInput
+
+    return _build(profile, all_iterations=all_iterations,
+                  projection=ProjectionInput(steps_per_epoch, epochs))  # fmt: skip
 
 
 def open_report(folder: str | Path) -> Report:

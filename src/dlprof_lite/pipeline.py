@@ -54,6 +54,15 @@ def analyze_profile(
     return _analyze(path, options, progress, ranks=False).report
 
 
+def analyze_ranks(
+    path: Path, options: AnalyzeOptions, progress: Progress | None = None
+) -> tuple[tuple[RankReport, ...], tuple[str, ...]]:
+    """Each rank's report of a multi-process input (none for one process), and why a rank
+    could not be analysed alone."""
+    done = _analyze(path, options, progress, ranks=True)
+    return done.ranks, done.rank_warnings
+
+
 @dataclass(frozen=True)
 class Analysed:
     """One input's report (all processes), the events of ``--trace-iterations`` when asked

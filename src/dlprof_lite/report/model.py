@@ -137,6 +137,13 @@ class Report:
                               f"choose from {', '.join(FORMATS)}")  # fmt: skip
         return write_report(self, Path(folder), tuple(formats), force=force)
 
+    @classmethod
+    def open(cls, folder: str | Path) -> Report:
+        """Read a report folder back (written by :meth:`save` or the command line)."""
+        from dlprof_lite.render.reader import open_report  # the one way back (render)
+
+        return open_report(folder)
+
     def __repr__(self) -> str:
         return "\n".join(describe(self))
 
