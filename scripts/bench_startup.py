@@ -231,6 +231,7 @@ def drive(kind: str, argv: list[str]) -> int:
     Times are ``time.time()``: the program's end is a file's mtime."""
     import dlprof_lite.batch as batch
     import dlprof_lite.cli as cli
+    import dlprof_lite.cli_run as run_form
     import dlprof_lite.pipeline as pipeline
 
     with _recording() as ev:
@@ -260,9 +261,9 @@ def drive(kind: str, argv: list[str]) -> int:
         run.supervise = _timed(ev, None, "profile_done", run.supervise)  # type: ignore[assignment]
         run.export_sqlite = _timed(ev, "export_start", "export_end", run.export_sqlite)  # type: ignore[assignment]
         pipeline._analyze = _timed(ev, "analyze_start", "analyze_end", pipeline._analyze)  # type: ignore[assignment]
-        cli.report_profiled = _timed(ev, None, "written", cli.report_profiled)  # type: ignore[assignment]
-        cli.record_report = _timed(ev, "store_start", "store_end", cli.record_report)  # type: ignore[assignment]
-        cli._show = _timed(ev, None, "shown", cli._show)  # type: ignore[assignment]
+        run_form.report_profiled = _timed(ev, None, "written", run_form.report_profiled)  # type: ignore[assignment]
+        run_form.record_report = _timed(ev, "store_start", "store_end", run_form.record_report)  # type: ignore[assignment]
+        run_form.show_report = _timed(ev, None, "shown", run_form.show_report)  # type: ignore[assignment]
 
         @contextmanager
         def progress(*_: Any) -> Iterator[Callable[[Any], None]]:
@@ -272,7 +273,7 @@ def drive(kind: str, argv: list[str]) -> int:
 
             yield advance
 
-        cli._progress = progress  # type: ignore[assignment]
+        run_form.progress_bar = progress  # type: ignore[assignment]
         return cli.main(argv)
 
 

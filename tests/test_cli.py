@@ -22,6 +22,7 @@ from builders import foreign_sqlite
 from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
+from dlprof_lite.ingest.selection import StepSelection
 from dlprof_lite.render.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
 from dlprof_lite.report.model import TABLES
 from example_profiles import training_profile
@@ -97,7 +98,7 @@ def test_analyze_writes_a_new_folder_beside_the_input(fake_load, src: Path, caps
     assert main(["analyze", str(src), "--quiet"]) == 0  # never overwrites: a new name
     assert sorted(p.name for p in (src.parent / "run.dlprof-2").iterdir()) == ALL_FILES
     assert (first / "summary.json").stat().st_mtime_ns == stamp
-    assert fake_load.calls[0] == (src, {"key_range": None, "iter_start": None, "iter_stop": None})
+    assert fake_load.calls[0] == (src, {"steps": StepSelection()})
 
 
 def test_console_summary(fake_load, src: Path, capsys) -> None:
@@ -126,7 +127,7 @@ def test_formats_and_options(fake_load, src: Path, tmp_path: Path, capsys) -> No
     assert sorted(p.name for p in (tmp_path / "j").iterdir()) == sorted(
         [*(f"{t}.json" for t in TABLES), GRAPH_FILE, TRACE_FILE]  # no html: no page
     )
-    assert fake_load.calls[0][1] == {"key_range": "^step", "iter_start": 2, "iter_stop": 5}
+    assert fake_load.calls[0][1] == {"steps": StepSelection("^step", 2, 5)}
     for bad in (["--formats", "xml"], ["--formats", ""], ["--key-range", "("],
                 ["--iter-start", "-1"], ["--iter-stop", "x"]):  # fmt: skip
         assert main(["analyze", str(src), *bad]) == 2

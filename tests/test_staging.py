@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dlprof_lite.cli import _program_name
+from dlprof_lite.cli_run import program_name as _program_name
 from dlprof_lite.render.output import staged_folder
 from dlprof_lite.staging import STALE_AFTER_S, sweep_stale
 from test_timeouts import fake_nsys

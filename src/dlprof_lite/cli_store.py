@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlprof_lite import __version__
+from dlprof_lite.cli_common import warn
 from dlprof_lite.errors import DlprofError, OutputError
 from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
@@ -61,10 +62,6 @@ def open_store(url: str | None, *, read_only: bool = False) -> RunStore:
     return RunStore(url)
 
 
-def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {printable(' '.join(message.split()))}", file=sys.stderr)
-
-
 def record_report(
     args: argparse.Namespace,
     report: Report,
@@ -95,7 +92,7 @@ def record_report(
             run_id: int = store.record(RunRecord.from_report(report, context))
             return run_id
     except DlprofError as err:
-        _warn(f"run not recorded in the run store: {err}")
+        warn(f"run not recorded in the run store: {err}")
         return None
 
 
@@ -114,7 +111,7 @@ def record_folders(args: argparse.Namespace, folders: Sequence[Path]) -> None:
                                      tool_version=__version__)  # fmt: skip
                 store.record(RunRecord.from_report(open_report(folder), context))
     except DlprofError as err:
-        _warn(f"runs not recorded in the run store: {err}")
+        warn(f"runs not recorded in the run store: {err}")
 
 
 def _text(value: object) -> str | None:

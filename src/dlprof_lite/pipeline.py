@@ -65,9 +65,10 @@ def analyze_ranks(
 
 @dataclass(frozen=True)
 class Analysed:
-    """One input's report (all processes), the events of ``--trace-iterations`` when asked
-    (they need the Profile, which is dropped here), and one report per rank of a
-    multi-process run (none otherwise)."""
+    """What the pipeline gives for one input, in every form (``analyze``, the run form, a
+    batch worker): its report (all processes), the events of ``--trace-iterations`` when
+    asked (they need the Profile, which is dropped here), one report per rank of a
+    multi-process run (none otherwise), and once written, the folder it went to."""
 
     report: Report
     trace: pd.DataFrame | None
@@ -76,6 +77,12 @@ class Analysed:
     # The rank a one-process profile's process recorded (a node of one rank in a job of
     # several nodes: the cross-node view needs it); None otherwise.
     own_rank: int | None = None
+    report_dir: Path | None = None  # where the report was written (None: not written)
+
+    def row(self) -> dict[str, Scalar]:
+        """The flat summary row of the combined ``summary.csv``, with its report folder."""
+        return {**self.report.summary.row(), "report_dir": str(self.report_dir),
+                "error": None}  # fmt: skip
 
 
 def _analyze(
@@ -166,25 +173,9 @@ def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.Da
     return report, timeline_for(profile, options.trace_iterations)
 
 
-@dataclass(frozen=True)
-class PipelineResult:
-    """One input's report and the folder it was written to."""
-
-    source: str
-    report_dir: Path
-    report: Report
-    ranks: tuple[RankReport, ...] = ()  # one per rank of a multi-process run
-    rank_warnings: tuple[str, ...] = ()
-    own_rank: int | None = None  # Analysed.own_rank
-
-    def row(self) -> dict[str, Scalar]:
-        """The flat summary row of the combined ``summary.csv``, with its report folder."""
-        return {**self.report.summary.row(), "report_dir": str(self.report_dir), "error": None}
-
-
 def analyze_one(
     path: Path, out_dir: Path, options: AnalyzeOptions, progress: Progress | None = None
-) -> PipelineResult:
+) -> Analysed:
     """Analyse one input and write its complete report folder at ``out_dir``.
 
     Top-level and free of open resources so that a process pool can call it.
@@ -197,8 +188,7 @@ def analyze_one(
     with staged_folder(final, force=options.force) as stage:
         write_contents(done.report, stage, options.formats, trace=done.trace)
         write_ranks(done.ranks, stage, options.formats, final)
-    return PipelineResult(str(path), final, done.report, done.ranks, done.rank_warnings,
-                          done.own_rank)  # fmt: skip
+    return replace(done, trace=None, report_dir=final)
 
 
 @dataclass(frozen=True)
@@ -345,4 +335,4 @@ def report_profiled(
     ranks = tuple(replace(r, report=r.report.with_source(source)) for r in done.ranks)
     write_contents(report, stage, options.formats, trace=done.trace)
     write_ranks(ranks, stage, options.formats, target)
-    return replace(done, report=report, ranks=ranks)
+    return replace(done, report=report, ranks=ranks, report_dir=target)
