@@ -25,7 +25,9 @@ import pytest
 from rich.console import Console
 
 from dlprof_lite import open_report
-from dlprof_lite.render.console import _long, _span, render
+from dlprof_lite.durations import long as _long
+from dlprof_lite.durations import span as _span
+from dlprof_lite.render.console import render
 from dlprof_lite.render.writers import formula_safe, quote_cell, unquote_cell
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.projection import NO_PROJECTION, ProjectionInput, reproject

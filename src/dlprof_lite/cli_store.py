@@ -192,9 +192,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def _ms(ns: object) -> str:
     """A duration in the unit it reaches (``1.5 µs``, ``12.30 ms``), never ``0.00``."""
-    from dlprof_lite.report.units import ms
+    from dlprof_lite.durations import short
 
-    return ms(float(ns)) if isinstance(ns, int | float) else ""
+    return short(float(ns)) if isinstance(ns, int | float) else ""
 
 
 def _print_runs(infos: Sequence[RunInfo]) -> None:

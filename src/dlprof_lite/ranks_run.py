@@ -129,4 +129,6 @@ def rank_lines(reports: Sequence[RankReport], parent: Path) -> list[str]:
 
 def as_ms(ns: object) -> str:
     """Nanoseconds as milliseconds for the console, ``n/a`` when not a number."""
-    return f"{float(ns) / 1e6:.2f} ms" if isinstance(ns, int | float) else "n/a"
+    from dlprof_lite.durations import in_ms
+
+    return in_ms(float(ns)) if isinstance(ns, int | float) else "n/a"

@@ -25,7 +25,7 @@ from dlprof_lite.compare.stats import (
     step_delta,
     step_stats,
 )
-from dlprof_lite.report.units import ms
+from dlprof_lite.durations import signed
 from dlprof_lite.rules import compare as rules
 
 
@@ -109,10 +109,6 @@ def compare_sides(
     )
 
 
-def signed_ms(ns: float) -> str:
-    return ("+" if ns > 0 else "") + ms(ns)
-
-
 def _pct_interval(pct: Estimate) -> str:
     if pct.low is None or pct.high is None:
         return "no interval: too few steps"
@@ -143,9 +139,9 @@ def _tested_tail(d: StepDelta) -> str:
 
 def verdict_line(d: StepDelta) -> str:
     """One line: the verdict, the median's and the mean's change, how it was judged."""
-    head = (f"{d.label} vs {d.baseline}: {d.verdict}: median {signed_ms(d.median_ns.value)} "
+    head = (f"{d.label} vs {d.baseline}: {d.verdict}: median {signed(d.median_ns.value)} "
             f"({d.median_pct.value:+.1f} %, ")  # fmt: skip
-    mean = f"mean {signed_ms(d.mean_ns.value)} ({d.mean_pct.value:+.1f} %)"
+    mean = f"mean {signed(d.mean_ns.value)} ({d.mean_pct.value:+.1f} %)"
     if not d.tested:
         return (head + f"within-run {_pct_interval(d.within_median_pct)}), {mean}; the "
                 "run-to-run spread is unknown, so no significance is claimed: repeat each "

@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from dlprof_lite.compare.comparison import Comparison, p_text, signed_ms, verdict_line
+from dlprof_lite.compare.comparison import Comparison, p_text, verdict_line
 from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
+from dlprof_lite.durations import short, signed
 from dlprof_lite.narrow import print_fitting
-from dlprof_lite.report.units import ms
 from dlprof_lite.safe_text import printable
 
 VERDICT_STYLE = {SLOWER: "bold red", FASTER: "bold green"}
@@ -28,7 +28,7 @@ def _t(text: object, style: str = "") -> Text:
 
 
 def _ns(value: float | None) -> str:
-    return "-" if value is None else ms(value)
+    return "-" if value is None else short(value)
 
 
 def _pct(value: float | None) -> str:
@@ -62,7 +62,7 @@ def _steps_table(sides: Sequence[StepStats]) -> Titled:
     table = _new_table(headings)
     for s in sides:
         cells = [str(s.runs), str(s.n)] + [
-            ms(v)
+            short(v)
             for v in (s.mean_ns, s.median_ns, s.std_ns, s.p10_ns, s.p90_ns, s.min_ns, s.max_ns)
         ]
         if pooled:
@@ -93,7 +93,7 @@ def _delta_cells(row: Delta | None) -> list[str]:
         return ["-", "-", "-", "-"]
     if row.metric.endswith("_ns"):
         base, value = _ns(row.baseline_value), _ns(row.value)
-        return [base, value, signed_ms(row.delta or 0.0), _pct(row.delta_pct)]
+        return [base, value, signed(row.delta or 0.0), _pct(row.delta_pct)]
     base, value = (f"{v:.3g}" if v is not None else "-" for v in (row.baseline_value, row.value))
     return [base, value, f"{row.delta or 0.0:+.3g}", _pct(row.delta_pct)]
 

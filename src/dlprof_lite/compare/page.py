@@ -16,13 +16,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dlprof_lite.compare.comparison import Comparison, signed_ms, verdict_line
+from dlprof_lite.compare.comparison import Comparison, verdict_line
 from dlprof_lite.compare.deltas import LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.side import Side
+from dlprof_lite.durations import short, signed
 from dlprof_lite.render.page.charts import axis_labels, scaled, unit_for
 from dlprof_lite.render.page.figures import Figure, figure, text
 from dlprof_lite.render.page.plotly_bundle import Chart, document, esc, section
-from dlprof_lite.report.units import ms
 
 BOX_POINTS = 5000  # step times per side in the box plot (evenly spaced order statistics)
 TOP_LAYERS = 30
@@ -130,7 +130,7 @@ def _verdict(c: Comparison) -> str:
                                               "p10", "p90", "min", "max"))  # fmt: skip
     rows = "".join(
         f'<tr><td class="name">{esc(s.label)}</td><td>{s.runs}</td><td>{s.n}</td>'
-        + "".join(f"<td>{esc(ms(v))}</td>" for v in (s.mean_ns, s.median_ns, s.std_ns,
+        + "".join(f"<td>{esc(short(v))}</td>" for v in (s.mean_ns, s.median_ns, s.std_ns,
                                                     s.p10_ns, s.p90_ns, s.min_ns, s.max_ns))
         + "</tr>"
         for s in c.sides
@@ -176,7 +176,8 @@ def _phase_table(tid: str, rows: Sequence[dict[str, Delta]]) -> str:
             values = (
                 ("-", "-", "-")
                 if r is None
-                else (ms(r.baseline_value or 0.0), ms(r.value or 0.0), signed_ms(r.delta or 0.0))
+                else (short(r.baseline_value or 0.0), short(r.value or 0.0),
+                      signed(r.delta or 0.0))
             )
             cells += [f"<td>{esc(v)}</td>" for v in values]
         out.append("<tr>" + "".join(cells) + "</tr>")

@@ -28,6 +28,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.durations import coarse
 from dlprof_lite.rules.iterations import (
     GUESS_MAX_CV,
     GUESS_MIN_COVERAGE,
@@ -132,17 +133,10 @@ class Verdict:
         """``'null_count' (cuDF's own range; 12% of the GPU busy time, median 1.5 µs, CV
         557%): --key-range '^null_count$'``."""
         own = f"{self.library}'s own range; " if self.library else ""
-        median = "-" if self.median_ns is None else _duration(self.median_ns)
+        median = "-" if self.median_ns is None else coarse(self.median_ns)
         cv = "-" if self.cv is None else f"{self.cv:.0%}"
         return (f"{self.name!r} ({own}{self.coverage:.0%} {self.what}, median {median}, "
                 f"CV {cv}): --key-range '{self.regex}'")  # fmt: skip
-
-
-def _duration(ns: float) -> str:
-    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if ns >= scale:
-            return f"{ns / scale:.1f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def judge(

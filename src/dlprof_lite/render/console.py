@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from dlprof_lite.durations import long, span
 from dlprof_lite.narrow import distinct_short
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.metrics import PHASE_COLUMNS
@@ -77,7 +78,7 @@ def _outside_line(s: Summary) -> str | None:
     between, after = number(it.between_steps_ns) or 0, number(it.after_training_ns) or 0
     if not between and not after:
         return None
-    return f"outside steps: between steps {_long(between)} · after training {_long(after)}"
+    return f"outside steps: between steps {long(between)} · after training {long(after)}"
 
 
 def _system(s: Summary) -> str:
@@ -90,27 +91,6 @@ def _system(s: Summary) -> str:
     return ", ".join(parts)
 
 
-# Units for long durations, largest first: (nanoseconds per unit, name, decimals).
-_UNITS = ((3600e9, "h", 1), (60e9, "min", 1), (1e9, "s", 1), (1e6, "ms", 2), (1e3, "µs", 1),
-          (1.0, "ns", 0))  # fmt: skip
-
-
-def _unit(ns: float) -> tuple[float, str, int]:
-    return next((u for u in _UNITS if abs(ns) >= u[0]), _UNITS[-1])
-
-
-def _long(ns: float) -> str:
-    """A duration up to hours, in the largest unit it reaches: ``12.3 s``, ``1.0 h``."""
-    scale, name, digits = _unit(ns)
-    return f"{ns / scale:.{digits}f} {name}"
-
-
-def _span(low: float, high: float) -> str:
-    """Two durations in the unit of the larger: ``11.9–12.8 s``."""
-    scale, name, digits = _unit(max(abs(low), abs(high)))
-    return f"{low / scale:.{digits}f}–{high / scale:.{digits}f} {name}"
-
-
 def _projection_line(s: Summary) -> str | None:
     """The projected epoch and training time (summary ``projection_*``); None without a
     projection, whose reason is already among the warnings."""
@@ -119,15 +99,15 @@ def _projection_line(s: Summary) -> str | None:
     if epoch is None or train is None:
         return None
     low, high = number(pr.projection_epoch_p10_ns), number(pr.projection_epoch_p90_ns)
-    spread = f" (p10–p90 {_span(low, high)})" if low is not None and high is not None else ""
+    spread = f" (p10–p90 {span(low, high)})" if low is not None and high is not None else ""
     epochs = int(number(s.projection.projection_epochs) or 1)
     steps = f"{pr.projection_steps_per_epoch} steps of {_t(pr.projection_step_ns)}"
     source = s.projection.projection_steps_source
-    startup = _long(number(s.projection.projection_startup_ns) or 0)
-    outside = _long(number(s.projection.projection_outside_ns) or 0)
+    startup = long(number(s.projection.projection_startup_ns) or 0)
+    outside = long(number(s.projection.projection_outside_ns) or 0)
     return (
-        f"projected: epoch {_long(epoch)}{spread}, {steps}"
-        f"{f' ({source})' if source else ''}; training {_long(train)} for {epochs} "
+        f"projected: epoch {long(epoch)}{spread}, {steps}"
+        f"{f' ({source})' if source else ''}; training {long(train)} for {epochs} "
         f"epoch{'s' if epochs != 1 else ''} (start-up {startup}, outside steps {outside}/epoch)"
     )
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from dlprof_lite.durations import significant
 from dlprof_lite.report.summary_types import number
 from dlprof_lite.rules.names import FORWARD, MODULE_RANGE_RE, ROOT_MODULE
 
@@ -150,23 +151,15 @@ def quote(text: str) -> str:
     return '"' + escaped.replace("\r", " ").replace("\n", "\\n") + '"'
 
 
-def duration(ns: float) -> str:
-    """``850 ns``, ``12.3 µs``, ``4.56 ms``, ``1.23 s``."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
-
-
 def _label(node: Node, per: str) -> str:
     short = node.name.rsplit(".", 1)[-1]
     lines = [short if node.type in ("", short) else f"{short}: {node.type}"]
     if node.measured:
         total = node.forward_ns + node.backward_ns
-        lines.append(f"fwd+bwd {duration(total)}{per}")
-        lines.append(f"(fwd {duration(node.forward_ns)}, bwd {duration(node.backward_ns)})")
+        lines.append(f"fwd+bwd {significant(total)}{per}")
+        lines.append(f"(fwd {significant(node.forward_ns)}, bwd {significant(node.backward_ns)})")
         if node.gpu_ns is not None:
-            lines.append(f"GPU {duration(node.gpu_ns)}{per}")
+            lines.append(f"GPU {significant(node.gpu_ns)}{per}")
     return "\n".join(lines)
 
 

@@ -12,11 +12,12 @@ from dataclasses import asdict
 
 import pandas as pd
 
+from dlprof_lite.durations import short
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number
-from dlprof_lite.report.units import ms, of_scope
+from dlprof_lite.report.units import of_scope
 from dlprof_lite.rules.advice import THRESHOLDS, threshold
 
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
@@ -93,10 +94,10 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     miss = (eligible["gpu_ns"] - eligible["tc_gpu_ns"]).rename("miss")
     top = eligible.assign(miss=miss).nlargest(3, "miss")
     names = ", ".join(
-        f"{r['layer']} ({r['type']}) {ms(r['miss'])}" for r in top.to_dict("records")
+        f"{r['layer']} ({r['type']}) {short(r['miss'])}" for r in top.to_dict("records")
     )
     evidence = (
-        f"{ms(_f(summary.tensor_cores.eligible_non_tc_ns))} ({share:.0%} of kernel time) in "
+        f"{short(_f(summary.tensor_cores.eligible_non_tc_ns))} ({share:.0%} of kernel time) in "
         f"Tensor-Core-eligible layers ran on kernels without Tensor Cores; largest: {names}"
     )
     return _make(
@@ -118,9 +119,9 @@ def fp32_gemm(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     grade = _graded(share, "fp32_gemm_share_warn", "fp32_gemm_share_high")
     if grade is None or tensor_cores(summary, layers) is not None:
         return None
-    top = ", ".join(f"{k.name} {ms(k.gpu_ns)}" for k in summary.fp32_gemm_kernels)
+    top = ", ".join(f"{k.name} {short(k.gpu_ns)}" for k in summary.fp32_gemm_kernels)
     evidence = (
-        f"{ms(_f(summary.tensor_cores.fp32_gemm_ns))} ({share:.0%} of kernel time) in FP32 GEMM/"
+        f"{short(_f(summary.tensor_cores.fp32_gemm_ns))} ({share:.0%} of kernel time) in FP32 GEMM/"
         f"convolution kernels on CUDA cores (from kernel names); largest: {top}"
     )
     return _make(
@@ -134,7 +135,7 @@ def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if pct is None or grade is None:
         return None
     evidence = (
-        f"the GPU waited {ms(_f(summary.launch_overhead.launch_overhead_ns))} for the CPU to "
+        f"the GPU waited {short(_f(summary.launch_overhead.launch_overhead_ns))} for the CPU to "
         "launch work, "
         f"{pct:.1f}% of {of_scope(summary.launch_overhead.launch_overhead_scope)}"
     )
@@ -144,7 +145,7 @@ def launch_bound(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if len(layers) and layers["host_gap_ns"].sum() > 0:
         top = layers.nlargest(3, "host_gap_ns")
         evidence += "; most in: " + ", ".join(
-            f"{r['layer']} {ms(r['host_gap_ns'])}"
+            f"{r['layer']} {short(r['host_gap_ns'])}"
             for r in top.to_dict("records")
             if r["host_gap_ns"] > 0
         )
@@ -164,7 +165,7 @@ def data_stall(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if pct is None or grade is None:
         return None
     evidence = (
-        f"{ms(_f(summary.step.step_data_wall_ns))} per step in data loading, "
+        f"{short(_f(summary.step.step_data_wall_ns))} per step in data loading, "
         f"{pct:.1f}% of the mean step"
     )
     loading = summary.data_loading
@@ -213,7 +214,7 @@ def annotation_cost(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         return None
     evidence = (
         "the module annotation added an estimated "
-        f"{ms(_f(summary.annotation_cost.annotation_cost_ns))} "
+        f"{short(_f(summary.annotation_cost.annotation_cost_ns))} "
         f"of host time per step, {pct:.1f}% of the mean step (module calls x measured cost "
         "per call / steps): host and per-layer wall times include it"
     )
@@ -245,7 +246,8 @@ def folded_modules(summary: Summary, layers: pd.DataFrame) -> Advice | None:
                                          if len(names) > _NAMED else "")  # fmt: skip
     low, high = float(calls[folded].min()), float(calls[folded].max())
     evidence = (
-        f"{len(names)} modules took {ms(low)} to {ms(high)} per forward call (median, warm-up "
+        f"{len(names)} modules took {short(low)} to {short(high)} per forward call (median, "
+        "warm-up "
         f"step), below {threshold('fold_factor'):g}x the measured cost of annotating one call: "
         f"after warm-up they wrote no ranges, their time is in their parent's self time "
         f"(layers folded_call_ns): {shown}"
@@ -271,9 +273,9 @@ def iteration_variance(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     ):
         return None
     evidence = (
-        f"{count} iterations: mean {ms(_f(summary.iterations.iterations_mean_ns))}, std "
-        f"{ms(_f(summary.iterations.iterations_std_ns))} (cv {cv:.0%}), "
-        f"p90 {ms(_f(summary.iterations.iterations_p90_ns))}"
+        f"{count} iterations: mean {short(_f(summary.iterations.iterations_mean_ns))}, std "
+        f"{short(_f(summary.iterations.iterations_std_ns))} (cv {cv:.0%}), "
+        f"p90 {short(_f(summary.iterations.iterations_p90_ns))}"
     )
     start, stop = summary.iterations.steady_start, summary.iterations.steady_stop
     tolerance = f"{threshold('steady_tolerance'):.0%}"
@@ -330,7 +332,7 @@ def sync_memcpy(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     count, ns = found
     small = int(threshold("sync_memcpy_small_htod_bytes"))
     evidence = (
-        f"{count} synchronous cudaMemcpy calls ({ms(ns)} of GPU copy time), not counting "
+        f"{count} synchronous cudaMemcpy calls ({short(ns)} of GPU copy time), not counting "
         f"device-to-device copies and host-to-device copies of {small} B or less"
     )
     rec = (
@@ -354,7 +356,7 @@ def pageable_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if found is None:
         return None
     count, ns = found
-    evidence = f"{count} asynchronous copies from or to pageable host memory ({ms(ns)})"
+    evidence = f"{count} asynchronous copies from or to pageable host memory ({short(ns)})"
     rec = (
         "Pin host buffers so async copies stay asynchronous: DataLoader(pin_memory=True) or "
         "tensor.pin_memory(), then .to('cuda', non_blocking=True)."
@@ -377,7 +379,7 @@ def sync_calls(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     warn = pct >= threshold("sync_api_warn_pct")
     evidence = (
         f"{calls} cudaDeviceSynchronize/cudaStreamSynchronize calls, "
-        f"{ms(_f(summary.host_sync.sync_api_ns))} in total, some thread in one "
+        f"{short(_f(summary.host_sync.sync_api_ns))} in total, some thread in one "
         f"{pct:.1f}% of {of_scope(summary.host_sync.sync_api_scope)}"
     )
     rec = (
@@ -395,9 +397,9 @@ def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
         return None
     if median >= threshold("tiny_kernel_median_ns"):
         return None
-    short = _i(summary.totals.short_launches)
+    brief = _i(summary.totals.short_launches)
     evidence = (
-        f"median kernel runs {ms(median)} over {count} kernels; {short} ({short / count:.0%}) "
+        f"median kernel runs {short(median)} over {count} kernels; {brief} ({brief / count:.0%}) "
         "ran shorter than their launch call"
     )
     rec = (

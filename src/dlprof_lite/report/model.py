@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.durations import in_ms
 from dlprof_lite.errors import OutputError
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.summary_types import Summary
@@ -182,7 +183,7 @@ def describe(report: Report) -> list[str]:
 
 
 def _duration(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.3f} ms"
+    return "-" if ns is None else in_ms(ns, 3)
 
 
 def _top_layer(layers: pd.DataFrame) -> str:

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from dlprof_lite.durations import ms_from_100us
 from dlprof_lite.report.summary_types import Advice, Communication, Summary
 from dlprof_lite.report.units import of_scope
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:.1f} µs"
 
 
 def exposed_text(c: Communication) -> tuple[str, str, str]:
@@ -23,7 +20,7 @@ def exposed_text(c: Communication) -> tuple[str, str, str]:
     per = "per step " if c.exposed_comm_scope == "iterations" else "in all "
     of = "each rank's mean step" if c.exposed_comm_scope == "iterations" else (
         f"{of_scope(c.exposed_comm_scope)}")  # fmt: skip
-    evidence = (f"{_ms(c.exposed_comm_ns or 0.0)} of communication kernels {per}run "
+    evidence = (f"{ms_from_100us(c.exposed_comm_ns or 0.0)} of communication kernels {per}run "
                 f"with no compute beside them, {c.exposed_comm_pct or 0.0:.1f}% of {of} "
                 f"(mean over {c.ranks} rank(s)); communication is "
                 f"{(c.comm_share or 0.0):.0%} of kernel busy time")  # fmt: skip
@@ -43,9 +40,9 @@ def straggler_data(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     rank, data, excess = c.straggler_rank, c.straggler_data_ns, c.straggler_excess_ns
     if rank is None or data is None or not excess or data < 0.5 * excess:
         return None
-    evidence = (f"rank {rank} spends {_ms(data)} more per step loading data than the other "
-                f"ranks' median ({_ms(excess)} more work in all); the other ranks wait for it "
-                "in their collectives")  # fmt: skip
+    evidence = (f"rank {rank} spends {ms_from_100us(data)} more per step loading data than the "
+                f"other ranks' median ({ms_from_100us(excess)} more work in all); the other ranks "
+                "wait for it in their collectives")  # fmt: skip
     rec = (f"Speed up rank {rank}'s data loading: DataLoader(num_workers>0, pin_memory=True, "
            "persistent_workers=True, prefetch_factor>=2) on that rank, check its data source "
            "(local disk vs network, a shard larger than the others', a DistributedSampler "

@@ -1,12 +1,14 @@
 """How the report's figures are written for people: durations, shares, and what a share is of.
 
 Part of the report's model (``render`` and the analyses both read it): the console, the page,
-the advice and ``compare`` write every duration with :func:`ms` and name every share's
+the advice and ``compare`` write every duration as :mod:`dlprof_lite.durations` does and name
+every share's
 denominator with :func:`of_scope`, so that they say the same thing as the JSON.
 """
 
 from __future__ import annotations
 
+from dlprof_lite.durations import short
 from dlprof_lite.report.summary_types import number
 
 # Each ``*_scope`` value of the summary, as a sentence names it ("busy 7 % of <this>").
@@ -18,21 +20,11 @@ DENOMINATORS = {
 }
 
 
-def ms(ns: float) -> str:
-    """Nanoseconds as a short human duration."""
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
-
-
 def duration(value: object) -> str:
-    """A nanosecond value (any number type) as :func:`ms` does, '-' when unknown."""
+    """A nanosecond value (any number type) as :func:`dlprof_lite.durations.short` writes it,
+    '-' when unknown."""
     ns = number(value)
-    return "-" if ns is None else ms(ns)
+    return "-" if ns is None else short(ns)
 
 
 def percent(value: object, scale: float = 100.0) -> str:
