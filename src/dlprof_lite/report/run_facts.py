@@ -153,7 +153,6 @@ def dataloader_summary(facts: RunFacts) -> dict[str, object]:
     workers = [_number(d.get("num_workers")) for d in facts.dataloaders]
     known = [int(w) for w in workers if w is not None]
     return {
-        "dataloaders": [dict(d) for d in facts.dataloaders],  # the advice reads each one
         "dataloader_count": len(facts.dataloaders) if facts.dataloaders else None,
         "dataloader_num_workers": min(known) if known else None,
         "dataloader_settings": "; ".join(loader_settings(d) for d in facts.dataloaders) or None,

@@ -120,7 +120,8 @@ def summarize(
         gpus=gpus,
         warnings=warnings,
         dataloaders=list(facts.dataloaders),
-        fp32_gemm_kernels=_kernel_times(fp32.get("fp32_gemm_kernels")),
+        fp32_gemm_kernels=_kernel_times(flat.pop("fp32_gemm_kernels", None)),
+        strict=True,
     )
 
 

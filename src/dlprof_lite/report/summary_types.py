@@ -583,6 +583,7 @@ ROW_EXTRA = (
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),
 )
+FIELD_NAMES = frozenset(f.name for cls in GROUPS.values() for f in fields(cls))
 # (name, unit, definition) of every summary.csv column, in order: the registry's source.
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     *((f.name, f.metadata["unit"], f.metadata["doc"]) for cls in GROUPS.values()
@@ -678,8 +679,16 @@ def build_summary(
     advice: Sequence[Advice] = (),
     dataloaders: Sequence[Mapping[str, object]] = (),
     fp32_gemm_kernels: Sequence[KernelTime] = (),
+    strict: bool = False,
 ) -> Summary:
-    """A summary from flat metric values (keys as in ``SUMMARY_REPORT``) and the lists."""
+    """A summary from flat metric values (keys as in ``SUMMARY_REPORT``) and the lists.
+    ``strict``: every key of ``flat`` must name a field (the analysis's own values: a
+    misspelled key is an error, not a field left empty); a document read back may hold
+    fields of another release."""
+    if strict:
+        unknown = sorted(set(flat) - FIELD_NAMES)
+        if unknown:
+            raise ValueError(f"not summary fields: {', '.join(unknown)}")
     groups: dict[str, Any] = {name: _group(cls, flat) for name, cls in GROUPS.items()}
     return Summary(
         **groups,
