@@ -92,13 +92,15 @@ def test_every_field_carries_its_unit_and_definition_and_is_the_registry() -> No
 
 
 def test_a_misspelled_field_of_the_analysis_is_an_error_not_an_empty_field() -> None:
-    """The analysis builds its summary strictly: a key that names no field fails at once
-    (before, it became a silent None); a document read back may hold another release's."""
+    """The analysis builds each group strictly: a name that is none of its fields fails at
+    once (before, it became a silent None); a document read back may hold another release's."""
     import pytest
 
-    from dlprof_lite.report.summary_types import build_summary
+    from dlprof_lite.report.summary_types import Totals, build_summary
 
     with pytest.raises(ValueError, match="kernel_nss"):
-        build_summary({"kernel_nss": 5}, strict=True)
-    assert build_summary({"kernel_ns": 5}, strict=True).totals.kernel_ns == 5
+        Totals.of({"kernel_nss": 5})
+    with pytest.raises(ValueError, match="tc_share"):  # a field of another group
+        Totals.of({"tc_share": 0.5})
+    assert Totals.of({"kernel_ns": 5}).kernel_ns == 5
     assert build_summary({"a_field_of_tomorrow": 1}).totals.kernel_ns is None

@@ -1,10 +1,11 @@
 """The run summary: system, totals, utilization, launch overhead, iterations, step breakdown.
 
-``summarize`` computes the flat metrics (keys exactly the ``summary`` columns of
-:mod:`dlprof_lite.report.metrics`) and returns them as a typed, frozen
-:class:`~dlprof_lite.report.summary_types.Summary` with the lists (GPUs, warnings, DataLoaders,
-FP32 GEMM kernels); :mod:`dlprof_lite.report.build` adds the advice. Run facts (data loaders,
-annotation cost) come from the profile's NVTX marks (:mod:`dlprof_lite.report.run_facts`).
+``summarize`` builds each typed group of the frozen
+:class:`~dlprof_lite.report.summary_types.Summary` (``System.of``, ``Totals.of``, ...: a
+figure whose name is none of the group's fields is an error) and the lists (GPUs, warnings,
+DataLoaders, FP32 GEMM kernels); :mod:`dlprof_lite.report.build` adds the communication and
+the advice. Run facts (data loaders, annotation cost) come from ``Profile.facts``
+(:mod:`dlprof_lite.report.run_facts`).
 
 GPU utilization is defined per GPU timeline, ``(pid, device)``, as the union of its busy
 intervals (kernels, memcpy, memset; overlapping streams counted once) divided by the session
@@ -41,7 +42,26 @@ from dlprof_lite.report.run_facts import (
     read_run_facts,
 )
 from dlprof_lite.report.steps import iteration_summary, step_breakdown
-from dlprof_lite.report.summary_types import Gpu, KernelTime, Summary, build_summary, number
+from dlprof_lite.report.summary_types import (
+    AnnotationCost,
+    Communication,
+    Compile,
+    DataLoaderFacts,
+    DataLoading,
+    Gpu,
+    HostSync,
+    Iterations,
+    KernelTime,
+    LaunchOverhead,
+    Projection,
+    StepBreakdown,
+    Summary,
+    System,
+    TensorCores,
+    Totals,
+    Window,
+    number,
+)
 from dlprof_lite.rules.advice import threshold
 from dlprof_lite.rules.iterations import GUESSED
 from dlprof_lite.rules.names import DOMAIN, ITERATION
@@ -66,62 +86,79 @@ def summarize(
     span, span_warnings = share_span(profile)
     gpus = _gpus(profile.gpus, busy, span.length_ns)
     busy_ns = sum(total(s) for s in busy.values())
-    totals = _totals(profile)
-    flat: dict[str, object] = {
-        **_system(profile),
+    counts = _totals(profile)
+    facts = read_run_facts(profile.facts)
+    process, process_warnings = process_summary(facts)
+    system = System.of({
+        **_system(profile), **process,
         "gpu_names": "; ".join(g.name for g in gpus if g.name),
         "devices": len(busy),
         "wall_ns": meta.duration_ns,
         "event_span_ns": span.event_span_ns,
-        **totals,
-        **_tc_shares(profile, totals, layers),
+    })  # fmt: skip
+    totals = Totals.of({
+        **{k: v for k, v in counts.items() if not k.startswith("tc_")},
         "gpu_busy_ns": busy_ns,
         "gpu_utilization": busy_ns / (span.length_ns * len(busy))
         if span.length_ns and busy else None,
         # Named wherever a utilization is given: the summary's, or a listed GPU's.
         "utilization_scope": span.scope if span.length_ns and gpus else None,
         "active_utilization": _active_utilization(busy),
-        "launch_coverage": launch_coverage(profile),
-    }
-    flat.update(_launch_overhead(profile, iterations, busy, devices))
-    flat.update(_compile_totals(profile.ranges))
-    flat.update(iteration_summary(iterations))
-    flat.update(outside_steps(profile, iterations))
-    flat.update(step_breakdown(iterations, devices))
-    flat.update(memcpy_facts(profile.memops))
-    flat.update(sync_api_facts(profile.api, iterations, (span.start_ns, span.end_ns), span.scope))
-    kernels = kernel_facts(profile.kernels)
-    flat.update(kernels)
-    flat.update(window or {"window_scope": "whole-run", "window_kernel_ns": totals["kernel_ns"]})
-    # The layers table covers the window: its share is of the window's kernel time.
-    flat.update(tc_miss_facts(layers, int(number(flat["window_kernel_ns"]) or 0)))
-    fp32 = fp32_gemm_facts(profile.kernels, totals["kernel_ns"])
-    flat.update(fp32)
-    facts = read_run_facts(profile.facts)
-    flat.update(dataloader_summary(facts))
-    flat.update(annotation_summary(facts, number(flat.get("iterations_mean_ns"))))
-    process, process_warnings = process_summary(facts)
-    flat.update(process)
-    flat["key_range"] = meta.key_range
-    flat["key_range_source"] = meta.key_range_source
+        **kernel_facts(profile.kernels),
+    })  # fmt: skip
+    steps = iteration_summary(iterations)
+    covered = Window.of({
+        **(window or {"window_scope": "whole-run", "window_kernel_ns": counts["kernel_ns"]}),
+        "iterations_analysed": steps.pop("iterations_analysed"),
+        "key_range": meta.key_range,
+        "key_range_source": meta.key_range_source,
+    })  # fmt: skip
+    fp32 = fp32_gemm_facts(profile.kernels, counts["kernel_ns"])
+    fp32_kernels = _kernel_times(fp32.pop("fp32_gemm_kernels", None))
+    tensor_cores = TensorCores.of({
+        "tc_gpu_ns": counts["tc_gpu_ns"], "tc_unknown_ns": counts["tc_unknown_ns"],
+        **_tc_shares(profile, counts, layers),
+        # The layers table covers the window: its share is of the window's kernel time.
+        **tc_miss_facts(layers, int(number(covered.window_kernel_ns) or 0)),
+        **fp32,
+    })  # fmt: skip
+    launch = LaunchOverhead.of({**_launch_overhead(profile, iterations, busy, devices),
+                                "launch_coverage": launch_coverage(profile)})  # fmt: skip
+    iteration_group = Iterations.of({**steps, **outside_steps(profile, iterations)})
+    host_sync = HostSync.of({
+        **memcpy_facts(profile.memops),
+        **sync_api_facts(profile.api, iterations, (span.start_ns, span.end_ns), span.scope),
+    })  # fmt: skip
+    annotation = AnnotationCost.of(
+        annotation_summary(facts, number(iteration_group.iterations_mean_ns)))
     projected, projection_warnings = project(profile, iterations, projection or ProjectionInput())
-    flat.update(projected)
     warnings = [
         *meta.warnings,
         *span_warnings,
-        *_coverage_warnings(flat),
+        *_coverage_warnings(launch.launch_coverage),
         *_report_warnings(profile, iterations),
         *_merged_ranks(profile, facts),
         *process_warnings,
         *projection_warnings,
     ]
-    return build_summary(
-        flat,
-        gpus=gpus,
-        warnings=warnings,
-        dataloaders=list(facts.dataloaders),
-        fp32_gemm_kernels=_kernel_times(flat.pop("fp32_gemm_kernels", None)),
-        strict=True,
+    return Summary(
+        system=system,
+        window=covered,
+        totals=totals,
+        step=StepBreakdown.of(step_breakdown(iterations, devices)),
+        tensor_cores=tensor_cores,
+        launch_overhead=launch,
+        host_sync=host_sync,
+        iterations=iteration_group,
+        data_loading=DataLoading.of(dataloader_summary(facts)),
+        annotation_cost=annotation,
+        compile=Compile.of(_compile_totals(profile.ranges)),
+        projection=Projection.of(projected),
+        communication=Communication.of({}),
+        gpus=tuple(gpus),
+        warnings=tuple(warnings),
+        dataloaders=tuple(DataLoaderFacts.of_settings(d) for d in facts.dataloaders),
+        fp32_gemm_kernels=tuple(fp32_kernels),
     )
 
 
@@ -188,10 +225,10 @@ def launch_coverage(profile: Profile) -> float | None:
     return sum(int(o.notna().sum()) for o in ops) / count if count else None
 
 
-def _coverage_warnings(flat: Mapping[str, object]) -> list[str]:
+def _coverage_warnings(value: object) -> list[str]:
     """A warning when launch calls are missing for many GPU operations (a windowed export,
     API tracing off for a process): launch overhead and layers cover only the others."""
-    coverage = number(flat.get("launch_coverage"))
+    coverage = number(value)
     if coverage is None or coverage >= threshold("launch_coverage_warn"):
         return []
     return [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,17 @@ def _d(unit: str, doc: str) -> Any:
 
 class _Group:
     """A group of flat metrics: each field is one ``summary`` column."""
+
+    @classmethod
+    def of(cls, values: Mapping[str, object]) -> Self:
+        """The group of ``values`` (its fields by name; a field not given is unknown,
+        None). A name that is none of its fields is an error: a misspelled figure fails
+        where it is made, it does not become a silent None."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]  # a dataclass
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"not {cls.__name__} fields: {', '.join(unknown)}")
+        return cls(**{n: scalar(values.get(n)) for n in names})
 
     def items(self) -> Iterator[tuple[str, Scalar]]:
         for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
@@ -557,6 +568,10 @@ class DataLoaderFacts:
 
     settings: tuple[tuple[str, Scalar], ...]
 
+    @classmethod
+    def of_settings(cls, settings: Mapping[str, object]) -> DataLoaderFacts:
+        return cls(tuple((str(k), scalar(v)) for k, v in settings.items()))
+
     def get(self, key: str) -> Scalar:
         return dict(self.settings).get(key)
 
@@ -583,7 +598,6 @@ ROW_EXTRA = (
     ("advice_count", "", "number of advice rows"),
     ("warnings", "", "warnings from reading and analysis, '; '-separated"),
 )
-FIELD_NAMES = frozenset(f.name for cls in GROUPS.values() for f in fields(cls))
 # (name, unit, definition) of every summary.csv column, in order: the registry's source.
 SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     *((f.name, f.metadata["unit"], f.metadata["doc"]) for cls in GROUPS.values()
@@ -679,16 +693,10 @@ def build_summary(
     advice: Sequence[Advice] = (),
     dataloaders: Sequence[Mapping[str, object]] = (),
     fp32_gemm_kernels: Sequence[KernelTime] = (),
-    strict: bool = False,
 ) -> Summary:
-    """A summary from flat metric values (keys as in ``SUMMARY_REPORT``) and the lists.
-    ``strict``: every key of ``flat`` must name a field (the analysis's own values: a
-    misspelled key is an error, not a field left empty); a document read back may hold
-    fields of another release."""
-    if strict:
-        unknown = sorted(set(flat) - FIELD_NAMES)
-        if unknown:
-            raise ValueError(f"not summary fields: {', '.join(unknown)}")
+    """A summary from flat metric values (keys as in ``SUMMARY_REPORT``) and the lists: a
+    document read back, which may hold fields of another release (they are left out); the
+    analysis builds each group itself (``System.of``, ...), strictly."""
     groups: dict[str, Any] = {name: _group(cls, flat) for name, cls in GROUPS.items()}
     return Summary(
         **groups,
@@ -696,7 +704,7 @@ def build_summary(
         warnings=tuple(warnings),
         advice=tuple(advice),
         dataloaders=tuple(
-            DataLoaderFacts(tuple((str(k), scalar(v)) for k, v in d.items())) for d in dataloaders
+            DataLoaderFacts.of_settings(d) for d in dataloaders
         ),
         fp32_gemm_kernels=tuple(fp32_gemm_kernels),
     )
