@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.projection import NO_PROJECTION, ProjectionInput, reproject
+from dlprof_lite.report.steps.projection import NO_PROJECTION, ProjectionInput, reproject
 from test_projection import two_epochs
 
 

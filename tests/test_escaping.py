@@ -30,7 +30,7 @@ from dlprof_lite.durations import span as _span
 from dlprof_lite.render.console import render
 from dlprof_lite.render.writers import formula_safe, quote_cell, unquote_cell
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.projection import NO_PROJECTION, ProjectionInput, reproject
+from dlprof_lite.report.steps.projection import NO_PROJECTION, ProjectionInput, reproject
 from dlprof_lite.safe_text import printable
 from terminal import run_on_a_terminal
 from test_projection import two_epochs

@@ -1,4 +1,4 @@
-"""Per-iteration compute, communication, exposed communication and overlap (report/steps.py).
+"""Per-iteration compute, communication, exposed communication and overlap (report/steps/table.py).
 
 Oracles: a hand-built two-device timeline with round numbers (the arithmetic by hand, in the
 comments); the ranks table (report/ranks.py, computed per timeline over the whole window) on

@@ -13,7 +13,7 @@ from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.columns import check_frame
 from dlprof_lite.ingest.iterations import assign_iterations, find_iterations
 from dlprof_lite.ingest.selection import StepSelection
-from dlprof_lite.report.iteration_stats import iteration_stats
+from dlprof_lite.report.steps.stats import iteration_stats
 from dlprof_lite.rules.iterations import HIGH_VARIANCE_CV
 
 NA = pd.NA

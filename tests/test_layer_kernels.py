@@ -1,4 +1,4 @@
-"""What each layer ran (report/layer_kernels.py): kernels and their shares, device, input
+"""What each layer ran (report/layers/kernels.py): kernels and their shares, device, input
 shapes and dtypes, and Tensor Core use inferred from the dtype where names cannot tell.
 
 Oracles: hand-built fixtures with round numbers (shares, device, inference), the Tensor
@@ -28,7 +28,7 @@ from builders import (
 )
 from dlprof_lite.ingest.facts import facts_of
 from dlprof_lite.ingest.tensorcore import classify_names_with_rules
-from dlprof_lite.report.layer_kernels import (
+from dlprof_lite.report.layers.kernels import (
     LAYER_KERNEL_COLUMNS,
     TC_INFERRED,
     display_name,

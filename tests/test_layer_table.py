@@ -29,7 +29,7 @@ from builders import R, make_profile, phase
 from dlprof_lite.cli import build_parser
 from dlprof_lite.render.console import render
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.layers import layers_table
+from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 
 CONV = (1000, 100, 200, 600)

@@ -1,4 +1,4 @@
-"""Projected epoch and training time (report/projection.py).
+"""Projected epoch and training time (report/steps/projection.py).
 
 Two oracles: hand-built profiles whose round numbers give every projected figure by hand,
 and real runs of one and two full epochs of ``tests/real_scripts/epoch.py`` under the real
@@ -17,7 +17,7 @@ import pytest
 from builders import R, fact_mark, make_profile, phase
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.build import build_report
-from dlprof_lite.report.projection import NO_PROJECTION, ProjectionInput, reproject
+from dlprof_lite.report.steps.projection import NO_PROJECTION, ProjectionInput, reproject
 from dlprof_lite.report.summary_types import Summary
 from test_graph import parse_dot
 

@@ -23,7 +23,7 @@ from dlprof_lite.ingest.load import load
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.ranks import collectives, ranks_table
-from dlprof_lite.report.window import choose_window
+from dlprof_lite.report.steps.window import choose_window
 from nsys_oracle import nsys_report
 
 NCCL_NEW = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from builders import R, make_profile, phase
-from dlprof_lite.report.layers import layers_table
+from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.steps import device_count, iterations_table
+from dlprof_lite.report.steps.table import device_count, iterations_table
 from dlprof_lite.report.tables import kernels_table, ranges_table
 from example_profiles import training_profile
 

@@ -2,7 +2,7 @@
 
 Hand-built profiles shaped like the product's output: ``iteration`` and phase ranges are
 start/end ranges in the ``dlprof-lite`` domain, modules push/pop. Round numbers; every
-figure is worked out in a comment (report/steps.py, report/summary.py, render/console.py).
+figure is worked out in a comment (report/steps/table.py, report/summary.py, render/console.py).
 """
 
 from __future__ import annotations

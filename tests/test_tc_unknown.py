@@ -24,7 +24,7 @@ import dlprof_lite
 from conftest import CORPUS
 from dlprof_lite.render.console import render
 from dlprof_lite.render.page.html import header_rows
-from dlprof_lite.report.layer_kernels import TC_INFERRED
+from dlprof_lite.report.layers.kernels import TC_INFERRED
 from dlprof_lite.rules.facts import fact_text
 from dlprof_lite.rules.names import DOMAIN
 

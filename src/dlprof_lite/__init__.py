@@ -120,7 +120,7 @@ def build_report(
 ) -> Report:
     """The Report of a :class:`Profile` (``load``'s), as ``analyze`` builds it."""
     from dlprof_lite.report.build import build_report as _build
-    from dlprof_lite.report.projection import ProjectionInput
+    from dlprof_lite.report.steps.projection import ProjectionInput
 
     return _build(profile, all_iterations=all_iterations,
                   projection=ProjectionInput(steps_per_epoch, epochs))  # fmt: skip

@@ -40,7 +40,7 @@ class AnalyzeOptions:
     formats: tuple[str, ...] = FORMATS
     force: bool = False
     steps: StepSelection = EVERY_STEP_BY_RULE  # the key range, the window, all iterations
-    steps_per_epoch: int | None = None  # the projection's (report/projection.py)
+    steps_per_epoch: int | None = None  # the projection's (report/steps/projection.py)
     epochs: int | None = None
     # trace.json of iterations [A, B) instead of the report's timeline iteration
     trace_iterations: tuple[int, int] | None = None
@@ -158,7 +158,7 @@ def _own_rank(profile: Profile) -> int | None:
 def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.DataFrame | None]:
     from dlprof_lite.memory import release_freed_memory
     from dlprof_lite.report.build import build_report
-    from dlprof_lite.report.projection import ProjectionInput
+    from dlprof_lite.report.steps.projection import ProjectionInput
 
     # The user's steps per epoch and epochs, where given, win over the DataLoader's length.
     given = ProjectionInput(options.steps_per_epoch, options.epochs)

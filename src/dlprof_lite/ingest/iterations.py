@@ -3,7 +3,7 @@
 Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`).
 :func:`find_iterations` reads the nested ``ranges`` and builds the ``iterations`` table of
 the column contract; :func:`assign_iterations` adds ``iteration`` to kernels and memops;
-their statistics are the report's (:mod:`dlprof_lite.report.iteration_stats`). Sources and
+their statistics are the report's (:mod:`dlprof_lite.report.steps.stats`). Sources and
 thresholds are rules (:mod:`dlprof_lite.rules.iterations`).
 
 DLProf's key-node rule (every source but the annotation's steps, rules 3 and 4 below):

@@ -15,7 +15,7 @@ class StepSelection:
     expression naming the NVTX range whose instances are the steps (DLProf's key node);
     ``iter_start``/``iter_stop``, the analysed iterations (stop exclusive; earlier ones are
     warm-up); ``all_iterations``: the kernels, ranges and layers tables cover the whole run.
-    The default leaves every choice to the rules (ingest/iterations.py, report/window.py)."""
+    The default leaves every choice to the rules (ingest/iterations.py, report/steps/window.py)."""
 
     key_range: str | None = None
     iter_start: int | None = None

@@ -317,7 +317,7 @@ def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
 
 def _grad_sync_table(layers: pd.DataFrame, width: int) -> RichTable | None:
     """DDP runs: the layers whose gradients' all-reduce takes the most GPU time (each DDP
-    bucket's time shared among its layers by bytes, report/buckets.py)."""
+    bucket's time shared among its layers by bytes, report/layers/buckets.py)."""
     sync = pd.to_numeric(layers["grad_sync_ns"]).fillna(0) if len(layers) else pd.Series()
     if not (sync > 0).any():
         return None

@@ -15,17 +15,17 @@ import pandas as pd
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.denominators import share_span
-from dlprof_lite.report.layers import layers_table
+from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.model import Report, empty_report
-from dlprof_lite.report.projection import ProjectionInput
 from dlprof_lite.report.ranks import communication_summary, ranks_table
-from dlprof_lite.report.steps import device_count, iterations_table
+from dlprof_lite.report.steps.projection import ProjectionInput
+from dlprof_lite.report.steps.table import device_count, iterations_table
+from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, step_of
 from dlprof_lite.report.summary import summarize
 from dlprof_lite.report.summary_types import Communication
 from dlprof_lite.report.tables import kernels_table, ranges_table
 from dlprof_lite.report.timeline import TIMELINE_MAX_EVENTS, report_timeline, timeline_bounds
-from dlprof_lite.report.window import choose_window, cut_ops, cut_ranges, step_of
 
 
 def build_report(
@@ -37,9 +37,9 @@ def build_report(
     between_tables: Callable[[], object] = lambda: None,
 ) -> Report:
     """Every table of ``profile``: kernels, ranges and layers over the analysed window (the
-    whole run with ``all_iterations`` or without iterations; report/window.py); the summary's
+    whole run with ``all_iterations`` or without iterations; report/steps/window.py); the summary's
     projection from ``projection`` (the user's steps per epoch and epochs), else from the
-    DataLoader's length and one epoch (report/projection.py); the timeline: one steady
+    DataLoader's length and one epoch (report/steps/projection.py); the timeline: one steady
     iteration's events, at most ``timeline_cap`` (report/timeline.py). ``between_tables``
     is called after each large table: the command line hands freed memory back there."""
     devices = device_count(profile.kernels, profile.memops, profile.gpus)

@@ -143,7 +143,7 @@ LAYER_COLUMNS = _cols(
     ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's own kernels"),
 )  # fmt: skip
 
-# What each layer ran (report/layer_kernels.py: layer_implementations), merged into the
+# What each layer ran (report/layers/kernels.py: layer_implementations), merged into the
 # layers table on ``layer``. Own kernels: those whose innermost module is the layer.
 LAYER_IMPLEMENTATION_REPORT = _cols(
     ("device", "", "gpu: it or a module inside it ran kernels, or its inputs were on a CUDA "
@@ -165,7 +165,7 @@ LAYER_IMPLEMENTATION_REPORT = _cols(
      "Lightning, Fabric, DeepSpeed; module fact); empty when none"),
 )  # fmt: skip
 
-# DDP's gradient all-reduce per layer (report/buckets.py), merged into the layers table.
+# DDP's gradient all-reduce per layer (report/layers/buckets.py), merged into the layers table.
 LAYER_GRAD_SYNC_REPORT = _cols(
     ("grad_bytes", "B", "bytes of its own parameters' gradients that DDP all-reduces each step "
      "(one rank); empty when no DDP bucket was seen carrying them"),
@@ -177,7 +177,7 @@ LAYER_GRAD_SYNC_REPORT = _cols(
     ("step_grad_sync_ns", "ns", "grad_sync_ns per step, mean " + _STEP),
 )  # fmt: skip
 
-# Modules the annotation folded after warm-up (report/folded_layers.py, rules/folding.py).
+# Modules the annotation folded after warm-up (report/layers/folded.py, rules/folding.py).
 LAYER_FOLD_REPORT = _cols(
     ("folded_call_ns", "ns", "a module the annotation folded after the warm-up step (too short "
      "to time): its median forward call then, below fold_factor x the measured per-call "
@@ -185,14 +185,14 @@ LAYER_FOLD_REPORT = _cols(
      "when the window holds none); empty: not folded"),
 )
 
-# The layers table (report/layers.py): its own columns, what each layer ran, its gradients'
+# The layers table (report/layers/table.py): its own columns, what each layer ran, its gradients'
 # all-reduce, its fold.
 LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_REPORT,
                 *LAYER_FOLD_REPORT)  # fmt: skip
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")
-# Who owns GPU time that ops of several phases share (report/steps.py): compute first, so a
+# Who owns GPU time that ops of several phases share (report/steps/table.py): compute first, so a
 # copy hidden under the forward's kernels is forward time and data time is the GPU waiting.
 GPU_PRIORITY = ("forward", "backward", "optimizer", "compile", "data", "other")
 # Host time in overlapping phase ranges: compilation first (it interrupts a phase), data last.
@@ -286,7 +286,7 @@ TIMELINE_REPORT = _cols(
      "busiest stretch)"),
 )  # fmt: skip
 
-# Projected epoch and training time (report/projection.py); empty when steps per epoch are
+# Projected epoch and training time (report/steps/projection.py); empty when steps per epoch are
 # unknown (a summary warning says why).
 _PER_STEP = "per analysed step of this process (empty without steps)"
 RANKS_REPORT = _cols(

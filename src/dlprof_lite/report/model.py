@@ -89,7 +89,7 @@ def typed_timeline(frame: pd.DataFrame) -> pd.DataFrame:
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
           "ranks")  # fmt: skip
-WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/window.py)
+WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/steps/window.py)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     ``short_kernels`` (int64, see :func:`is_short_kernel`). Null group keys form their own
     group (an op outside every iteration is still overhead). ``host_gap_ns`` sums whole gaps,
     wherever they began: a share of a time window needs the gaps clipped to the window, as the
-    iterations table does (:func:`dlprof_lite.report.steps.iterations_table`).
+    iterations table does (:func:`dlprof_lite.report.steps.table.iterations_table`).
     """
     data = pd.DataFrame(
         {

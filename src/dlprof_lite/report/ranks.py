@@ -2,7 +2,7 @@
 
 Place in the pipeline: report. :func:`ranks_table` gives one row per GPU timeline,
 ``(pid, device)``, with the rank of its process (the annotation's ``process`` fact; without
-it, the processes' order by pid), over the tables' window (report/window.py):
+it, the processes' order by pid), over the tables' window (report/steps/window.py):
 
 - ``compute_ns``: the union of its non-communication kernels (streams overlapping count once);
 - ``comm_ns``: the union of its communication kernels (rules/comm.py: NCCL/RCCL by name);
@@ -31,7 +31,7 @@ from dlprof_lite.report.frames import groups
 from dlprof_lite.report.intervals import Segments, covered_between, merge, total
 from dlprof_lite.report.model import empty_ranks, typed_ranks
 from dlprof_lite.report.run_facts import read_run_facts
-from dlprof_lite.report.window import StepWindow, cut_ops
+from dlprof_lite.report.steps.window import StepWindow, cut_ops
 from dlprof_lite.rules.comm import comm_kernel
 from dlprof_lite.rules.names import DOMAIN, ITERATION
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE

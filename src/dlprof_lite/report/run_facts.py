@@ -6,8 +6,8 @@ into the Profile's ``facts`` frame (:mod:`dlprof_lite.ingest.facts`), and this m
 them into the summary's data-loader settings and annotation cost, so
 the advice can name the ``num_workers`` a script really used instead of guessing, and into
 one row per module (:func:`module_facts`: input shapes and dtypes of its first call) for the
-layer table (:mod:`dlprof_lite.report.layer_kernels`), one row per module folded after the
-warm-up step (:func:`folded_modules`, :mod:`dlprof_lite.report.folded_layers`), and into the
+layer table (:mod:`dlprof_lite.report.layers.kernels`), one row per module folded after the
+warm-up step (:func:`folded_modules`, :mod:`dlprof_lite.report.layers.folded`), and into the
 profiled process's torch, CUDA and Python versions and command (:func:`process_summary`).
 
 A profile of several processes (one per rank) holds one set of facts per process: equal

@@ -31,9 +31,7 @@ from dlprof_lite.report.facts import (
 )
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
-from dlprof_lite.report.iteration_stats import compile_ranges, in_iterations
 from dlprof_lite.report.model import analysed
-from dlprof_lite.report.projection import ProjectionInput, outside_steps, project
 from dlprof_lite.report.run_facts import (
     RunFacts,
     annotation_summary,
@@ -41,7 +39,9 @@ from dlprof_lite.report.run_facts import (
     process_summary,
     read_run_facts,
 )
-from dlprof_lite.report.steps import iteration_summary, step_breakdown
+from dlprof_lite.report.steps.projection import ProjectionInput, outside_steps, project
+from dlprof_lite.report.steps.stats import compile_ranges, in_iterations
+from dlprof_lite.report.steps.table import iteration_summary, step_breakdown
 from dlprof_lite.report.summary_types import (
     AnnotationCost,
     Communication,
@@ -79,7 +79,7 @@ def summarize(
     """The summary without advice (:func:`dlprof_lite.report.build.build_report` adds it
     with ``dataclasses.replace`` before anyone sees the summary); ``projection``: the
     user's steps per epoch and epochs, if given; ``window``: the ``window_*`` fields of the
-    tables' window (report/window.py; without it, the whole run)."""
+    tables' window (report/steps/window.py; without it, the whole run)."""
     meta = profile.meta
     ops = gpu_ops(profile.kernels, profile.memops, ["start_ns", "end_ns", "pid", "device_id"])
     busy = busy_per_device(ops)
@@ -203,7 +203,7 @@ def _tc_shares(
 ) -> dict[str, object]:
     """The Tensor Core share over the kernels whose names tell (tc or no_tc), the share whose
     names cannot tell beside it, and the part of those in layers marked ``tc (inferred)``
-    (their recorded dtype and the GPU allow Tensor Cores: report/layer_kernels.py)."""
+    (their recorded dtype and the GPU allow Tensor Cores: report/layers/kernels.py)."""
     kernel_ns, unknown = totals["kernel_ns"], totals["tc_unknown_ns"]
     known = kernel_ns - unknown
     k = profile.kernels

@@ -124,7 +124,7 @@ class System(_Group):
 @dataclass(frozen=True)
 class Window(_Group):
     """Which steps the statistics cover (the key range, the analysed iterations), what the
-    kernels, ranges and layers tables cover (``window_*``: report/window.py) and which
+    kernels, ranges and layers tables cover (``window_*``: report/steps/window.py) and which
     iteration the timeline shows (report/timeline.py)."""
 
     iterations_analysed: int | None = _d(
@@ -436,7 +436,7 @@ class Compile(_Group):
 
 @dataclass(frozen=True)
 class Projection(_Group):
-    """Projected epoch and training time (report/projection.py); all None when unknown."""
+    """Projected epoch and training time (report/steps/projection.py); all None when unknown."""
 
     projection_steps_per_epoch: int | None = _d(
         "",

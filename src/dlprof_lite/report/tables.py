@@ -3,7 +3,7 @@
 Each function returns the columns declared in :mod:`dlprof_lite.report.metrics`, in order,
 one row per kernel name / range path. Aggregation is vectorised group-bys; the only Python
 loops run once per output row or per distinct name. The layers table, one row per module,
-is :mod:`dlprof_lite.report.layers`.
+is :mod:`dlprof_lite.report.layers.table`.
 """
 
 from __future__ import annotations

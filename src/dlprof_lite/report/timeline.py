@@ -15,7 +15,7 @@ Which events belong to the window ``(start of A, end of B - 1]``:
 - GPU ops: those ingest put in one of its iterations (by their launch call, as the kernels
   table counts them), so the trace's kernel time of an iteration is the report's;
 - API calls: those whose start falls in one of its iterations (the same ``(start, end]``
-  rule, report/window.py);
+  rule, report/steps/window.py);
 - ranges: every range that overlaps the window, kept whole (a trace viewer needs the real
   bounds; a range that opened before the window is listed with the window's first
   iteration). Times are the session clock's nanoseconds, never rounded.
@@ -29,7 +29,7 @@ import pandas as pd
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.model import empty_timeline, typed_timeline
-from dlprof_lite.report.window import op_steps, step_of
+from dlprof_lite.report.steps.window import op_steps, step_of
 from dlprof_lite.rules.comm import is_comm_kernel
 from dlprof_lite.rules.names import DOMAIN, PHASES, parse_module_range
 from dlprof_lite.rules.threads import stream_label, thread_labels

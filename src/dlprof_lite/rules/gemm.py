@@ -7,7 +7,7 @@ Place in the pipeline: cited classification data next to the Tensor Core rule ta
 :func:`is_fp32_gemm` to advise mixed precision (or TF32) from kernel names alone, when a
 profile has no layer ranges to say which modules ran them.
 
-The layers table (:mod:`dlprof_lite.report.layer_kernels`) infers Tensor Core use where
+The layers table (:mod:`dlprof_lite.report.layers.kernels`) infers Tensor Core use where
 the name table says ``unknown``: :func:`unknown_is_matmul` (names that still say GEMM),
 :func:`mma_input_type` and :func:`mma_capable` (which dtypes a GPU's Tensor Cores take).
 

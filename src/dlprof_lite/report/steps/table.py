@@ -38,10 +38,10 @@ from dlprof_lite.report.intervals import (
     merge,
     timelines,
 )
-from dlprof_lite.report.iteration_stats import iteration_stats
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 from dlprof_lite.report.model import analysed, empty_report
 from dlprof_lite.report.ranks import comm_time
+from dlprof_lite.report.steps.stats import iteration_stats
 from dlprof_lite.rules.names import DOMAIN, ITERATION, PHASES
 
 _OP_COLUMNS = ["start_ns", "end_ns", "phase"]  # stacked for the busy time and phases

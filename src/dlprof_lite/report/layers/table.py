@@ -4,7 +4,7 @@ Place in the pipeline: report. :func:`layers_table` reads the window's module ra
 annotation's ``fwd:``/``bwd:``/``rec:`` ranges with ingest's ``module_direction``) and the
 window's kernels (ingest's ``layer``/``direction`` attribution: a kernel belongs to its
 innermost module), and merges what each layer ran
-(:func:`dlprof_lite.report.layer_kernels.layer_implementations`).
+(:func:`dlprof_lite.report.layers.kernels.layer_implementations`).
 
 - Inclusive and self. Wall columns without ``self_`` are range durations: a container's
   include its children's. ``self_*_wall_ns`` is the part no child module range of the same
@@ -20,7 +20,7 @@ innermost module), and merges what each layer ran
   its step (the first window step that runs it); layers without a forward range follow.
 - Folded modules (too short to time, folded into their parent after the warm-up step):
   ``folded_call_ns`` marks them, and one without a range in the window gets a row after its
-  parent's (:mod:`dlprof_lite.report.folded_layers`).
+  parent's (:mod:`dlprof_lite.report.layers.folded`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import pandas as pd
 
 from dlprof_lite.errors import SchemaError
 from dlprof_lite.numeric import sum_by
-from dlprof_lite.report.buckets import layer_grad_sync
 from dlprof_lite.report.frames import groups, ordered, share
+from dlprof_lite.report.layers.buckets import layer_grad_sync
 from dlprof_lite.report.model import empty_report
-from dlprof_lite.report.window import NO_ITERATIONS, StepWindow, op_steps, step_of
+from dlprof_lite.report.steps.window import NO_ITERATIONS, StepWindow, op_steps, step_of
 from dlprof_lite.rules.gemm import is_tc_eligible
 from dlprof_lite.rules.names import DIRECTIONS, parse_module_range
 
@@ -367,8 +367,8 @@ def _network_order(
 
 def _with_folded(out: pd.DataFrame, facts: pd.DataFrame | None) -> pd.DataFrame:
     """Mark the modules the annotation folded after warm-up, and list those the window has no
-    range of (report/folded_layers.py)."""
-    from dlprof_lite.report.folded_layers import with_folded
+    range of (report/layers/folded.py)."""
+    from dlprof_lite.report.layers.folded import with_folded
     from dlprof_lite.report.run_facts import FOLDED_COLUMNS, folded_modules, module_facts
 
     if facts is None or facts.empty:
@@ -382,8 +382,8 @@ def _implementations(
     kernels: pd.DataFrame, facts: pd.DataFrame | None, gpus: pd.DataFrame | None,
     layers: pd.Series,
 ) -> pd.DataFrame:  # fmt: skip
-    """What each layer ran (report/layer_kernels.py), one row per layer of the table."""
-    from dlprof_lite.report.layer_kernels import layer_implementations
+    """What each layer ran (report/layers/kernels.py), one row per layer of the table."""
+    from dlprof_lite.report.layers.kernels import layer_implementations
 
     no_gpus = pd.DataFrame(columns=["device_id", "cc_major", "cc_minor"])
     found = layer_implementations(
