@@ -1,7 +1,7 @@
 """Per-iteration compute, communication, exposed communication and overlap (report/steps/table.py).
 
 Oracles: a hand-built two-device timeline with round numbers (the arithmetic by hand, in the
-comments); the ranks table (report/ranks.py, computed per timeline over the whole window) on
+comments); the ranks table (report/ranks/table.py, computed per timeline over the whole window) on
 the same profile; on a real two-GPU export, the NCCL kernels' total time by direct SQL.
 """
 

@@ -196,7 +196,7 @@ def test_torchrun_writes_one_report_per_rank(nsys: str, tmp_path: Path) -> None:
         assert layers["0"]["grad_buckets"] == layers["2"]["grad_buckets"] == "0"
         assert layers["1"]["grad_bytes"] == "", "ReLU has no gradients"
         assert layers["0"]["wrapper"] == "DistributedDataParallel", layers["0"]
-    # The all-ranks report names the slow rank the straggler (report/ranks.py).
+    # The all-ranks report names the slow rank the straggler (report/ranks/table.py).
     assert rows(out / "summary.csv")[0]["straggler_rank"] == "1"
     # analyze of the nsys report does the same (exported once), naming the user's report.
     rep, again = out / "profile.nsys-rep", tmp_path / "again"

@@ -1,5 +1,5 @@
 """The ranks table: compute vs communication per (process, device), exposed communication,
-the straggler (report/ranks.py, rules/ranks.py).
+the straggler (report/ranks/table.py, rules/ranks.py).
 
 Oracles: hand-built timelines with round numbers (the arithmetic by hand, in the comments),
 and on real multi-GPU exports the real ``nsys stats -r gpukernsum`` of each timeline (the
@@ -22,7 +22,7 @@ from builders import fact_mark, make_profile, phase
 from dlprof_lite.ingest.load import load
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.ranks import collectives, ranks_table
+from dlprof_lite.report.ranks.table import collectives, ranks_table
 from dlprof_lite.report.steps.window import choose_window
 from nsys_oracle import nsys_report
 

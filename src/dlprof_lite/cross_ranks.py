@@ -53,7 +53,7 @@ def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
     or more inputs hold ranks (one input's view is already in its own folder)."""
     import pandas as pd
 
-    from dlprof_lite.report.ranks import straggler
+    from dlprof_lite.report.ranks.table import straggler
 
     held = [(folder, node) for folder, node in nodes if node.rank_rows]
     if len(held) < 2:

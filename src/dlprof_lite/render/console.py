@@ -303,7 +303,7 @@ _RANK_COLUMNS = {
 
 def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
     """Several ranks: each timeline's compute, communication and data per step, the straggler
-    marked (report/ranks.py)."""
+    marked (report/ranks/table.py)."""
     if len(ranks) < 2:
         return None
     straggler = ranks["straggler"].fillna(False).astype(bool).to_numpy()

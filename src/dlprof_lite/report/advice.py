@@ -14,7 +14,7 @@ import pandas as pd
 
 from dlprof_lite.durations import short
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.ranks_advice import exposed_text, straggler_data
+from dlprof_lite.report.ranks.advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number
 from dlprof_lite.report.units import of_scope
@@ -419,7 +419,7 @@ def tiny_kernels(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def exposed_communication(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    """Communication kernels no compute overlaps (report/ranks.py), per step."""
+    """Communication kernels no compute overlaps (report/ranks/table.py), per step."""
     pct = summary.communication.exposed_comm_pct
     grade = _graded(pct, "exposed_comm_warn_pct", "exposed_comm_high_pct")
     if pct is None or grade is None:

@@ -18,7 +18,7 @@ from dlprof_lite.report.denominators import share_span
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.model import Report, empty_report
-from dlprof_lite.report.ranks import communication_summary, ranks_table
+from dlprof_lite.report.ranks.table import communication_summary, ranks_table
 from dlprof_lite.report.steps.projection import ProjectionInput
 from dlprof_lite.report.steps.table import device_count, iterations_table
 from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, step_of

@@ -110,7 +110,7 @@ class Report:
     # One steady iteration's events, capped (report/timeline.py); a folder written before
     # the timeline existed reads back with none.
     timeline: pd.DataFrame = field(default_factory=empty_timeline)
-    # Communication vs compute per (process, device) and the straggler (report/ranks.py);
+    # Communication vs compute per (process, device) and the straggler (report/ranks/table.py);
     # a folder written before it existed reads back with none.
     ranks: pd.DataFrame = field(default_factory=empty_ranks)
 

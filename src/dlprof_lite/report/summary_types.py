@@ -488,7 +488,7 @@ class Projection(_Group):
 @dataclass(frozen=True)
 class Communication(_Group):
     """Communication vs compute across GPU timelines, rank imbalance and the straggler
-    (report/ranks.py; all None without ranks)."""
+    (report/ranks/table.py; all None without ranks)."""
 
     comm_ns: int | None = _d(
         "ns",

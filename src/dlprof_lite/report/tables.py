@@ -15,7 +15,7 @@ from dlprof_lite.errors import SchemaError
 from dlprof_lite.report.frames import ordered, share
 from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.overhead import overhead_summary
-from dlprof_lite.report.ranks import collectives
+from dlprof_lite.report.ranks.table import collectives
 
 
 def kernels_table(kernels: pd.DataFrame) -> pd.DataFrame:

@@ -7,7 +7,7 @@ the others' communication kernels run long and are not overlapped by their compu
 communication); on the CPU (gloo) they block in the call. HTA's cross-rank view names the
 same symptom ("communication blocked on the slowest rank").
 
-Rule (report/ranks.py applies it, with >= 2 ranks):
+Rule (report/ranks/table.py applies it, with >= 2 ranks):
 
 1. each rank's *work* per step is its compute (non-communication kernel time) plus its data
    phase host time; its *excess* is its work minus the median of the other ranks' (with two

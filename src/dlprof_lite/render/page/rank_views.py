@@ -1,4 +1,4 @@
-"""The ranks table drawn: a chart and a table for report.html (report/ranks.py computes it).
+"""The ranks table drawn: a chart and a table for report.html (report/ranks/table.py computes it).
 
 Place in the pipeline: report (rendering). Each GPU timeline (or process without kernels) of
 a run of several ranks is one bar: per analysed step, its compute, the communication compute

@@ -19,7 +19,7 @@ The phase columns plus ``other_wall_ns`` are ``wall_ns``.
 
 Communication columns (``compute_ns``, ``comm_ns``, ``exposed_comm_ns``, ``overlap_pct``) use
 the kernels' ``iteration`` assignment, per ``(pid, device)`` timeline as the ranks table does
-(report/ranks.py): unions of compute and of communication kernels, and the communication no
+(report/ranks/table.py): unions of compute and of communication kernels, and the communication no
 compute kernel of the same timeline overlaps, summed over the iteration's timelines.
 """
 
@@ -40,7 +40,7 @@ from dlprof_lite.report.intervals import (
 )
 from dlprof_lite.report.metrics import GPU_PRIORITY, HOST_PRIORITY, PHASE_COLUMNS
 from dlprof_lite.report.model import analysed, empty_report
-from dlprof_lite.report.ranks import comm_time
+from dlprof_lite.report.ranks.table import comm_time
 from dlprof_lite.report.steps.stats import iteration_stats
 from dlprof_lite.rules.names import DOMAIN, ITERATION, PHASES
 
@@ -106,7 +106,7 @@ _COMM = ("compute_ns", "comm_ns", "exposed_comm_ns")
 
 def _comm_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per iteration: compute, communication and exposed communication time, each summed
-    over the ``(pid, device)`` timelines of the iteration's kernels (report/ranks.py)."""
+    over the ``(pid, device)`` timelines of the iteration's kernels (report/ranks/table.py)."""
     per = comm_time(kernels, ["pid", "device_id", "iteration"])  # no step: in no group
     return per.groupby(level="iteration")[list(_COMM)].sum()
 

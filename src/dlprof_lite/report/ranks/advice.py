@@ -1,4 +1,4 @@
-"""Advice from the ranks table (report/ranks.py): exposed communication and the straggler.
+"""Advice from the ranks table (report/ranks/table.py): exposed communication and the straggler.
 
 report/advice.py grades exposed communication against its thresholds (report/metrics.py) and
 registers :func:`straggler_data` (rules/ranks.py holds its rule).
