@@ -261,7 +261,7 @@ def drive(kind: str, argv: list[str]) -> int:
         run.supervise = _timed(ev, None, "profile_done", run.supervise)  # type: ignore[assignment]
         run.export_sqlite = _timed(ev, "export_start", "export_end", run.export_sqlite)  # type: ignore[assignment]
         pipeline._analyze = _timed(ev, "analyze_start", "analyze_end", pipeline._analyze)  # type: ignore[assignment]
-        run_form.report_profiled = _timed(ev, None, "written", run_form.report_profiled)  # type: ignore[assignment]
+        pipeline.report_profiled = _timed(ev, None, "written", pipeline.report_profiled)  # type: ignore[assignment]
         run_form.record_report = _timed(ev, "store_start", "store_end", run_form.record_report)  # type: ignore[assignment]
         run_form.show_report = _timed(ev, None, "shown", run_form.show_report)  # type: ignore[assignment]
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-import dlprof_lite.cli
 from dlprof_lite.cli import main
 from dlprof_lite.launch.signals import (
     Terminated,
@@ -228,7 +227,9 @@ def test_signal_while_analysing_keeps_the_profile(
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises at the next bytecode boundary
 
-    monkeypatch.setattr(dlprof_lite.cli, "report_profiled", analysis)
+    import dlprof_lite.pipeline
+
+    monkeypatch.setattr(dlprof_lite.pipeline, "report_profiled", analysis)
     monkeypatch.chdir(tmp_path)
     before = signal.getsignal(signal.SIGTERM)
     code = main(["--quiet", "--annotate", "none", "--nsys", str(nsys), str(script)])

@@ -10,6 +10,7 @@ import re
 import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,13 @@ from dlprof_lite.cli_analyze import show_report
 from dlprof_lite.cli_common import analyze_options, error, progress_bar, warn
 from dlprof_lite.cli_store import record_report
 from dlprof_lite.errors import DlprofError
-from dlprof_lite.pipeline import has_annotation, report_profiled
+from dlprof_lite.pipeline import (
+    REPEAT_SUFFIX,
+    LaunchOptions,
+    has_annotation,
+    profile_and_report,
+    repeat_runs,
+)
 from dlprof_lite.rules.inputs import is_input
 from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
@@ -64,24 +71,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         target = (args.output or unique_dir(Path.cwd(), name + files.REPORT_SUFFIX))
         return _run_once(args, cmd, target.absolute())
     parent = (args.output or unique_dir(Path.cwd(), name + REPEAT_SUFFIX)).absolute()
-    files.check_target(parent, force=args.force)  # before N long profiling runs
     group = args.tag or f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}"
-    interrupted: KeyboardInterrupt | None = None
-    code = 0
     collected: list[tuple[Report, Path]] = []  # each run's report, shown together at the end
-    with files.staged_folder(parent, force=args.force) as stage:
-        try:
-            for index in range(args.repeat):
-                print(f"{PROG}: run {index + 1} of {args.repeat}", file=sys.stderr, flush=True)
-                folder = stage / f"run-{index + 1}{files.REPORT_SUFFIX}"
-                code = _run_once(args, cmd, folder, group=group, index=index, final=parent,
-                                 collect=collected)  # fmt: skip
-                if code:  # a failed run: the others would not be comparable
-                    error(f"run {index + 1} of {args.repeat} exited with code {code}; "
-                           "stopping the repeats", args.debug)  # fmt: skip
-                    break
-        except KeyboardInterrupt as err:  # the runs done so far are kept
-            interrupted = err
+
+    def one_run(index: int, folder: Path) -> int:
+        print(f"{PROG}: run {index + 1} of {args.repeat}", file=sys.stderr, flush=True)
+        code = _run_once(args, cmd, folder, group=group, index=index, final=parent,
+                         collect=collected)  # fmt: skip
+        if code:  # a failed run: the others would not be comparable
+            error(f"run {index + 1} of {args.repeat} exited with code {code}; "
+                  "stopping the repeats", args.debug)  # fmt: skip
+        return code
+
+    code, interrupted = repeat_runs(parent, args.repeat, one_run, force=args.force)
     if collected and not args.quiet:
         _show_repeats(collected, parent)
     if interrupted is not None:
@@ -132,63 +134,51 @@ def repeat_advice(side: Side) -> str:
             f"a {DETECTABLE_CHANGE * 100:g} % change with {POWER * 100:g} % power takes {runs}")
 
 
-REPEAT_SUFFIX = ".dlprof-runs"
-
-
 def _run_once(
     args: argparse.Namespace, cmd: list[str], target: Path, *, group: str | None = None,
     index: int | None = None, final: Path | None = None,
     collect: list[tuple[Report, Path]] | None = None,
 ) -> int:  # fmt: skip
-    """One profiled run into ``target``; ``final``: the folder ``target``'s parent will
-    become (a --repeat staging folder), for the paths the store records."""
-    from dlprof_lite.render import output as files
-
+    """One profiled run into ``target`` (:func:`~dlprof_lite.pipeline.profile_and_report`),
+    then its lines, its record in the store and its summary; ``final``: the folder
+    ``target``'s parent will become (a --repeat staging folder), for the paths the store
+    records."""
     options = analyze_options(args)
-    force = options.force and final is None
-    files.check_target(target, force=force)  # before a long profiling run
-    from dlprof_lite.launch.run import profile_program
-
+    if final is not None:  # one of --repeat N: inside a new folder, nothing to replace
+        options = replace(options, force=False)
     where = target if final is None else final / target.name  # where the report will be
-    failure: DlprofError | KeyboardInterrupt | None = None
-    with files.staged_folder(target, force=force) as stage:
-        run = profile_program(
-            cmd, out_dir=stage, annotate=args.annotate, depth=args.depth, nsys=args.nsys,
-            nsys_args=args.nsys_args, delay=args.delay, duration=args.duration,
-            nsys_timeout=args.nsys_timeout, show_nsys=args.debug,
-        )  # fmt: skip
-        stopped: str | None = None
-        try:
-            with progress_bar(args, target.name) as progress:
-                done = report_profiled(Path(run.sqlite_path), stage, where, options, progress)
-            report, ranks = done.report, done.ranks
-            stopped = _failed_before_steps(run.exit_code, report, cmd)
-            if stopped:  # its own failure first; what follows from it is no news
-                error(stopped, args.debug)
-            else:
-                for warning in run.warnings:
-                    warn(warning)
-            for warning in done.rank_warnings:
-                warn(warning)
-            if run.no_ranges_hint and not has_annotation(report) and not stopped:
-                warn(run.no_ranges_hint)
-        # Keep what nsys captured, also when interrupted (SIGINT, or a scheduler's SIGTERM)
-        # while analysing it; report the error after.
-        except (DlprofError, KeyboardInterrupt) as err:
-            failure = err
-    if failure is not None:  # the run's own warnings (a hung nsys stage) come first
+    launch = LaunchOptions(
+        annotate=args.annotate, depth=args.depth, nsys=args.nsys, nsys_args=args.nsys_args,
+        delay=args.delay, duration=args.duration, nsys_timeout=args.nsys_timeout,
+        show_nsys=args.debug,
+    )  # fmt: skip
+    profiled = profile_and_report(cmd, target, options, launch, where=where,
+                                  progress=lambda: progress_bar(args, target.name))  # fmt: skip
+    run, done, failure = profiled.run, profiled.done, profiled.failure
+    if failure is not None or done is None:  # the run's own warnings (a hung nsys stage) first
         for warning in run.warnings:
             warn(warning)
     if isinstance(failure, KeyboardInterrupt):
         name = f" by {failure}" if getattr(failure, "signum", None) else ""
         error(f"interrupted{name} while analysing the profile (the profile is kept in "
-               f"{target}; '{PROG} analyze {target / Path(run.report_path).name}' analyses it)",
-               args.debug)  # fmt: skip
+              f"{target}; '{PROG} analyze {target / Path(run.report_path).name}' analyses it)",
+              args.debug)  # fmt: skip
         return int(getattr(failure, "exit_code", 130))
-    if failure is not None:  # named by the final folder: the staging one is renamed away
-        message = str(failure).replace(str(stage), str(target))
+    if failure is not None or done is None:  # named by the final folder, not the staging one
+        message = str(failure).replace(str(profiled.stage), str(target))
         error(f"{message} (the profile is kept in {target})", args.debug)
-        return run.exit_code or failure.exit_code
+        return run.exit_code or (failure.exit_code if failure is not None else 1)
+    report, ranks = done.report, done.ranks
+    stopped = _failed_before_steps(run.exit_code, report, cmd)
+    if stopped:  # its own failure first; what follows from it is no news
+        error(stopped, args.debug)
+    else:
+        for warning in run.warnings:
+            warn(warning)
+    for warning in done.rank_warnings:
+        warn(warning)
+    if run.no_ranges_hint and not has_annotation(report) and not stopped:
+        warn(run.no_ranges_hint)
     run_id = None
     if not run.exit_code:  # a crashed program's partial run is no baseline
         run_id = record_report(args, report, where, command=cmd, group=group, repeat_index=index)

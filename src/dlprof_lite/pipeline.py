@@ -11,7 +11,8 @@ top-level and takes plain values so that a worker process can be handed it.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dlprof_lite.cross_ranks import CrossRanks, NodeRanks
+    from dlprof_lite.errors import DlprofError
     from dlprof_lite.ingest.profile import Profile
+    from dlprof_lite.launch.run import ProfileRun
     from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.model import Report
     from dlprof_lite.report.summary_types import Scalar
@@ -336,3 +339,96 @@ def report_profiled(
     write_contents(report, stage, options.formats, trace=done.trace)
     write_ranks(ranks, stage, options.formats, target)
     return replace(done, report=report, ranks=ranks, report_dir=target)
+
+
+# --- the run form: profile a program, then report ------------------------------------------
+
+REPEAT_SUFFIX = ".dlprof-runs"  # the folder of --repeat N's runs
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How the run form starts the program under nsys (its flags; launch/run.py)."""
+
+    annotate: str = "modules"
+    depth: int | None = None
+    nsys: str | None = None
+    nsys_args: str | None = None
+    delay: float | None = None
+    duration: float | None = None
+    nsys_timeout: float | None = None
+    show_nsys: bool = False
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """One profiled run: what nsys produced (``run``), its analysis (``done``; None when it
+    failed) and why it failed (``failure``: the profile is kept in the folder all the
+    same), and the staging folder the report was written in (messages name the final one)."""
+
+    run: ProfileRun
+    done: Analysed | None
+    failure: DlprofError | KeyboardInterrupt | None
+    stage: Path
+
+
+def profile_and_report(
+    cmd: list[str],
+    target: Path,
+    options: AnalyzeOptions,
+    launch: LaunchOptions,
+    *,
+    where: Path | None = None,
+    progress: Callable[[], AbstractContextManager[Progress | None]] | None = None,
+) -> Profiled:
+    """Profile ``cmd`` under nsys into the report folder ``target`` (staged: it appears
+    whole), then analyse the export and write the report beside it. The profile is kept
+    when the analysis fails or is interrupted (SIGINT, a scheduler's SIGTERM): the failure
+    comes back in the result. ``where``: the folder the report will end up in (a --repeat
+    run's, once its parent is renamed), for the paths the report names; ``progress``: the
+    analysis's progress bar."""
+    from contextlib import nullcontext
+
+    from dlprof_lite.errors import DlprofError
+    from dlprof_lite.launch.run import profile_program
+    from dlprof_lite.render.output import check_target, staged_folder
+
+    check_target(target, force=options.force)  # before a long profiling run
+    failure: DlprofError | KeyboardInterrupt | None = None
+    done = None
+    with staged_folder(target, force=options.force) as stage:
+        run = profile_program(
+            cmd, out_dir=stage, annotate=launch.annotate, depth=launch.depth, nsys=launch.nsys,
+            nsys_args=launch.nsys_args, delay=launch.delay, duration=launch.duration,
+            nsys_timeout=launch.nsys_timeout, show_nsys=launch.show_nsys,
+        )  # fmt: skip
+        try:
+            with (progress or nullcontext)() as advance:
+                done = report_profiled(Path(run.sqlite_path), stage, where or target, options,
+                                       advance)  # fmt: skip
+        except (DlprofError, KeyboardInterrupt) as err:
+            failure = err
+    return Profiled(run, done, failure, stage)
+
+
+def repeat_runs(
+    parent: Path, count: int, one_run: Callable[[int, Path], int], *, force: bool = False
+) -> tuple[int, KeyboardInterrupt | None]:
+    """``--repeat N``: ``one_run(index, folder)`` for ``run-1.dlprof`` ... ``run-N.dlprof``
+    inside ``parent`` (staged: it appears when the runs end, with the runs done so far when
+    interrupted), stopping at the first run that returns a non-zero exit code (the others
+    would not be comparable). Returns the last exit code and the interrupt, if any."""
+    from dlprof_lite.render.output import REPORT_SUFFIX, check_target, staged_folder
+
+    check_target(parent, force=force)  # before N long profiling runs
+    code = 0
+    interrupted: KeyboardInterrupt | None = None
+    with staged_folder(parent, force=force) as stage:
+        try:
+            for index in range(count):
+                code = one_run(index, stage / f"run-{index + 1}{REPORT_SUFFIX}")
+                if code:
+                    break
+        except KeyboardInterrupt as err:  # the runs done so far are kept
+            interrupted = err
+    return code, interrupted
