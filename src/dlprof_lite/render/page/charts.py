@@ -344,7 +344,10 @@ def axis_top(values: np.ndarray) -> float | None:
     rest = finite[finite <= limit]
     if not len(rest) or finite.max() <= limit or median <= 0:
         return None
-    return float(rest.max()) * 1.15
+    top = float(rest.max()) * 1.15
+    # An outlier within that margin is not cut off: the axis keeps its own range (and no
+    # note names a step above the top, which none would be).
+    return top if top < float(finite.max()) else None
 
 
 def _outlier_note(x: np.ndarray, y: np.ndarray, top: float, unit: str) -> dict[str, object]:
