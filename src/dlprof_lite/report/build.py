@@ -68,7 +68,7 @@ def build_report(
     ranks = ranks_table(profile, window)
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's
-    communication = Communication.from_values(
+    communication = Communication.of(
         communication_summary(ranks, span.length_ns, span.scope)
     )
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),

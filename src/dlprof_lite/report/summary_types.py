@@ -63,15 +63,11 @@ class _Group:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ValueError(f"not {cls.__name__} fields: {', '.join(unknown)}")
-        return cls(**{n: scalar(values.get(n)) for n in names})
+        return _dataclass(cls, values)
 
     def items(self) -> Iterator[tuple[str, Scalar]]:
         for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
             yield f.name, getattr(self, f.name)
-
-
-def _group(cls: type[T], flat: Mapping[str, object]) -> T:
-    return cls(**{f.name: scalar(flat.get(f.name)) for f in fields(cls)})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -479,11 +475,6 @@ class Projection(_Group):
         "ns",
         "projected from the analysed steps: start-up + epochs x projection_epoch_p90_ns")
 
-    @classmethod
-    def from_values(cls, values: Mapping[str, object]) -> Projection:
-        """The group from ``projection_*`` values (missing ones None)."""
-        return _group(cls, values)
-
 
 @dataclass(frozen=True)
 class Communication(_Group):
@@ -522,11 +513,6 @@ class Communication(_Group):
     straggler_data_ns: float | None = _d(
         "ns",
         "the straggler's data time per step above the median of the other ranks'")
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, object]) -> Communication:
-        """The group from its field values (missing ones None)."""
-        return _group(cls, values)
 
 
 @dataclass(frozen=True)
@@ -697,7 +683,7 @@ def build_summary(
     """A summary from flat metric values (keys as in ``SUMMARY_REPORT``) and the lists: a
     document read back, which may hold fields of another release (they are left out); the
     analysis builds each group itself (``System.of``, ...), strictly."""
-    groups: dict[str, Any] = {name: _group(cls, flat) for name, cls in GROUPS.items()}
+    groups: dict[str, Any] = {name: _dataclass(cls, flat) for name, cls in GROUPS.items()}
     return Summary(
         **groups,
         gpus=tuple(gpus),

@@ -261,4 +261,4 @@ def reproject(
     """``summary`` with its projection (group and warnings) made for ``given`` instead."""
     values, warnings = project(profile, iterations, given)
     kept = [w for w in summary.warnings if not w.startswith((NO_PROJECTION, CAVEAT))]
-    return replace(summary, projection=Projection.from_values(values), warnings=(*kept, *warnings))
+    return replace(summary, projection=Projection.of(values), warnings=(*kept, *warnings))
