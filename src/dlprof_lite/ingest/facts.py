@@ -9,9 +9,9 @@ epochs), never the mark texts. Malformed facts and marks of other domains are le
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.rules.facts import parse_fact
 from dlprof_lite.rules.names import DOMAIN, FACT_PREFIX
 
@@ -24,10 +24,7 @@ def facts_of(marks: pd.DataFrame) -> pd.DataFrame:
     :data:`~dlprof_lite.rules.names.FACT_KEYS` name) and ``value`` (its dict)."""
     rows: list[tuple[int, int, str, dict[str, object]]] = []
     if len(marks):
-        names = marks["name"].astype("category")
-        texts = pd.Series(names.cat.categories.astype(str))
-        hit = np.append(texts.str.startswith(FACT_PREFIX).to_numpy(dtype=bool), False)
-        ours = hit[names.cat.codes.to_numpy()] & (
+        ours = cat_mask(marks["name"], lambda s: s.str.startswith(FACT_PREFIX)) & (
             marks["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool)  # fmt: skip
         found = marks[ours].sort_values("start_ns", kind="stable")
         for text, start, pid in zip(found["name"].astype(str), found["start_ns"].to_numpy(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.frames import cat_mask
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.report.intervals import covered_between, merge, total
 from dlprof_lite.report.model import analysed
 from dlprof_lite.report.overhead import is_short_kernel

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pandas as pd
 
@@ -20,21 +18,6 @@ def ordered(frame: pd.DataFrame, table: str) -> pd.DataFrame:
         if column.dtype == object and column.isna().any():
             out[name] = column.where(column.notna(), None)
     return out
-
-
-def cat_mask(series: pd.Series, predicate: Callable[[pd.Series], pd.Series]) -> np.ndarray:
-    """Evaluate a string predicate once per distinct value of a categorical column.
-
-    ``predicate`` maps a Series of strings to booleans; missing values are False. Evaluating
-    on the categories instead of the rows keeps string matching off the per-event path.
-    """
-    if len(series) == 0:
-        return np.zeros(0, dtype=bool)
-    if not isinstance(series.dtype, pd.CategoricalDtype):
-        series = series.astype("category")
-    cats = pd.Series(series.cat.categories.astype(str))
-    hit = np.append(predicate(cats).to_numpy(dtype=bool), False)  # code -1 (NA) -> False
-    return hit[series.cat.codes.to_numpy()]
 
 
 def groups(

@@ -26,8 +26,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.numeric import sum_by
-from dlprof_lite.report.frames import cat_mask, groups
+from dlprof_lite.numeric import cat_mask, sum_by
+from dlprof_lite.report.frames import groups
 from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
 from dlprof_lite.rules.gemm import (

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
-from dlprof_lite.report.frames import cat_mask
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.report.model import analysed, analysed_mask
 from dlprof_lite.report.summary_types import Projection, Summary
 from dlprof_lite.rules.names import DOMAIN, PHASES
