@@ -391,11 +391,11 @@ def profile_and_report(
 
     from dlprof_lite.errors import DlprofError
     from dlprof_lite.launch.run import profile_program
-    from dlprof_lite.render.output import check_target, staged_folder
+    from dlprof_lite.render.output import staged_folder
 
-    check_target(target, force=options.force)  # before a long profiling run
     failure: DlprofError | KeyboardInterrupt | None = None
     done = None
+    # The folder is checked as it is staged: before the long profiling run.
     with staged_folder(target, force=options.force) as stage:
         run = profile_program(
             cmd, out_dir=stage, annotate=launch.annotate, depth=launch.depth, nsys=launch.nsys,
@@ -418,12 +418,11 @@ def repeat_runs(
     inside ``parent`` (staged: it appears when the runs end, with the runs done so far when
     interrupted), stopping at the first run that returns a non-zero exit code (the others
     would not be comparable). Returns the last exit code and the interrupt, if any."""
-    from dlprof_lite.render.output import REPORT_SUFFIX, check_target, staged_folder
+    from dlprof_lite.render.output import REPORT_SUFFIX, staged_folder
 
-    check_target(parent, force=force)  # before N long profiling runs
     code = 0
     interrupted: KeyboardInterrupt | None = None
-    with staged_folder(parent, force=force) as stage:
+    with staged_folder(parent, force=force) as stage:  # checked here: before N runs
         try:
             for index in range(count):
                 code = one_run(index, stage / f"run-{index + 1}{REPORT_SUFFIX}")

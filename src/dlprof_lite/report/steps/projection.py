@@ -60,7 +60,8 @@ def project(
     """The ``projection_*`` summary values and the warnings (one when there is none)."""
     values: dict[str, object] = {}
     epochs = given.epochs or 1
-    kept = analysed(iterations)
+    analysed_steps = analysed_mask(iterations)
+    kept = iterations[analysed_steps]
     if kept.empty:
         return values, [NO_PROJECTION + "no analysed training steps were found"]
     facts = _facts(profile)
@@ -68,7 +69,7 @@ def project(
     if steps is None:
         return values, [NO_PROJECTION + why]
     inside = _between_steps(iterations, _phase_starts(profile.ranges))
-    step = kept["wall_ns"].to_numpy(np.float64) - inside[analysed_mask(iterations)]
+    step = kept["wall_ns"].to_numpy(np.float64) - inside[analysed_steps]
     mean = float(step.mean())
     p10, p90 = (float(v) for v in np.percentile(step, [10, 90]))
     startup = _startup(profile, facts, iterations, inside, mean)
