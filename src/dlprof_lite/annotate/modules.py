@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,11 +80,13 @@ from dlprof_lite.annotate.calibrate import CALIBRATION_ROUNDS, calibrate
 from dlprof_lite.annotate.compiled import CompiledRoots
 from dlprof_lite.annotate.ddp import DdpBuckets
 from dlprof_lite.annotate.describe import MAX_MODULE_FACTS, describe
+from dlprof_lite.annotate.flops import FlopCapture, _Capture
 from dlprof_lite.annotate.graph import floor_of, grad_nodes, inner, terminal_nodes
 from dlprof_lite.annotate.module_names import ModuleName, ModuleNames
 from dlprof_lite.annotate.nodehooks import BackwardCall, NodeHooks
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, generated
+from dlprof_lite.rules.facts import fact_text
 
 if TYPE_CHECKING:
     from dlprof_lite.annotate.folding import Warmup
@@ -138,6 +141,7 @@ class _Frame(threading.local):
         self.forward: Forward | None = None  # the root forward running on this thread
         self.starts: dict[int, NodeHooks] = {}
         self.ends: dict[int, NodeHooks] = {}
+        self.capture: _Capture | None = None  # the root call whose module calls are kept
         # Keeps the hooked nodes alive until the root forward returns, so that an id in the
         # tables above is never reused by a new node. Cleared then: no node outlives the
         # forward through us, and nothing of ours refers back to a node (no cycles).
@@ -174,6 +178,10 @@ class ModuleRanges:
         self._watch = BackwardWatch(self._backward_entered) if tracker is not None else None
         self.compiled = CompiledRoots(self)
         self.ddp = DdpBuckets(backend, self.layer_of) if ranges else None
+        self.flops = FlopCapture(self._fact) if ranges else None
+
+    def _fact(self, key: str, value: dict[str, Any]) -> None:
+        self._backend.mark(fact_text(key, value))
 
     def layer_of(self, module: torch.nn.Module) -> str | None:
         """The layer name ``module``'s ranges carry (its nearest ancestor's within ``--depth``);
@@ -223,6 +231,8 @@ class ModuleRanges:
             if self._tracker is not None:
                 self._watch.disarm()  # type: ignore[union-attr]
                 self._tracker.on_root_forward(module, grad, module.training)
+            if self.flops is not None:
+                frame.capture = self.flops.root_start(module, name.qualname, args)
         # A wrapper's module called inside it is the wrapper's layer: one range, not two.
         pushed = (self._ranges and (root or not name.alias)
                   and (self._depth is None or name.depth <= self._depth))  # fmt: skip
@@ -280,6 +290,12 @@ class ModuleRanges:
         root = frame.forwards == 0
         grad = _grad_enabled()
         in_backward = _graph_task_id() != _NO_TASK
+        capture = frame.capture
+        if capture is not None and not in_backward:
+            if entry.pushed:
+                self._capture(capture, frame, module, args, rest)
+            if root:
+                frame.capture = None
         if in_backward or _sequence_nr is None:
             if grad and (entry.pushed or root):
                 kwargs = rest[0] if len(rest) == 2 else None
@@ -310,6 +326,17 @@ class ModuleRanges:
                     self.warmup.root_done(module, grad)
                 if grad:
                     self._watch.arm()  # type: ignore[union-attr]
+
+    def _capture(
+        self, capture: _Capture, frame: _Frame, module: torch.nn.Module, args: Any,
+        rest: tuple[Any, ...],
+    ) -> None:  # fmt: skip
+        """A module call of a captured root call returned: keep its inputs (.flops)."""
+        name = self._names.get(id(module))
+        if name is not None and self.flops is not None:
+            kwargs = rest[0] if len(rest) == 2 else None
+            self.flops.record(capture, module, name.qualname, len(frame.stack), args, kwargs,
+                              name.wrapper)  # fmt: skip
 
     def _root_done(self, frame: _Frame, grad: bool, output: Any) -> None:
         """A root forward returned: hook its output nodes; its graph waits to be bound."""
@@ -486,6 +513,8 @@ class ModuleRanges:
         if self._watch is not None:
             self._watch.disarm()
         self._pending.clear()  # graphs never consumed: nothing to hook
+        if self.flops is not None:
+            self.flops.finish(_quiet)
         if self.calls and not self._reported:
             self._reported = True
             steps = self._tracker.steps if self._tracker is not None else None
@@ -506,6 +535,23 @@ class ModuleRanges:
     def remove(self) -> None:
         """Undo what is not a hook handle: the compiled-call wrappers."""
         self.compiled.remove()
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The module hooks do nothing meanwhile (the FLOP count's own module calls): they
+    return at once as they do while Dynamo traces, at no cost to the hot path."""
+    global _compiling
+    kept = _compiling
+    _compiling = _always
+    try:
+        yield
+    finally:
+        _compiling = kept
+
+
+def _always() -> bool:
+    return True
 
 
 def _queue_backward_end(tracker: PhaseTracker) -> None:

@@ -102,7 +102,8 @@ MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: the
 #   it]`` each, in network order; null where there is none).
 DDP_BUCKET = "ddp_bucket"
 FOLDED = "folded"
-FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET, FOLDED)
+FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET, FOLDED, "flops",
+             "flops_shape")
 # A DDP gradient bucket's all-reduce: a push/pop range around DDP's collective for it.
 DDP_BUCKET_PREFIX = "ddp:bucket:"
 DDP_BUCKET_RE = re.compile(r"^ddp:bucket:(?P<id>\d+)$")
