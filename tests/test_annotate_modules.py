@@ -396,6 +396,7 @@ def test_each_autograd_node_runs_inside_its_own_layers(recorder: Recorder) -> No
         F.mse_loss(Tag.apply(model(torch.randn(3, 4)), "outside"), torch.zeros(3, 2)).backward()
         opt.step()
         opt.zero_grad()
+    seen = list(Tag.seen)  # the FLOP count at exit runs the Function again, on fake tensors
     annotation.remove()
     root, twin = "bwd:model:Sequential", "bwd:1:Twin"
     expected = {
@@ -406,7 +407,7 @@ def test_each_autograd_node_runs_inside_its_own_layers(recorder: Recorder) -> No
         "b": [root, twin, "bwd:1.b:Branch"],
         "twin before": [root, twin],
     }
-    assert sorted(Tag.seen) == sorted(list(expected.items()) * 2)
+    assert sorted(seen) == sorted(list(expected.items()) * 2)
     parents(recorder.ranges)  # properly nested on every thread
 
 

@@ -123,6 +123,9 @@ def dtype_key(dtype: torch.dtype, conv: bool, tf32: tuple[bool, bool]) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+NOT_COUNTABLE = "not countable on fake tensors"
+
+
 class Unknown(Exception):
     """The count cannot be made (its message says why)."""
 
@@ -203,17 +206,22 @@ class CallState:
     tf32: tuple[bool, bool]
 
 
-def count_call(module: torch.nn.Module, args: Any, kwargs: Any, state: CallState) -> Counted:
+def count_call(
+    module: torch.nn.Module, args: Any, kwargs: Any, state: CallState, *, hooks: bool = False
+) -> Counted:
     """FLOPs of ``module(*args, **kwargs)`` (tensors as :class:`TensorSpec`), forward and,
     when grad was on and an output needs it, backward from every output that requires grad.
 
     Fake tensors stand in for the inputs, parameters and buffers: the module's real
-    parameters, buffers (BatchNorm statistics), gradients and the RNG are untouched."""
+    parameters, buffers (BatchNorm statistics), gradients and the RNG are untouched. Module
+    hooks (global and its modules' own) are set aside unless ``hooks``: a program's hook that
+    stores outputs must not get fake tensors; a module that needs its hooks to run at all
+    (``weight_norm``'s pre-hook computes the weight) is counted again with them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     try:
         fake = FakeTensorMode(allow_non_fake_inputs=False)
-        with _rng_kept(), fake, _eager(module):
+        with _rng_kept(), fake, _eager(module), _no_hooks(module, not hooks):
             state_dict: dict[str, torch.Tensor] = {
                 name: fake.from_tensor(t) for name, t in _tensors_of(module)
             }
@@ -236,7 +244,7 @@ def count_call(module: torch.nn.Module, args: Any, kwargs: Any, state: CallState
         return Counted(None, None, str(exc))
     except Exception as exc:  # the module cannot run on fake tensors: say why
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        return Counted(None, None, f"not countable on fake tensors: {type(exc).__name__}: {first}")
+        return Counted(None, None, f"{NOT_COUNTABLE}: {type(exc).__name__}: {first}")
     reason = forward.unknown or backward.unknown
     if reason is not None:
         return Counted(None, None, reason)
@@ -262,6 +270,39 @@ def _autocast(state: tuple[str, torch.dtype] | None) -> contextlib.AbstractConte
     if state is None:
         return contextlib.nullcontext()
     return torch.autocast(state[0], dtype=state[1])
+
+
+_MODULE_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                 "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+                 "_backward_pre_hooks")  # fmt: skip
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
+                 "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
+                 "_global_backward_hooks", "_global_backward_pre_hooks")  # fmt: skip
+
+
+@contextlib.contextmanager
+def _no_hooks(module: torch.nn.Module, off: bool) -> Iterator[None]:
+    """Every forward/backward module hook set aside meanwhile (restored after)."""
+    if not off:
+        yield
+        return
+    from torch.nn.modules import module as nn_module
+
+    kept: list[tuple[Any, str, Any]] = []
+    owners: list[Any] = [nn_module]
+    owners.extend(module.modules())
+    try:
+        for owner in owners:
+            names = _GLOBAL_HOOKS if owner is nn_module else _MODULE_HOOKS
+            for name in names:
+                table = getattr(owner, name, None)
+                if table:  # an empty one stays: nothing to set aside
+                    kept.append((owner, name, table))
+                    setattr(owner, name, type(table)())
+        yield
+    finally:
+        for owner, name, table in reversed(kept):
+            setattr(owner, name, table)
 
 
 def _rng_kept() -> contextlib.AbstractContextManager[Any]:

@@ -19,7 +19,11 @@ hooks quiet, and one ``flops`` fact per (root, signature, layer) gives the layer
 that root call, its inclusive forward and backward FLOPs, self FLOPs (inclusive less that of
 its captured child calls) and the inclusive FLOPs by compute dtype; ``unknown`` says why a
 layer has none. Wrappers are seen through (DDP's module is counted, never DDP's own forward,
-which would start collectives); a sharded model (FSDP) is not countable from its shards.
+which would start collectives); a sharded model (FSDP) is not countable from its shards, nor a
+module holding a ``SyncBatchNorm`` (its forward communicates). The count runs the program's
+Python code again on fake tensors (module forwards, custom autograd Functions' forward and
+backward, forward hooks): code there with side effects (logging, counters) sees one more
+call per captured call, at exit.
 """
 
 from __future__ import annotations
@@ -33,9 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
-from dlprof_lite.annotate.flop_count import CallState, TensorSpec, count_call
+from dlprof_lite.annotate.flop_count import NOT_COUNTABLE, CallState, TensorSpec, count_call
 from dlprof_lite.annotate.wrappers import unwrapped
 
 MAX_SHAPES = 8  # signatures counted per root; later ones are marked, not counted
@@ -43,14 +46,19 @@ MAX_CAPTURED = 20_000  # module calls kept in all
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
           torch.Size, slice, type(Ellipsis))  # fmt: skip
 _SHARDED = ("FullyShardedDataParallel", "fully_shard")
+# Modules whose forward communicates with other ranks: replaying one on a single rank at exit
+# could wait forever for the others.
+_COLLECTIVE = frozenset({"SyncBatchNorm"})
 _CALL_IMPL = torch.nn.Module._call_impl.__code__
+_DEPTH = 8  # nesting levels of inputs looked into
 _FRAMES_UP = 6  # the hook, its callers here, then torch's _call_impl
 COUNT_SECONDS = 120.0  # the count at exit stops here; later layers are unknown, saying so
 
 
 def signature(module: torch.nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
     """What decides a root call's FLOPs: its inputs' shapes and the modes it runs under."""
-    leaves = tree_flatten((args, kwargs))[0]
+    leaves: list[Any] = []
+    _leaves((args, kwargs), leaves, _DEPTH)
     parts: list[Any] = [torch.is_grad_enabled(), module.training]
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
@@ -60,6 +68,37 @@ def signature(module: torch.nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...
         else:
             parts.append(type(leaf).__qualname__)
     return tuple(parts)
+
+
+def _leaves(value: Any, out: list[Any], depth: int) -> None:
+    """The leaves of nested tuples, lists and dicts (no closure: torch's pytree helpers make
+    a reference cycle per call, garbage on every step)."""
+    if depth and isinstance(value, (tuple, list)):
+        for item in value:
+            _leaves(item, out, depth - 1)
+    elif depth and isinstance(value, dict):
+        for item in value.values():
+            _leaves(item, out, depth - 1)
+    else:
+        out.append(value)
+
+
+def _replayable(value: Any, depth: int = 8) -> Any:
+    """``value`` with each tensor as a :class:`TensorSpec`; ``_NotPlain`` for a value that
+    cannot be given again (an object of the program's own)."""
+    if isinstance(value, torch.Tensor):
+        return TensorSpec(tuple(value.shape), tuple(value.stride()), value.dtype, value.device,
+                          value.requires_grad)  # fmt: skip
+    if isinstance(value, _PLAIN):
+        return value
+    if depth and isinstance(value, (tuple, list)):
+        items = [_replayable(item, depth - 1) for item in value]
+        if hasattr(value, "_make"):  # a named tuple
+            return value._make(items)
+        return type(value)(items) if type(value) in (tuple, list) else items
+    if depth and isinstance(value, dict):
+        return {key: _replayable(item, depth - 1) for key, item in value.items()}
+    raise _NotPlain(f"an input of type {type(value).__qualname__} cannot be replayed")
 
 
 def _hashable(value: object) -> bool:
@@ -155,12 +194,15 @@ class FlopCapture:
         if wrapper and any(word in wrapper for word in _SHARDED):
             reason = "sharded parameters (FSDP): not countable from one rank's shards"
         target = unwrapped(module)
+        if reason is None and any(type(m).__name__ in _COLLECTIVE for m in target.modules()):
+            reason = "runs a collective in its forward: not replayed"
         try:
-            specs = tree_map(_spec, (args, kwargs or {}))
+            specs = (_replayable(tuple(args)), _replayable(dict(kwargs or {})))
         except _NotPlain as exc:
             specs, reason = ((), {}), reason or str(exc)
-        device = next((s.device.type for s in tree_flatten(specs)[0]
-                       if isinstance(s, TensorSpec)), "cpu")  # fmt: skip
+        leaves: list[Any] = []
+        _leaves(specs, leaves, _DEPTH)
+        device = next((s.device.type for s in leaves if isinstance(s, TensorSpec)), "cpu")
         capture.calls.append(_Call(layer, weakref.ref(target), depth, specs[0], specs[1],
                                    _state(device), reason))  # fmt: skip
 
@@ -178,15 +220,6 @@ class FlopCapture:
 
 class _NotPlain(Exception):
     pass
-
-
-def _spec(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return TensorSpec(tuple(value.shape), tuple(value.stride()), value.dtype, value.device,
-                          value.requires_grad)  # fmt: skip
-    if isinstance(value, _PLAIN):
-        return value
-    raise _NotPlain(f"an input of type {type(value).__qualname__} cannot be replayed")
 
 
 def _state(device: str) -> CallState:
@@ -224,6 +257,8 @@ def _layer_facts(capture: _Capture, deadline: float) -> list[dict[str, Any]]:
             call.reason = f"the count at exit stopped after {COUNT_SECONDS:.0f} s"
         if call.reason is None and module is not None:
             counted = count_call(module, call.args, call.kwargs, call.state)
+            if counted.reason is not None and counted.reason.startswith(NOT_COUNTABLE):
+                counted = count_call(module, call.args, call.kwargs, call.state, hooks=True)
             forward, backward, reason = counted.forward, counted.backward, counted.reason
         else:
             forward = backward = None

@@ -26,7 +26,7 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "after_training_ns", "sync_api_scope", "timeline_start_ns", "timeline_end_ns",
         "exposed_comm_scope",
     }),
-    "layers": frozenset({"wrapper", "folded_call_ns"}),
+    "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
     "iterations": frozenset({"between_before_ns"}),
     "timeline": frozenset({"track"}),
 }  # fmt: skip
@@ -185,10 +185,44 @@ LAYER_FOLD_REPORT = _cols(
      "when the window holds none); empty: not folded"),
 )
 
+# Cost per layer (report/layers/flops.py): FLOPs from the annotation's count on fake tensors.
+_FLOP = ("FLOPs as torch's FlopCounterMode counts them (matmul, convolution, attention; a "
+         "multiply-add = 2), on fake tensors of the recorded input shapes, plus formulas for "
+         "CPU attention and recurrent layers; elementwise ops count 0")
+LAYER_FLOPS_REPORT = _cols(
+    ("step_flops", "FLOP", "forward + backward FLOPs per step, inclusive (its children's too), "
+     "mean " + _STEP + "; " + _FLOP + "; empty: not counted or unknown (flops_note)"),
+    ("step_forward_flops", "FLOP", "forward FLOPs per step, inclusive, mean " + _STEP),
+    ("step_backward_flops", "FLOP", "backward FLOPs per step, inclusive (input and weight "
+     "gradients as the call's inputs and parameters required them), mean " + _STEP),
+    ("step_self_flops", "FLOP", "forward + backward FLOPs per step of its own ops: inclusive "
+     "less those of the annotated module calls inside it"),
+    ("flops_per_call", "FLOP", "step_flops / calls_per_step: FLOPs of one forward call and its "
+     "backward"),
+    ("flops_dtype", "", "compute dtypes of its counted ops by FLOPs (fp32, tf32 where torch "
+     "allows TF32, fp16, bf16, fp8; autocast as it was), e.g. 'bf16' or 'fp32 80%, bf16 20%'"),
+    ("achieved_flops_per_s", "FLOP/s", "step_flops / its forward + backward GPU time per step "
+     "(inclusive, recomputation not counted); a CPU-only layer: over its wall time"),
+    ("achieved_forward_flops_per_s", "FLOP/s", "step_forward_flops / its forward GPU time per "
+     "step (wall time on a CPU-only layer)"),
+    ("achieved_backward_flops_per_s", "FLOP/s", "step_backward_flops / its backward GPU time "
+     "per step (wall time on a CPU-only layer)"),
+    ("flops_rate_basis", "", "gpu: achieved rates over GPU time; wall: over wall time (no "
+     "kernels: a CPU-only layer, no MFU)"),
+    ("mfu", "", "model FLOPs utilisation: the time its FLOPs take at the GPU's dense peak for "
+     "each compute dtype (rules/peaks.py: the GPU that ran the most kernel time), over its "
+     "forward + backward GPU time per step; above 1 is an attribution error (flops_note); "
+     "empty: no GPU time, an unknown GPU or dtype peak"),
+    ("flops_note", "", "why FLOPs are empty ('unknown: ...'), 'estimated: ...' when some root "
+     "calls' input shapes were past the counted ones, or an MFU above 100 %"),
+)  # fmt: skip
+
+ADDED_LATER["layers"] |= {c.name for c in LAYER_FLOPS_REPORT}
+
 # The layers table (report/layers/table.py): its own columns, what each layer ran, its gradients'
-# all-reduce, its fold.
+# all-reduce, its fold, its cost.
 LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_REPORT,
-                *LAYER_FOLD_REPORT)  # fmt: skip
+                *LAYER_FOLD_REPORT, *LAYER_FLOPS_REPORT)  # fmt: skip
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")
