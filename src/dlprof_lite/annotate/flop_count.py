@@ -199,7 +199,7 @@ class Counted:
 @dataclass(frozen=True)
 class CallState:
     """The modes a call ran under: grad on, autocast (device type, dtype) and the TF32
-    switches (matmul, cuDNN)."""
+    switches (matmul, cuDNN; both off for a call on the CPU, which has no TF32)."""
 
     grad: bool
     autocast: tuple[str, torch.dtype] | None

@@ -13,24 +13,23 @@ are. A ``flops_shape`` fact marks each root call whose signature differs from th
 previous one (shape -1: a signature past the bound, not counted), so the analysis knows the
 signature of every root call in every step.
 
-After the run (:meth:`FlopCapture.finish`, at exit with the annotation's other facts), each
-captured call is counted on fake tensors (:func:`~.flop_count.count_call`) with the module
-hooks quiet, and one ``flops`` fact per (root, signature, layer) gives the layer's calls in
-that root call, its inclusive forward and backward FLOPs, self FLOPs (inclusive less that of
-its captured child calls) and the inclusive FLOPs by compute dtype; ``unknown`` says why a
-layer has none. Wrappers are seen through (DDP's module is counted, never DDP's own forward,
-which would start collectives); a sharded model (FSDP) is not countable from its shards, nor a
-module holding a ``SyncBatchNorm`` (its forward communicates). The count runs the program's
-Python code again on fake tensors (module forwards, custom autograd Functions' forward and
-backward, forward hooks): code there with side effects (logging, counters) sees one more
-call per captured call, at exit.
+After the optimizer step that follows (:meth:`FlopCapture.count`: between steps, where it
+delays no step; at exit for a loop without an optimizer), each captured call is counted on fake
+tensors (:func:`~.flop_count.count_call`) with the module hooks quiet, and one ``flops`` fact
+per (root, signature, layer) gives the layer's calls in that root call, its inclusive forward
+and backward FLOPs, self FLOPs (inclusive less that of its captured child calls) and the
+inclusive FLOPs by compute dtype; ``unknown`` says why a layer has none. Wrappers are seen
+through (DDP's module is counted, never DDP's own forward, which would start collectives); a
+sharded model (FSDP) is not countable from its shards, nor a module holding a ``SyncBatchNorm``
+(its forward communicates). The count runs the program's Python code again on fake tensors
+(module forwards, custom autograd Functions' forward and backward, forward hooks): code there
+with side effects (logging, counters) sees one more call per captured call, at exit.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ _COLLECTIVE = frozenset({"SyncBatchNorm"})
 _CALL_IMPL = torch.nn.Module._call_impl.__code__
 _DEPTH = 8  # nesting levels of inputs looked into
 _FRAMES_UP = 6  # the hook, its callers here, then torch's _call_impl
-COUNT_SECONDS = 120.0  # the count at exit stops here; later layers are unknown, saying so
+COUNT_SECONDS = 120.0  # counting time in all; calls left after it are unknown, saying so
 
 
 def signature(module: torch.nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
@@ -128,10 +127,11 @@ def call_kwargs() -> dict[str, Any]:
 
 @dataclass
 class _Call:
-    """One captured module call (post order: children before their parent)."""
+    """One captured module call (post order: children before their parent); ``module`` is
+    held until the count (at most one step)."""
 
     layer: str
-    module: weakref.ref[torch.nn.Module] | None
+    module: torch.nn.Module | None
     depth: int
     args: Any
     kwargs: Any
@@ -144,6 +144,7 @@ class _Capture:
     root: str
     shape: int
     calls: list[_Call] = field(default_factory=list)
+    done: bool = False  # the root call returned
 
 
 @dataclass
@@ -160,7 +161,7 @@ class FlopCapture:
         self._roots: dict[str, _Root] = {}
         self._captures: list[_Capture] = []
         self._kept = 0
-        self.finished = False
+        self._spent = 0.0  # seconds counting so far (between steps and at exit)
 
     def root_start(self, module: torch.nn.Module, layer: str, args: Any) -> _Capture | None:
         """A root forward starts: mark a signature change; the capture when it is new."""
@@ -203,19 +204,28 @@ class FlopCapture:
         leaves: list[Any] = []
         _leaves(specs, leaves, _DEPTH)
         device = next((s.device.type for s in leaves if isinstance(s, TensorSpec)), "cpu")
-        capture.calls.append(_Call(layer, weakref.ref(target), depth, specs[0], specs[1],
-                                   _state(device), reason))  # fmt: skip
+        capture.calls.append(_Call(layer, target, depth, specs[0], specs[1], _state(device),
+                                   reason))  # fmt: skip
 
-    def finish(self, quiet: Callable[[], Any]) -> None:
-        """Count every captured call (hooks quiet) and write the ``flops`` facts."""
-        if self.finished:
+    @property
+    def waiting(self) -> bool:
+        """Whether a captured root call waits for its count."""
+        return any(capture.done for capture in self._captures)
+
+    def count(self, quiet: Callable[[], Any], everything: bool = False) -> None:
+        """Count the captured root calls that returned (``everything``: at exit, all) with
+        the module hooks quiet, write their ``flops`` facts and let go of their modules."""
+        ready = [c for c in self._captures if c.done or everything]
+        if not ready:
             return
-        self.finished = True
-        deadline = time.monotonic() + COUNT_SECONDS
+        self._captures = [c for c in self._captures if c not in ready]
+        start = time.monotonic()
         with quiet():
-            for capture in self._captures:
-                for fact in _layer_facts(capture, deadline):
+            for capture in ready:
+                for fact in _layer_facts(capture, start + COUNT_SECONDS - self._spent):
                     self._mark("flops", fact)
+                capture.calls.clear()
+        self._spent += time.monotonic() - start
 
 
 class _NotPlain(Exception):
@@ -230,8 +240,8 @@ def _state(device: str) -> CallState:
     except (TypeError, RuntimeError, AttributeError):
         autocast = None
     return CallState(torch.is_grad_enabled(), autocast,
-                     (bool(torch.backends.cuda.matmul.allow_tf32),
-                      bool(torch.backends.cudnn.allow_tf32)))  # fmt: skip
+                     (device == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
+                      device == "cuda" and bool(torch.backends.cudnn.allow_tf32)))  # fmt: skip
 
 
 @dataclass
@@ -250,11 +260,9 @@ def _layer_facts(capture: _Capture, deadline: float) -> list[dict[str, Any]]:
     sums: dict[str, _Sum] = {}
     done: list[tuple[int, Counter[str] | None, Counter[str] | None]] = []  # depth, fwd, bwd
     for call in capture.calls:
-        module = call.module() if call.module is not None else None
-        if call.reason is None and module is None:
-            call.reason = "the module was freed before the count"
+        module = call.module
         if call.reason is None and time.monotonic() > deadline:
-            call.reason = f"the count at exit stopped after {COUNT_SECONDS:.0f} s"
+            call.reason = f"the FLOP count stopped after {COUNT_SECONDS:.0f} s in all"
         if call.reason is None and module is not None:
             counted = count_call(module, call.args, call.kwargs, call.state)
             if counted.reason is not None and counted.reason.startswith(NOT_COUNTABLE):

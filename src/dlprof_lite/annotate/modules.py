@@ -295,6 +295,7 @@ class ModuleRanges:
             if entry.pushed:
                 self._capture(capture, frame, module, args, rest)
             if root:
+                capture.done = True
                 frame.capture = None
         if in_backward or _sequence_nr is None:
             if grad and (entry.pushed or root):
@@ -514,13 +515,19 @@ class ModuleRanges:
             self._watch.disarm()
         self._pending.clear()  # graphs never consumed: nothing to hook
         if self.flops is not None:
-            self.flops.finish(_quiet)
+            self.flops.count(_quiet, everything=True)
         if self.calls and not self._reported:
             self._reported = True
             steps = self._tracker.steps if self._tracker is not None else None
             facts.record("annotation", {"module_calls": self.calls,
                                         "ns_per_call": self.hook_cost(), "steps": steps,
                                         **self.warm_up})  # fmt: skip
+
+    def step_ended(self) -> None:
+        """An optimizer step ended: count the captured root calls (.flops) now, between
+        steps, while their modules are alive (the program may drop them before exit)."""
+        if self.flops is not None and self.flops.waiting:
+            self.flops.count(_quiet)
 
     def hook_cost(self, rounds: int = CALIBRATION_ROUNDS) -> int:
         """Measured ns of one annotated module call (:func:`~.calibrate.calibrate`); the
