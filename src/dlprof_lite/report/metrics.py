@@ -24,7 +24,7 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "event_span_ns", "utilization_scope", "tc_unknown_ns", "tc_unknown_share",
         "tc_inferred_ns", "launch_coverage", "iterations_p10_ns", "between_steps_ns",
         "after_training_ns", "sync_api_scope", "timeline_start_ns", "timeline_end_ns",
-        "exposed_comm_scope",
+        "exposed_comm_scope", "model_flops_per_step", "model_flops_per_s", "mfu", "mfu_gpu",
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
     "iterations": frozenset({"between_before_ns"}),

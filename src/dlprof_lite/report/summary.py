@@ -31,6 +31,7 @@ from dlprof_lite.report.facts import (
 )
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
+from dlprof_lite.report.layers.flops import gpu_of, model_cost
 from dlprof_lite.report.model import analysed
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -46,6 +47,7 @@ from dlprof_lite.report.summary_types import (
     AnnotationCost,
     Communication,
     Compile,
+    Cost,
     DataLoaderFacts,
     DataLoading,
     Gpu,
@@ -155,6 +157,8 @@ def summarize(
         compile=Compile.of(_compile_totals(profile.ranges)),
         projection=Projection.of(projected),
         communication=Communication.of({}),
+        cost=Cost.of(model_cost(layers, number(iteration_group.iterations_median_ns),
+                                gpu_of(profile.kernels, profile.gpus))),
         gpus=tuple(gpus),
         warnings=tuple(warnings),
         dataloaders=tuple(DataLoaderFacts.of_settings(d) for d in facts.dataloaders),

@@ -46,8 +46,8 @@ def scalar(value: object) -> Scalar:
 
 
 def _d(unit: str, doc: str) -> Any:
-    """A summary field's unit ("ns", "%" or "") and one-line definition: the registry's
-    ``summary`` columns (:data:`dlprof_lite.report.metrics.SUMMARY_REPORT`) are made of them."""
+    """A summary field's unit ("ns", "%", "FLOP", "FLOP/s" or "") and one-line definition:
+    the registry's ``summary`` columns (:data:`dlprof_lite.report.metrics.SUMMARY_REPORT`) are made of them."""
     return field(metadata={"unit": unit, "doc": doc})
 
 
@@ -431,6 +431,23 @@ class Compile(_Group):
 
 
 @dataclass(frozen=True)
+class Cost(_Group):
+    """The model's FLOPs per step and MFU (report/layers/flops.py: model_cost)."""
+
+    model_flops_per_step: float | None = _d(
+        "FLOP", "forward + backward FLOPs per analysed step of the root models (the layers "
+        "table's step_flops of each layer without a parent); empty when a root is not counted")
+    model_flops_per_s: float | None = _d(
+        "FLOP/s", "model_flops_per_step / iterations_median_ns: achieved over the steady step")
+    mfu: float | None = _d(
+        "", "model FLOPs utilisation of the step: the time the model's FLOPs take at the GPU's "
+        "dense peak per compute dtype, over the median step time (this process: one rank); "
+        "above 1 is an attribution error")
+    mfu_gpu: str | None = _d(
+        "", "the peak table's row the MFU divides by (rules/peaks.py, a datasheet per row)")
+
+
+@dataclass(frozen=True)
 class Projection(_Group):
     """Projected epoch and training time (report/steps/projection.py); all None when unknown."""
 
@@ -577,6 +594,7 @@ GROUPS = {
     "host_sync": HostSync,
     "projection": Projection,
     "communication": Communication,
+    "cost": Cost,
 }
 LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
 # The flat row's columns after the groups' fields: the lists folded (Summary.row).
@@ -610,6 +628,7 @@ class Summary:
     compile: Compile
     projection: Projection
     communication: Communication
+    cost: Cost
     gpus: tuple[Gpu, ...] = ()
     warnings: tuple[str, ...] = ()
     advice: tuple[Advice, ...] = ()

@@ -34,7 +34,7 @@ import pandas as pd
 from dlprof_lite.report.metrics import LAYER_FLOPS_REPORT
 from dlprof_lite.report.steps.window import StepWindow, step_of
 from dlprof_lite.rules.names import ROOT_MODULE, parse_module_range
-from dlprof_lite.rules.peaks import peak_tflops
+from dlprof_lite.rules.peaks import peak_for, peak_tflops
 
 FLOPS_COLUMNS = tuple(c.name for c in LAYER_FLOPS_REPORT)
 _TEXT = frozenset(c.name for c in LAYER_FLOPS_REPORT if not c.unit and c.name != "mfu")
@@ -156,6 +156,43 @@ def layer_flops(
                                             "the counted ones")  # fmt: skip
         out.loc[layer, "_ideal_ns"] = _ideal_ns(total.by_dtype, gpu_name, steps)
     return _rates(out, layers.set_index(layers["layer"].astype(str)), gpu_name)
+
+
+def gpu_of(kernels: pd.DataFrame, gpus: pd.DataFrame | None) -> str | None:
+    """The name of the GPU that ran the most kernel time (the MFU's peak); None without."""
+    if gpus is None or gpus.empty or kernels.empty or "device_id" not in kernels.columns:
+        return None
+    time = kernels.groupby("device_id", observed=True)["dur_ns"].sum()
+    if time.empty:
+        return None
+    names = dict(zip(gpus["device_id"].astype("int64"), gpus["name"], strict=True))
+    name = names.get(int(time.index.to_numpy()[time.to_numpy().argmax()]))
+    return str(name) if isinstance(name, str) and name else None
+
+
+def model_cost(layers: pd.DataFrame, step_ns: float | None, gpu: str | None) -> dict[str, object]:
+    """The summary's cost fields: the root layers' FLOPs per step, over the median step, and
+    the step's MFU (the roots' time at peak, from each root's MFU and GPU time)."""
+    if layers.empty or "step_flops" not in layers.columns:
+        return {}
+    roots = layers[layers["parent"].isna().to_numpy(dtype=bool)]
+    flops = pd.to_numeric(roots["step_flops"], errors="coerce")
+    if roots.empty or flops.isna().any():
+        return {}
+    total = float(flops.sum())
+    gpu_ns = pd.to_numeric(roots["step_forward_gpu_ns"], errors="coerce").fillna(0)
+    gpu_ns = gpu_ns + pd.to_numeric(roots["step_backward_gpu_ns"], errors="coerce").fillna(0)
+    mfu = pd.to_numeric(roots["mfu"], errors="coerce")
+    worked = (flops > 0).to_numpy(dtype=bool)
+    ideal = float((mfu * gpu_ns)[worked].sum()) if not mfu[worked].isna().any() else None
+    peak = peak_for(gpu) if gpu else None
+    on_gpu = bool(worked.any()) and bool((gpu_ns[worked] > 0).all())
+    return {
+        "model_flops_per_step": total,
+        "model_flops_per_s": total / (step_ns / 1e9) if step_ns else None,
+        "mfu": ideal / step_ns if ideal is not None and step_ns and on_gpu else None,
+        "mfu_gpu": peak.gpu if peak is not None and on_gpu and ideal is not None else None,
+    }
 
 
 def _add(total: _Layer, value: dict[str, Any], weight: float) -> None:

@@ -34,7 +34,7 @@ from dlprof_lite.errors import SchemaError
 from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import groups, ordered, share
 from dlprof_lite.report.layers.buckets import layer_grad_sync
-from dlprof_lite.report.layers.flops import layer_flops
+from dlprof_lite.report.layers.flops import gpu_of, layer_flops
 from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.steps.window import NO_ITERATIONS, StepWindow, op_steps, step_of
 from dlprof_lite.rules.gemm import is_tc_eligible
@@ -80,21 +80,10 @@ def layers_table(
     out = _with_folded(out, facts)
     out = out.merge(_implementations(kernels, facts, gpus, out["layer"]), on="layer", how="left")
     out = out.join(layer_grad_sync(kernels, facts, len(window.steps)), on="layer")
-    out = out.join(layer_flops(ranges, steps, window, facts, out, _gpu_name(kernels, gpus)),
+    out = out.join(layer_flops(ranges, steps, window, facts, out, gpu_of(kernels, gpus)),
                    on="layer")  # fmt: skip
     return ordered(out, "layers")
 
-
-def _gpu_name(kernels: pd.DataFrame, gpus: pd.DataFrame | None) -> str | None:
-    """The name of the GPU that ran the most kernel time (the MFU's peak); None without."""
-    if gpus is None or gpus.empty or kernels.empty or "device_id" not in kernels.columns:
-        return None
-    time = kernels.groupby("device_id", observed=True)["dur_ns"].sum()
-    if time.empty:
-        return None
-    names = dict(zip(gpus["device_id"].astype("int64"), gpus["name"], strict=True))
-    name = names.get(int(time.index.to_numpy()[time.to_numpy().argmax()]))
-    return str(name) if isinstance(name, str) and name else None
 
 
 class _Calls(NamedTuple):
