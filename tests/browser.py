@@ -463,9 +463,9 @@ def screenshot_problems(chromium: Chromium, page: Path) -> list[str]:
 # --- the pages of issue #15 ---------------------------------------------------------------
 
 # Report page sections in page order, and the chart each one draws (contract, issue #15).
-REPORT_SECTIONS = ("header", "steps", "layers", "iterations", "kernels", "ranks", "advice",
-                   "timeline")  # fmt: skip
-REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers",
+REPORT_SECTIONS = ("header", "steps", "layers", "cost", "iterations", "kernels", "ranks",
+                   "advice", "timeline")  # fmt: skip
+REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers", "cost": "chart-cost",
                  "iterations": "chart-iterations", "kernels": "chart-kernels",
                  "ranks": "chart-ranks", "timeline": "chart-timeline"}  # fmt: skip
 
@@ -496,6 +496,18 @@ def rows(frame: Any) -> int:
     return 0 if frame is None else len(frame)
 
 
+def _has_cost(layers: Any) -> bool:
+    """A layer below a root with counted FLOPs and time per step (the cost chart's points)."""
+    if rows(layers) == 0 or "step_flops" not in layers.columns:
+        return False
+    import pandas as pd
+
+    time = sum(pd.to_numeric(layers[f"step_{d}_{v}_ns"], errors="coerce").fillna(0)
+               for d in ("forward", "backward") for v in ("wall", "gpu"))  # fmt: skip
+    flops = pd.to_numeric(layers["step_flops"], errors="coerce")
+    return bool(((flops > 0) & (time > 0) & layers["parent"].notna()).any())
+
+
 def expected_sections(report: Any) -> list[str]:
     """The report page's sections for ``report``, from its own tables: a section per table
     with rows (kernels only with GPU work), the step breakdown with analysed steps."""
@@ -504,6 +516,7 @@ def expected_sections(report: Any) -> list[str]:
         "header": True,
         "steps": (s.window.iterations_analysed or 0) > 0,
         "layers": rows(report.layers) > 0,
+        "cost": _has_cost(report.layers),
         "iterations": rows(report.iterations) > 0,
         "kernels": rows(report.kernels) > 0 and (s.totals.kernel_count or 0) > 0,
         "ranks": rows(getattr(report, "ranks", None)) >= 2,  # several ranks only

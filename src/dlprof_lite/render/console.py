@@ -21,6 +21,7 @@ from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import duration as _t
+from dlprof_lite.report.units import flops
 from dlprof_lite.report.units import percent as _pct
 from dlprof_lite.rules.payloads import display_name
 from dlprof_lite.safe_text import printable
@@ -253,6 +254,39 @@ def _layers_table(layers: pd.DataFrame, width: int, top: int = TOP) -> RichTable
                   width, top)  # fmt: skip
 
 
+def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichTable | None:
+    """Cost per layer: the layers that take the most time per step (inclusive, roots apart:
+    the title gives the model's) with their FLOPs, achieved rate and MFU (layers/flops.py)."""
+    if layers.empty or not layers["step_flops"].notna().any():
+        return None
+    gpu = (layers["flops_rate_basis"] == "gpu").any()
+    fwd, bwd = ("step_forward_gpu_ns", "step_backward_gpu_ns") if gpu else (
+        "step_forward_wall_ns", "step_backward_wall_ns")  # fmt: skip
+    time = pd.to_numeric(layers[fwd]).fillna(0) + pd.to_numeric(layers[bwd]).fillna(0)
+    counted = (pd.to_numeric(layers["step_flops"]) > 0) | layers["flops_note"].notna()
+    shown = layers.assign(_time_ns=time)[(counted & layers["parent"].notna()).to_numpy(bool)]
+    shown = shown.sort_values("_time_ns", ascending=False, kind="stable")
+    shown = shown.assign(
+        flop=[flops(v) for v in shown["step_flops"]],
+        rate=[flops(v, "FLOP/s") for v in shown["achieved_flops_per_s"]],
+        share=[_pct(v) for v in shown["mfu"]],
+    )
+    c = s.cost
+    model = [f"model {flops(c.model_flops_per_step)} per step",
+             f"{flops(c.model_flops_per_s, 'FLOP/s')} over the median step"]  # fmt: skip
+    if number(c.mfu) is not None:
+        model.append(f"MFU {_pct(c.mfu)} of {c.mfu_gpu}'s dense peak")
+    elif gpu:
+        model.append("no MFU: the GPU or a dtype has no peak in the table")
+    title = ("Cost per layer, per step (" + ("GPU" if gpu else "wall, CPU-only: no MFU")
+             + " time, inclusive)\n" + " · ".join(model))  # fmt: skip
+    columns = {"layer": "layer", "_time_ns": "time", "flop": "FLOPs",
+               "rate": "FLOP/s", "flops_dtype": "dtype"}  # fmt: skip
+    if gpu:
+        columns["share"] = "MFU"
+    return _table(title, shown, columns, width, top)
+
+
 def _ranges_table(ranges: pd.DataFrame, width: int) -> RichTable | None:
     """Ranges by GPU time; by wall time, without the empty GPU columns, on a CPU run."""
     ranges = _shown_paths(ranges)
@@ -279,6 +313,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
              "pct_kernel_time": "share", "tc_class": "TC"},
             console.width,
         ),
+        _cost_table(report.layers, report.summary, console.width, top),
         _ranges_table(report.ranges, console.width),
         _ranks_table(report.ranks, console.width),
         _grad_sync_table(report.layers, console.width),

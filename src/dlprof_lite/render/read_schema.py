@@ -71,7 +71,8 @@ TEXT_COLUMNS = frozenset({
     "name", "short_name", "tc_class", "tc_rule", "comm", "api_name",  # kernels
     "path", "domain", "style",  # ranges
     "layer", "parent", "type", "device", "top_kernels", "in_shape", "in_dtype", "dtype",
-    "tc_inferred", "wrapper", "grad_buckets",  # layers
+    "tc_inferred", "wrapper", "grad_buckets", "flops_dtype", "flops_rate_basis",
+    "flops_note",  # layers
     "problem", "severity", "evidence", "recommendation", "metric", "citation",  # advice
     "kind", "full_name", "phase", "track",  # timeline
 })  # fmt: skip

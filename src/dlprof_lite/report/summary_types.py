@@ -47,7 +47,8 @@ def scalar(value: object) -> Scalar:
 
 def _d(unit: str, doc: str) -> Any:
     """A summary field's unit ("ns", "%", "FLOP", "FLOP/s" or "") and one-line definition:
-    the registry's ``summary`` columns (:data:`dlprof_lite.report.metrics.SUMMARY_REPORT`) are made of them."""
+    the registry's ``summary`` columns (:data:`dlprof_lite.report.metrics.SUMMARY_REPORT`)
+    are made of them."""
     return field(metadata={"unit": unit, "doc": doc})
 
 

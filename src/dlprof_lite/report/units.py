@@ -36,3 +36,18 @@ def percent(value: object, scale: float = 100.0) -> str:
 def of_scope(scope: object) -> str:
     """``the session``, ``the analysed steps``...: the denominator a ``*_scope`` value names."""
     return DENOMINATORS.get(str(scope), "an unknown span")
+
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def flops(value: object, unit: str = "FLOP") -> str:
+    """A FLOP count (or with ``unit="FLOP/s"`` a rate) with an SI prefix: '1.23 GFLOP',
+    '45.6 TFLOP/s'; '-' when unknown."""
+    amount = number(value)
+    if amount is None:
+        return "-"
+    for scale, prefix in _SI:
+        if abs(amount) >= scale:
+            return f"{amount / scale:.3g} {prefix}{unit}"
+    return f"{amount:.3g} {unit}"

@@ -21,6 +21,7 @@ from dlprof_lite.render.page.charts import (
     layers_figure,
     steps_figure,
 )
+from dlprof_lite.render.page.cost_chart import cost_figure, cost_layers
 from dlprof_lite.render.page.html_tables import (
     advice_list,
     facts_table,
@@ -33,7 +34,7 @@ from dlprof_lite.render.page.timeline_chart import timeline_figure
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
-from dlprof_lite.report.units import duration, percent
+from dlprof_lite.report.units import duration, flops, percent
 
 TOP_KERNEL_ROWS = 20
 
@@ -155,6 +156,22 @@ def _layers(report: Report, gpu: bool) -> str | None:
                                         _containers_note(report.layers, pattern, gpu), table])
 
 
+def _cost(report: Report) -> str | None:
+    fig = cost_figure(report.layers)
+    if fig is None:
+        return None
+    c = report.summary.cost
+    parts = [f"the model: {flops(c.model_flops_per_step)} per step",
+             f"{flops(c.model_flops_per_s, 'FLOP/s')} over the median step"]  # fmt: skip
+    if number(c.mfu) is not None:
+        parts.append(f"MFU {percent(c.mfu)} of the {c.mfu_gpu}'s dense peak")
+    shown, _ = cost_layers(report.layers)
+    note = (f'<p class="note">{esc("; ".join(parts))}. The {len(shown)} layers with the most '
+            "time per step that do counted work (matmul, convolution, attention); "
+            "layers.csv has every layer's step_flops, achieved_flops_per_s and mfu.</p>")
+    return section("cost", "Cost per layer", [Chart("cost", fig).html(), note])
+
+
 def _containers_note(layers: pd.DataFrame, pattern: str, gpu: bool) -> str:
     """The layers that hold others (a root, a block), shown apart from the chart's leaves:
     their inclusive forward and backward time would repeat their layers' (charts.containers)."""
@@ -242,6 +259,7 @@ def report_page(report: Report) -> str:
         _header(report),
         _steps(report, gpu),
         _layers(report, gpu),
+        _cost(report),
         _iterations(report, gpu),
         _kernels(report) if gpu else None,
         _ranks(report),
