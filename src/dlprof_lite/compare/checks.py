@@ -26,6 +26,7 @@ from dlprof_lite.compare.side import Side
 from dlprof_lite.compare.stats import StepStats
 from dlprof_lite.errors import DlprofError
 from dlprof_lite.report.summary_types import number
+from dlprof_lite.report.units import flops as flop_text
 from dlprof_lite.rules import compare as rules
 from dlprof_lite.store.record import RunRecord
 
@@ -202,6 +203,13 @@ def layer_warnings(
             f"layer calls per step differ ({label} vs {base}: a changed model or batch?): "
             + _names(changed)
         )
+    work = _flops_changed(deltas, skip)
+    if work:
+        out.append(
+            f"layer FLOPs per step differ ({label} vs {base}: the two sides do different work, "
+            "a widened layer or another batch or sequence length; their times are not a speed "
+            "comparison): " + _names(work)
+        )
     for status, who in ((ADDED, label), (REMOVED, base)):
         only = [d.name for d in calls if d.status == status]
         if only:
@@ -213,6 +221,23 @@ def layer_warnings(
             f"and time are their parent's there): {_names(shown)}"
         )
     return out
+
+
+def _flops_changed(deltas: Sequence[Delta], skip: set[str]) -> list[str]:
+    """Layers (both sides counted) whose forward + backward FLOPs per step differ."""
+    totals: dict[str, list[float]] = {}
+    for d in deltas:
+        if (d.section == LAYER and d.metric == "flops" and d.status == BOTH
+                and d.name not in skip and d.value is not None and d.baseline_value is not None):
+            pair = totals.setdefault(d.name, [0.0, 0.0])
+            pair[0] += d.baseline_value
+            pair[1] += d.value
+    return [
+        f"{name} {flop_text(old)} -> {flop_text(new)}"
+        for name, (old, new) in totals.items()
+        if old > 0 and new > 0
+        and abs(new - old) > rules.CALLS_TOLERANCE * max(abs(new), abs(old))
+    ]
 
 
 def renamed_warnings(renames: Mapping[str, str], base: str, label: str) -> list[str]:

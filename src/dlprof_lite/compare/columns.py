@@ -86,12 +86,18 @@ COMPARE_METRICS = _cols(
      "(step_forward/backward_wall_ns)"),
     ("layer.gpu_ns", "ns", "inclusive GPU time of the direction, per step "
      "(step_forward/backward_gpu_ns)"),
+    ("layer.flops", "FLOP", "the direction's FLOPs per step, inclusive (step_forward/"
+     "backward_flops; 0 where not counted: an older run or an unknown op); a change means "
+     "different work, named in the warnings"),
     ("layer.calls_per_step", "", "forward calls per step (forward rows only)"),
     ("kernel.gpu_ns", "ns", "the kernel name's GPU time (total_ns) / the table's steps"),
     ("kernel.instances", "", "the kernel name's executions / the table's steps"),
     ("summary.tc_share", "", "share of kernel time in Tensor Core kernels (0-1)"),
     ("summary.launch_overhead_pct", "%", "host-bound GPU gaps as a share of the steps' device "
      "time"),
+    ("summary.model_flops_per_step", "FLOP", "the root models' forward + backward FLOPs per "
+     "step (summary model_flops_per_step)"),
+    ("summary.mfu", "", "the step's model FLOPs utilisation (summary mfu, 0-1)"),
 )  # fmt: skip
 
 # compare.json beyond the CSV's columns: its lists and the fields of their items.

@@ -18,6 +18,7 @@ from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
 from dlprof_lite.durations import short, signed
 from dlprof_lite.narrow import print_fitting
+from dlprof_lite.report.units import flops
 from dlprof_lite.safe_text import printable
 
 VERDICT_STYLE = {SLOWER: "bold red", FASTER: "bold green"}
@@ -170,13 +171,16 @@ def _summary_lines(rows: Sequence[Delta]) -> list[Text]:
     for row in rows:
         if not row.value and not row.baseline_value:
             continue  # unknown or 0 on both sides (a CPU run's launch overhead)
-        if row.metric == "tc_share":
+        if row.metric in ("tc_share", "mfu"):
             a, b = (
                 f"{v * 100:.1f}%" if v is not None else "-" for v in (row.baseline_value, row.value)
             )
+        elif row.metric == "model_flops_per_step":
+            a, b = (flops(v) for v in (row.baseline_value, row.value))
         else:
             a, b = (f"{v:.1f}%" if v is not None else "-" for v in (row.baseline_value, row.value))
-        shown = {"tc_share": "Tensor Core share", "launch_overhead_pct": "launch overhead"}
+        shown = {"tc_share": "Tensor Core share", "launch_overhead_pct": "launch overhead",
+                 "model_flops_per_step": "model FLOPs per step", "mfu": "MFU"}  # fmt: skip
         out.append(
             _t(f"{shown.get(row.metric, row.metric)}: {row.baseline} {a} -> {row.label} {b}")
         )

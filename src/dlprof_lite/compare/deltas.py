@@ -66,7 +66,7 @@ PHASE_METRICS = ("gpu_ns", "wall_ns", "host_gap_ns")
 PHASE_MEDIANS = ("gpu_ns", "wall_ns")
 PHASE_RANKED_BY = ("gpu_median_ns", "wall_median_ns")
 KERNEL_METRICS = ("gpu_ns", "instances")
-SUMMARY_METRICS = ("tc_share", "launch_overhead_pct")
+SUMMARY_METRICS = ("tc_share", "launch_overhead_pct", "model_flops_per_step", "mfu")
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,10 @@ def _layer_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
             )
         for metric, _, _ in LAYER_METRICS:  # the columns in LAYER_METRICS' order
             out[f"{d}.{metric}"] = out.pop(f"{d}.{metric}")
+    for d in DIRECTIONS:  # FLOPs per step (issue: cost per layer); older runs: 0
+        col = f"step_{d}_flops"
+        values = pd.to_numeric(layers[col], errors="coerce") if col in layers else 0.0
+        out[f"{d}.flops"] = pd.Series(values, index=layers.index, dtype=float)
     out["forward.calls_per_step"] = pd.to_numeric(
         layers.get("calls_per_step", pd.Series(0.0, index=layers.index)), errors="coerce"
     ).astype(float)

@@ -105,7 +105,8 @@ def delta_figure(
 
 
 _SUMMARY_SHOWN = {"tc_share": ("Tensor Core share", 100.0),
-                  "launch_overhead_pct": ("launch overhead", 1.0)}  # fmt: skip
+                  "launch_overhead_pct": ("launch overhead", 1.0),
+                  "mfu": ("MFU", 100.0)}  # fmt: skip
 
 
 def summary_lines(rows: Sequence[Delta]) -> list[str]:
