@@ -7,7 +7,7 @@ returns at most one :class:`Advice`. Thresholds and citations live in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict
 
 import pandas as pd
@@ -428,6 +428,52 @@ def exposed_communication(summary: Summary, layers: pd.DataFrame) -> Advice | No
     return _make(problem, grade, evidence, rec, "exposed_comm_pct", pct)
 
 
+def low_mfu_layers(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """Layers with enough work (a share of the step) running far below the GPU's peak for
+    the FLOPs they do (report/layers/flops.py), with the likely reasons per layer."""
+    step = number(summary.iterations.iterations_mean_ns)
+    if layers.empty or "mfu" not in layers.columns or not step:
+        return None
+    mfu = pd.to_numeric(layers["mfu"], errors="coerce")
+    time = (pd.to_numeric(layers["step_forward_gpu_ns"], errors="coerce").fillna(0)
+            + pd.to_numeric(layers["step_backward_gpu_ns"], errors="coerce").fillna(0))  # fmt: skip
+    share = time / step * 100.0
+    low = layers.assign(_mfu=mfu, _share=share)[
+        ((mfu * 100 < threshold("layer_mfu_low_pct"))
+         & (share > threshold("layer_mfu_min_step_pct"))
+         & (pd.to_numeric(layers["step_flops"], errors="coerce") > 0)).to_numpy(dtype=bool)
+    ]  # fmt: skip
+    if low.empty:
+        return None
+    low = low.sort_values("_share", ascending=False).head(3)
+    parts = [f"{r['layer']} ({r['type']}) MFU {r['_mfu']:.1%}, {r['_share']:.0f}% of the step"
+             f"{_mfu_reasons(r, summary)}" for r in low.to_dict("records")]  # fmt: skip
+    worst = float(low["_mfu"].min()) * 100.0
+    rec = ("Give each matmul more work: a larger batch or sequence per step, wider layers in "
+           "multiples of 64; run matmuls in BF16/FP16 (autocast) or TF32; fuse small ops and "
+           "cut launches (torch.compile, CUDA graphs). Layers shows step_flops and mfu.")
+    evidence = (f"{len(low)} layer(s) doing counted work far below {summary.cost.mfu_gpu}'s "
+                "dense peak: " + "; ".join(parts))
+    return _make("Layers slow for the work they do", ("warn", "layer_mfu_low_pct"), evidence,
+                 rec, "mfu", worst)  # fmt: skip
+
+
+def _mfu_reasons(row: Mapping[Hashable, object], summary: Summary) -> str:
+    """The likely reasons of one layer's low MFU, from its own columns."""
+    reasons = []
+    dims = [int(p) for p in str(row.get("in_shape") or "").split(",")[0].split("x")
+            if p.strip().isdigit()]  # fmt: skip
+    if dims and dims[-1] < threshold("layer_small_dim"):
+        reasons.append(f"small dims (input {row.get('in_shape')})")
+    dtypes = str(row.get("flops_dtype") or "")
+    if "fp32" in dtypes and _has_tensor_cores(summary):
+        reasons.append(f"FP32 math on a Tensor Core GPU ({dtypes})")
+    kernels, gpu = _f(row.get("kernels")), _f(row.get("gpu_ns"))
+    if kernels and gpu / kernels < threshold("layer_short_kernel_ns"):
+        reasons.append(f"launch-bound ({short(gpu / kernels)} per kernel)")
+    return f" ({'; '.join(reasons)})" if reasons else ""
+
+
 Rule = Callable[[Summary, pd.DataFrame], Advice | None]
 RULES: tuple[Rule, ...] = (
     tensor_cores,
@@ -442,6 +488,7 @@ RULES: tuple[Rule, ...] = (
     pageable_memory,
     sync_calls,
     tiny_kernels,
+    low_mfu_layers,
     exposed_communication,
     straggler_data,
 )

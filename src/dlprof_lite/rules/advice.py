@@ -129,6 +129,24 @@ THRESHOLDS: dict[str, Threshold] = {
         f"Tensor Cores; 5% as tc_nontc_share_warn, a {_CHOICE}",
     ),
     "fp32_gemm_share_high": Threshold(0.25, "share of kernel time", "same, high", _CHOICE),
+    "layer_mfu_low_pct": Threshold(
+        10.0,
+        "% MFU",
+        "a layer's MFU (its FLOPs' time at the GPU's dense peak over its GPU time) below this",
+        "PaLM (Chowdhery et al., 2022) reports 46.2 % MFU for a whole large training run and "
+        f"Megatron-LM figures are of the same order; a layer below a fifth of that: a {_CHOICE}",
+    ),
+    "layer_mfu_min_step_pct": Threshold(
+        5.0, "% of step", "least share of the step's time (the layer's GPU time) to be worth "
+        "a finding", _CHOICE),
+    "layer_small_dim": Threshold(
+        128, "elements", "a first input's last dimension below this: matmuls too small to fill "
+        "the GPU's Tensor Core tiles and SMs",
+        "NVIDIA Deep Learning Performance Guide (Matrix Multiplication Background: small GEMM "
+        f"dimensions underfill the GPU; tile quantization); 128 a {_CHOICE}"),
+    "layer_short_kernel_ns": Threshold(
+        10_000, "ns", "a layer's own kernels shorter than this on average: launch-bound work",
+        f"{_TB} (kernels shorter than their launch); 10 µs a {_CHOICE}"),
     "exposed_comm_warn_pct": Threshold(
         10.0,
         "% of step",
