@@ -257,7 +257,9 @@ def _rates(out: pd.DataFrame, times: pd.DataFrame, gpu_name: str | None) -> pd.D
     fwd = np.where(on_gpu, fwd_gpu, fwd_wall)
     bwd = np.where(on_gpu, bwd_gpu, bwd_wall)
     flops = out["step_flops"].to_numpy(float)
+    calls = pd.to_numeric(times["calls_per_step"], errors="coerce").to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
+        out["flops_per_call"] = np.where(calls > 0, flops / calls, np.nan)
         out["achieved_flops_per_s"] = _rate(flops, fwd + bwd)
         out["achieved_forward_flops_per_s"] = _rate(out["step_forward_flops"].to_numpy(float), fwd)
         out["achieved_backward_flops_per_s"] = _rate(
