@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import R, fact_mark, make_profile, phase
 
+from builders import R, fact_mark, make_profile, phase
 from dlprof_lite.report.build import build_report
 from dlprof_lite.rules.peaks import peak_tflops
 
