@@ -134,3 +134,32 @@ def test_a_scripts_own_comm_hook_is_kept(recorder: Recorder, group: Any) -> None
     assert calls, "the script's hook runs"
     assert not bucket_facts(recorder)
     assert not [r for r in recorder.ranges if DDP_BUCKET_RE.match(r.name)]
+
+
+def test_a_ddp_model_is_counted_through_its_wrapper(recorder: Recorder, group: Any) -> None:
+    """The FLOP count runs DDP's module, never DDP's own forward (which would start its
+    reducer's work): the model's layer gets the wrapped model's FLOPs, as FlopCounterMode
+    counts them on the plain model, and training is as without the count."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dlprof_lite.annotate import install
+    from dlprof_lite.rules.facts import parse_fact
+
+    _, weights = ddp_truth()
+    annotation = install("modules")
+    model = ddp(make_model())
+    train(model)
+    annotation.close()
+    found = [parse_fact(text) for _, text in recorder.marks]
+    flops = {v["layer"]: v for k, v in filter(None, found) if k == "flops"}
+    x = torch.randn(8, WIDTH)
+    with FlopCounterMode(display=False) as forward:
+        out = make_model()(x)
+    with FlopCounterMode(display=False) as backward:
+        out.sum().backward()
+    root = flops["model"]
+    assert root["unknown"] is None
+    assert (root["fwd"], root["bwd"]) == (forward.get_total_flops(), backward.get_total_flops())
+    assert flops["0"]["fwd"] == 2 * 8 * WIDTH * WIDTH
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, weights[key]), key
