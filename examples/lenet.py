@@ -27,16 +27,16 @@ from torch.utils.data import DataLoader, TensorDataset
 class LeNet(nn.Module):
     """NNC's LeNet: the layer names here are the ones a profile reports."""
 
-    def __init__(self, classes: int = 10) -> None:
+    def __init__(self, classes: int = 10, conv2_channels: int = 30) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(1, 16, kernel_size=5)
         self.relu1 = nn.ReLU()
         self.pool1 = nn.MaxPool2d(2)
-        self.conv2 = nn.Conv2d(16, 30, kernel_size=3)
+        self.conv2 = nn.Conv2d(16, conv2_channels, kernel_size=3)
         self.pool2 = nn.MaxPool2d(2)
         self.tanh = nn.Tanh()
         self.flatten = nn.Flatten()
-        self.affine1 = nn.Linear(30 * 5 * 5, 150)
+        self.affine1 = nn.Linear(conv2_channels * 5 * 5, 150)
         self.relu2 = nn.ReLU()
         self.affine2 = nn.Linear(150, classes)
         self.softmax = nn.Softmax(dim=1)
@@ -77,9 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slow-layer", metavar="NAME",
                         help="a layer whose forward spends --slow-ms more, busy (a regression)")
     parser.add_argument("--slow-ms", type=float, default=5.0, help="default 5")
+    parser.add_argument("--conv2-channels", type=int, default=30,
+                        help="conv2's output channels: a wider layer (default 30)")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1:
-        parser.error("--steps and --batch-size must be at least 1")
+    if args.steps < 1 or args.batch_size < 1 or args.conv2_channels < 1:
+        parser.error("--steps, --batch-size and --conv2-channels must be at least 1")
     if args.slow_layer is not None and args.slow_layer not in dict(LeNet().named_children()):
         parser.error(f"--slow-layer: no layer {args.slow_layer!r} in LeNet")
     return args
@@ -103,7 +105,7 @@ def train(args: argparse.Namespace) -> float:
     """Train for ``args.steps`` steps; returns the mean time of steps 2..N in seconds."""
     device = torch.device(args.device)
     torch.manual_seed(0)
-    model = LeNet().to(device)
+    model = LeNet(conv2_channels=args.conv2_channels).to(device)
     if args.slow_layer is not None:
         slow_down(getattr(model, args.slow_layer), args.slow_ms)
     criterion = CategoricalCrossEntropy()

@@ -38,7 +38,8 @@ def lenet_runs(nsys: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     db = f"sqlite:///{root / 'runs.db'}"
     script = [sys.executable, str(LENET), "--steps", "30", "--batch-size", "32"]
     for name, extra in (("base", []), ("slow", ["--slow-layer", "conv2", "--slow-ms",
-                                                str(SLEEP_MS)])):  # fmt: skip
+                                                str(SLEEP_MS)]),
+                        ("wide", ["--conv2-channels", str(4 * 30)])):  # fmt: skip
         done = dlprof(nsys, root, "--quiet", "--db", db, "--tag", name, "-o", name, "--",
                       *script, *extra)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
@@ -84,6 +85,28 @@ def test_the_slowed_layer_is_named_first_and_the_gate_fails(lenet_runs) -> None:
     assert step["median_ns"]["value"] >= 0.8 * SLEEP_MS * 1e6
     # The console names the layer in its layer table.
     assert "conv2" in out.split("layers")[1]
+
+
+def test_a_widened_layer_is_named_first_with_its_flops(lenet_runs) -> None:
+    """conv2 four times as wide (30 -> 120 channels): it is the first layer of the deltas,
+    its FLOPs per step are four times the baseline's in both directions (the count is
+    exact: the same shapes but the channels), and the warnings say the sides do different
+    work, naming it."""
+    _, doc, out = compare(lenet_runs, "base", "wide")
+    layers = [d for d in doc["deltas"] if d["section"] == "layer" and d["status"] == "both"]
+    first = min(layers, key=lambda d: d["rank"])
+    assert first["name"] == "conv2"
+    for direction in ("forward", "backward"):
+        (row,) = [d for d in layers if d["name"] == "conv2" and d["metric"] == "flops"
+                  and d["direction"] == direction]  # fmt: skip
+        assert row["baseline_value"] > 0
+        assert row["value"] == pytest.approx(4 * row["baseline_value"])
+    (warning,) = [w for w in doc["warnings"] if w.startswith("layer FLOPs per step differ")]
+    assert "conv2" in warning and "different work" in warning
+    assert "FLOPs per step differ" in out
+    model = [d for d in doc["deltas"] if d["section"] == "summary"
+             and d["metric"] == "model_flops_per_step"]  # fmt: skip
+    assert model and model[0]["value"] > model[0]["baseline_value"] > 0
 
 
 def test_the_faster_side_passes_the_gate(lenet_runs) -> None:
