@@ -256,7 +256,8 @@ def _layers_table(layers: pd.DataFrame, width: int, top: int = TOP) -> RichTable
 
 def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichTable | None:
     """Cost per layer: the layers that take the most time per step (inclusive, roots apart:
-    the title gives the model's) with their FLOPs, achieved rate and MFU (layers/flops.py)."""
+    the title gives the model's) with their FLOPs, achieved rate and MFU (layers/flops.py);
+    layers with FLOPs but no time (folded) are left out."""
     if layers.empty or not layers["step_flops"].notna().any():
         return None
     gpu = (layers["flops_rate_basis"] == "gpu").any()
@@ -264,7 +265,9 @@ def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichT
         "step_forward_wall_ns", "step_backward_wall_ns")  # fmt: skip
     time = pd.to_numeric(layers[fwd]).fillna(0) + pd.to_numeric(layers[bwd]).fillna(0)
     counted = (pd.to_numeric(layers["step_flops"]) > 0) | layers["flops_note"].notna()
-    shown = layers.assign(_time_ns=time)[(counted & layers["parent"].notna()).to_numpy(bool)]
+    # A folded layer has no time of its own: its work is in its parent's row.
+    shown = layers.assign(_time_ns=time)[
+        (counted & layers["parent"].notna() & (time > 0)).to_numpy(bool)]
     shown = shown.sort_values("_time_ns", ascending=False, kind="stable")
     shown = shown.assign(
         flop=[flops(v) for v in shown["step_flops"]],

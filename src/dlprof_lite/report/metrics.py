@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from dlprof_lite.report.summary_types import SUMMARY_COLUMNS
 from dlprof_lite.rules.advice import THRESHOLDS
 from dlprof_lite.rules.names import PHASES
+from dlprof_lite.rules.peaks import DTYPES, PEAKS
 
 SCHEMA = "dlprof-lite/1"
 # Columns and summary fields added to SCHEMA since its first release: a report folder or a
@@ -419,4 +420,10 @@ def markdown_reference() -> str:
         "| --- | --- | --- | --- |",
     ]
     out += [f"| `{k}` | {t.value:g} | {t.unit} | {t.citation} |" for k, t in THRESHOLDS.items()]
+    out += ["", "**GPU dense peaks (TFLOP/s), the MFU's denominator** (rules/peaks.py; an "
+            "unknown GPU, a MIG slice or a dtype without a figure gives no MFU)", "",
+            "| GPU | " + " | ".join(DTYPES) + " | source |",
+            "| --- |" + " --- |" * len(DTYPES) + " --- |"]  # fmt: skip
+    out += [f"| {p.gpu} | " + " | ".join(f"{p.tflops[d]:g}" if d in p.tflops else ""
+                                         for d in DTYPES) + f" | {p.source} |" for p in PEAKS]
     return "\n".join(out) + "\n"
