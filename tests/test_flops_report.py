@@ -11,9 +11,11 @@ peak over its 3000 ns and fc2 150 % (an attribution error, noted).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
+from browser import Chromium, chromium_fixture  # noqa: F401
 from builders import R, fact_mark, make_profile, phase
 from dlprof_lite.report.build import build_report
 from dlprof_lite.rules.peaks import peak_tflops
@@ -188,3 +190,42 @@ def test_a_layer_far_below_peak_with_work_gets_advice_with_its_reasons() -> None
     assert row["value"] == pytest.approx(5.0) and "fc1 (Linear) MFU 5.0%" in row["evidence"]
     assert "FP32 math on a Tensor Core GPU" in row["evidence"]
     assert "fc2" not in row["evidence"]
+
+
+def test_the_page_charts_time_against_flops_and_mfu_bars() -> None:
+    """The cost section's figure (plotly's own JSON, validated by plotly.graph_objects): a
+    marker per layer below the root at (FLOPs per step, GPU time per step) and, on a GPU run,
+    an MFU bar per layer, red above 100 %."""
+    from test_html_page import read, trace
+
+    page = read(build_report(profile()))
+    assert "cost" in page.sections
+    figure = page.figure("cost")
+    points = trace(figure, "layers")
+    assert sorted(zip(points["customdata"], points["x"], strict=True)) == [
+        ("fc1", pytest.approx(sum(FC1))), ("fc2", pytest.approx(sum(FC2)))]
+    bars = trace(figure, "MFU")
+    mfu = dict(zip(bars["customdata"], bars["y"], strict=True))
+    assert mfu == {"fc1": pytest.approx(50.0), "fc2": pytest.approx(150.0)}
+    colors = dict(zip(bars["customdata"], bars["marker"]["color"], strict=True))
+    assert colors["fc2"] != colors["fc1"]
+
+
+def test_no_cost_section_without_counted_layers() -> None:
+    from test_html_page import read
+
+    assert "cost" not in read(build_report(profile([]))).sections
+
+
+@pytest.mark.slow
+def test_the_cost_chart_draws_in_chromium(chromium: Chromium, tmp_path: Path) -> None:
+    """The GPU run's cost chart (markers and MFU bars) drawn by the real headless Chromium:
+    no console error, every point drawn (the harness's checks)."""
+    from dlprof_lite.render.page.html import report_page
+
+    page = tmp_path / "cost.html"
+    page.write_text(report_page(build_report(profile())), encoding="utf-8")
+    result = chromium.open_page(page)
+    assert result.problems() == []
+    chart = result.chart("chart-cost")
+    assert chart.section == "cost" and chart.drawn == chart.points == 4
