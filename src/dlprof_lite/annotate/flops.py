@@ -13,8 +13,9 @@ are. A ``flops_shape`` fact marks each root call whose signature differs from th
 previous one (shape -1: a signature past the bound, not counted), so the analysis knows the
 signature of every root call in every step.
 
-After the optimizer step that follows (:meth:`FlopCapture.count`: between steps, where it
-delays no step; at exit for a loop without an optimizer), each captured call is counted on fake
+The captured modules are held until the count. After the run (:meth:`FlopCapture.finish`, at
+exit), or at the next root call once the program has let go of a captured model (a sweep's
+trial, a function's local model), each captured call is counted on fake
 tensors (:func:`~.flop_count.count_call`) with the module hooks quiet, and one ``flops`` fact
 per (root, signature, layer) gives the layer's calls in that root call, its inclusive forward
 and backward FLOPs, self FLOPs (inclusive less that of its captured child calls) and the
@@ -144,7 +145,7 @@ class _Capture:
     root: str
     shape: int
     calls: list[_Call] = field(default_factory=list)
-    done: bool = False  # the root call returned
+    owner: torch.nn.Module | None = None  # the root call's module (unwrapped)
 
 
 @dataclass
@@ -156,15 +157,21 @@ class _Root:
 class FlopCapture:
     """Root signatures, captured calls, and their count at exit (see the module doc)."""
 
-    def __init__(self, mark: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(
+        self, mark: Callable[[str, dict[str, Any]], None], quiet: Callable[[], Any]
+    ) -> None:
         self._mark = mark
+        self._quiet = quiet  # the module hooks do nothing within it
         self._roots: dict[str, _Root] = {}
         self._captures: list[_Capture] = []
         self._kept = 0
-        self._spent = 0.0  # seconds counting so far (between steps and at exit)
+        self._spent = 0.0  # seconds counting so far
 
     def root_start(self, module: torch.nn.Module, layer: str, args: Any) -> _Capture | None:
-        """A root forward starts: mark a signature change; the capture when it is new."""
+        """A root forward starts: mark a signature change; the capture when it is new. First,
+        the captures of a model the program has let go of are counted (and let go)."""
+        if self._captures:
+            self._count(self._dropped())
         kwargs = call_kwargs()
         root = self._roots.get(layer)
         if root is None:
@@ -206,25 +213,44 @@ class FlopCapture:
         device = next((s.device.type for s in leaves if isinstance(s, TensorSpec)), "cpu")
         capture.calls.append(_Call(layer, target, depth, specs[0], specs[1], _state(device),
                                    reason))  # fmt: skip
+        if depth == 0:  # the root call itself: the last of its capture
+            capture.owner = target
 
-    @property
-    def waiting(self) -> bool:
-        """Whether a captured root call waits for its count."""
-        return any(capture.done for capture in self._captures)
+    def finish(self) -> None:
+        """After the run: count every captured call still waiting."""
+        self._count(self._captures)
 
-    def count(self, quiet: Callable[[], Any], everything: bool = False) -> None:
-        """Count the captured root calls that returned (``everything``: at exit, all) with
-        the module hooks quiet, write their ``flops`` facts and let go of their modules."""
-        ready = [c for c in self._captures if c.done or everything]
+    def _dropped(self) -> list[_Capture]:
+        """The finished captures whose model nothing but these captures refers to any more
+        (a sweep's last trial, a model a function built and returned from): counted now
+        rather than held to the end. ``sys.getrefcount`` less its argument and our local."""
+        held: dict[int, int] = {}
+        for capture in self._captures:
+            owner = capture.owner
+            if owner is not None:
+                mine = 1 + sum(call.module is owner for call in capture.calls)
+                held[id(owner)] = held.get(id(owner), 0) + mine
+        dropped = []
+        for capture in self._captures:
+            owner = capture.owner
+            if owner is not None and sys.getrefcount(owner) - 2 <= held[id(owner)]:
+                dropped.append(capture)
+            del owner
+        return dropped
+
+    def _count(self, ready: list[_Capture]) -> None:
+        """Count ``ready`` with the module hooks quiet, write their ``flops`` facts and let
+        go of their modules."""
         if not ready:
             return
         self._captures = [c for c in self._captures if c not in ready]
         start = time.monotonic()
-        with quiet():
+        with self._quiet():
             for capture in ready:
                 for fact in _layer_facts(capture, start + COUNT_SECONDS - self._spent):
                     self._mark("flops", fact)
                 capture.calls.clear()
+                capture.owner = None
         self._spent += time.monotonic() - start
 
 

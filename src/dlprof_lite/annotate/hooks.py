@@ -120,7 +120,7 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         nn_module.register_module_forward_hook(
             ranges.forward_post, with_kwargs=True, always_call=True
         ),
-        *_optimizer_hooks(torch, optim, tracker, _after_step(ranges, warmup)),
+        *_optimizer_hooks(torch, optim, tracker, warmup.after_step if warmup else None),
     ]
     undo: list[Callable[[], Any]] = [handle.remove for handle in handles]
     ranges.compiled.start()  # model.compile(): wraps the instance's compiled call
@@ -132,18 +132,6 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
     _installed = Annotation(undo, tracker)
     _installed.on_exit.append(ranges.close)
     return _installed
-
-
-def _after_step(ranges: Any, warmup: Any) -> Callable[[], None]:
-    """After each optimizer step: warm-up's end (.folding), then the FLOP count of the root
-    calls captured so far (.flops: between steps, where it delays no step)."""
-
-    def after() -> None:
-        if warmup is not None:
-            warmup.after_step()
-        ranges.step_ended()
-
-    return after
 
 
 def _optimizer_hooks(

@@ -178,7 +178,7 @@ class ModuleRanges:
         self._watch = BackwardWatch(self._backward_entered) if tracker is not None else None
         self.compiled = CompiledRoots(self)
         self.ddp = DdpBuckets(backend, self.layer_of) if ranges else None
-        self.flops = FlopCapture(self._fact) if ranges else None
+        self.flops = FlopCapture(self._fact, _quiet) if ranges else None
 
     def _fact(self, key: str, value: dict[str, Any]) -> None:
         self._backend.mark(fact_text(key, value))
@@ -295,7 +295,6 @@ class ModuleRanges:
             if entry.pushed:
                 self._capture(capture, frame, module, args, rest)
             if root:
-                capture.done = True
                 frame.capture = None
         if in_backward or _sequence_nr is None:
             if grad and (entry.pushed or root):
@@ -332,12 +331,18 @@ class ModuleRanges:
         self, capture: _Capture, frame: _Frame, module: torch.nn.Module, args: Any,
         rest: tuple[Any, ...],
     ) -> None:  # fmt: skip
-        """A module call of a captured root call returned: keep its inputs (.flops)."""
+        """A module call of a captured root call returned: keep its inputs (.flops). Like the
+        first call's fact, this work is left out of the warm-up timing of the modules that
+        enclose it (.folding)."""
         name = self._names.get(id(module))
         if name is not None and self.flops is not None:
+            warmup = self.warmup
+            start = warmup.now() if warmup is not None else 0
             kwargs = rest[0] if len(rest) == 2 else None
             self.flops.record(capture, module, name.qualname, len(frame.stack), args, kwargs,
                               name.wrapper)  # fmt: skip
+            if warmup is not None:
+                warmup.annotated(start)
 
     def _root_done(self, frame: _Frame, grad: bool, output: Any) -> None:
         """A root forward returned: hook its output nodes; its graph waits to be bound."""
@@ -515,19 +520,13 @@ class ModuleRanges:
             self._watch.disarm()
         self._pending.clear()  # graphs never consumed: nothing to hook
         if self.flops is not None:
-            self.flops.count(_quiet, everything=True)
+            self.flops.finish()
         if self.calls and not self._reported:
             self._reported = True
             steps = self._tracker.steps if self._tracker is not None else None
             facts.record("annotation", {"module_calls": self.calls,
                                         "ns_per_call": self.hook_cost(), "steps": steps,
                                         **self.warm_up})  # fmt: skip
-
-    def step_ended(self) -> None:
-        """An optimizer step ended: count the captured root calls (.flops) now, between
-        steps, while their modules are alive (the program may drop them before exit)."""
-        if self.flops is not None and self.flops.waiting:
-            self.flops.count(_quiet)
 
     def hook_cost(self, rounds: int = CALIBRATION_ROUNDS) -> int:
         """Measured ns of one annotated module call (:func:`~.calibrate.calibrate`); the
