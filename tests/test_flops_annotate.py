@@ -415,3 +415,36 @@ def test_a_compiled_model_gets_the_eager_flops_on_the_same_shapes(recorder: Any,
     assert root["unknown"] is None
     assert (root["fwd"], root["bwd"]) == oracle(net, (torch.randn(4, 16),), {})
     assert "_compiled_call_impl" not in net.__dict__ or net._compiled_call_impl is not None
+
+
+def test_a_hugging_face_model_is_counted_layer_by_layer(recorder: Any) -> None:
+    """GPT-2 (transformers) trained as the Trainer calls it (keyword arguments, labels): the
+    cache its forward makes for itself is replayed as none (it holds no earlier token), so
+    every block is counted; the model equals FlopCounterMode on its real call and its
+    layers' self FLOPs add up to it."""
+    transformers = pytest.importorskip("transformers")
+    from dlprof_lite.annotate import install
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=64,
+                                     vocab_size=100)  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ids = torch.randint(0, 100, (2, 16))
+    annotation = install("modules-all")
+    for _ in range(2):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    annotation.remove()
+    facts = flops_facts(recorder.marks)
+    assert [layer for layer, f in facts.items() if f["unknown"]] == []
+    with FlopCounterMode(display=False, custom_mapping=ORACLE_FORMULAS) as forward:
+        loss = model(input_ids=ids, labels=ids).loss
+    with FlopCounterMode(display=False, custom_mapping=ORACLE_FORMULAS) as backward:
+        loss.backward()
+    root = facts["model"]
+    assert (root["fwd"], root["bwd"]) == (forward.get_total_flops(), backward.get_total_flops())
+    assert sum(f["self_fwd"] + f["self_bwd"] for f in facts.values()) == root["fwd"] + root["bwd"]
+    blocks = [facts[f"transformer.h.{i}"] for i in range(2)]
+    assert blocks[0]["fwd"] == blocks[1]["fwd"] > 0

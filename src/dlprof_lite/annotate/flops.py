@@ -55,11 +55,16 @@ _FRAMES_UP = 6  # the hook, its callers here, then torch's _call_impl
 COUNT_SECONDS = 120.0  # counting time in all; calls left after it are unknown, saying so
 
 
-def signature(module: torch.nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...]:
-    """What decides a root call's FLOPs: its inputs' shapes and the modes it runs under."""
+def signature(
+    module: torch.nn.Module, args: Any, kwargs: Any
+) -> tuple[tuple[Any, ...], frozenset[int]]:
+    """What decides a root call's FLOPs (its inputs' shapes and the modes it runs under), and
+    the ids of its inputs that are objects of the program's own (neither tensors nor plain
+    values: a cache passed in)."""
     leaves: list[Any] = []
     _leaves((args, kwargs), leaves, _DEPTH)
     parts: list[Any] = [torch.is_grad_enabled(), module.training]
+    objects = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             parts.append((tuple(leaf.shape), leaf.dtype, leaf.requires_grad))
@@ -67,7 +72,8 @@ def signature(module: torch.nn.Module, args: Any, kwargs: Any) -> tuple[Any, ...
             parts.append(leaf)
         else:
             parts.append(type(leaf).__qualname__)
-    return tuple(parts)
+            objects.append(id(leaf))
+    return tuple(parts), frozenset(objects)
 
 
 def _leaves(value: Any, out: list[Any], depth: int) -> None:
@@ -83,22 +89,32 @@ def _leaves(value: Any, out: list[Any], depth: int) -> None:
         out.append(value)
 
 
-def _replayable(value: Any, depth: int = 8) -> Any:
+def _replayable(value: Any, outside: frozenset[int], depth: int = _DEPTH) -> Any:
     """``value`` with each tensor as a :class:`TensorSpec`; ``_NotPlain`` for a value that
-    cannot be given again (an object of the program's own)."""
+    cannot be given again (an object of the program's own).
+
+    A key/value cache (a class named ``...Cache`` with ``get_seq_length``: Hugging Face's)
+    that the root call made itself (not among the ``outside`` ids it was given) holds no
+    earlier tokens: the call's FLOPs are those without it, and it is replayed as None. One
+    passed in (generation with a past) is not replayable."""
     if isinstance(value, torch.Tensor):
         return TensorSpec(tuple(value.shape), tuple(value.stride()), value.dtype, value.device,
                           value.requires_grad)  # fmt: skip
     if isinstance(value, _PLAIN):
         return value
     if depth and isinstance(value, (tuple, list)):
-        items = [_replayable(item, depth - 1) for item in value]
+        items = [_replayable(item, outside, depth - 1) for item in value]
         if hasattr(value, "_make"):  # a named tuple
             return value._make(items)
         return type(value)(items) if type(value) in (tuple, list) else items
     if depth and isinstance(value, dict):
-        return {key: _replayable(item, depth - 1) for key, item in value.items()}
-    raise _NotPlain(f"an input of type {type(value).__qualname__} cannot be replayed")
+        return {key: _replayable(item, outside, depth - 1) for key, item in value.items()}
+    kind = type(value)
+    if kind.__name__.endswith("Cache") and hasattr(value, "get_seq_length"):
+        if id(value) not in outside:
+            return None
+        raise _NotPlain(f"a {kind.__qualname__} passed in with earlier tokens cannot be replayed")
+    raise _NotPlain(f"an input of type {kind.__qualname__} cannot be replayed")
 
 
 def _hashable(value: object) -> bool:
@@ -144,6 +160,7 @@ class _Call:
 class _Capture:
     root: str
     shape: int
+    outside: frozenset[int]  # ids of the objects the root call was given (signature)
     calls: list[_Call] = field(default_factory=list)
     owner: torch.nn.Module | None = None  # the root call's module (unwrapped)
 
@@ -176,14 +193,14 @@ class FlopCapture:
         root = self._roots.get(layer)
         if root is None:
             root = self._roots[layer] = _Root()
-        key = signature(module, args, kwargs)
+        key, outside = signature(module, args, kwargs)
         shape = root.shapes.get(key)
         capture = None
         if shape is None:
             shape = -1
             if len(root.shapes) < MAX_SHAPES and self._kept < MAX_CAPTURED:
                 shape = root.shapes[key] = len(root.shapes)
-                capture = _Capture(layer, shape)
+                capture = _Capture(layer, shape, outside)
                 self._captures.append(capture)
         if shape != root.last:
             root.last = shape
@@ -205,7 +222,8 @@ class FlopCapture:
         if reason is None and any(type(m).__name__ in _COLLECTIVE for m in target.modules()):
             reason = "runs a collective in its forward: not replayed"
         try:
-            specs = (_replayable(tuple(args)), _replayable(dict(kwargs or {})))
+            specs = (_replayable(tuple(args), capture.outside),
+                     _replayable(dict(kwargs or {}), capture.outside))  # fmt: skip
         except _NotPlain as exc:
             specs, reason = ((), {}), reason or str(exc)
         leaves: list[Any] = []
