@@ -138,6 +138,22 @@ def test_an_unknown_layer_is_empty_with_its_reason_never_zero() -> None:
     assert layers.loc["fc1", "mfu"] == pytest.approx(0.5)  # the others stay
 
 
+def test_unknown_layers_are_counted_in_a_warning() -> None:
+    report = build_report(profile(_facts(unknown="op mylib.fused has no FLOP formula")))
+    found = [w for w in report.summary.warnings if w.startswith("FLOPs unknown")]
+    assert found == ["FLOPs unknown for 1 layer(s), left empty: fc2 (op mylib.fused has no "
+                     "FLOP formula)"]  # fmt: skip
+
+
+def test_a_process_killed_before_its_count_is_named() -> None:
+    """Shapes marked, no count (the process never reached the annotation's exit)."""
+    marks = [fact_mark("flops_shape", {"root": "model", "shape": 0}, STEPS[0] + 150)]
+    report = build_report(profile(marks))
+    assert any(w.startswith("no FLOP count from process 1: it ended before")
+               for w in report.summary.warnings), report.summary.warnings
+    assert report.layers["step_flops"].isna().all()
+
+
 def test_an_unknown_gpu_gives_flops_and_rates_but_no_mfu() -> None:
     report = build_report(profile(gpu="NVIDIA GeForce GTX 1080"))
     fc1 = report.layers.set_index("layer").loc["fc1"]

@@ -31,7 +31,7 @@ from dlprof_lite.report.facts import (
 )
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
-from dlprof_lite.report.layers.flops import gpu_of, model_cost
+from dlprof_lite.report.layers.flops import cost_warnings, gpu_of, model_cost
 from dlprof_lite.report.model import analysed
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -139,6 +139,7 @@ def summarize(
         *span_warnings,
         *_coverage_warnings(launch.launch_coverage),
         *_report_warnings(profile, iterations),
+        *cost_warnings(layers, profile.facts),
         *_merged_ranks(profile, facts),
         *process_warnings,
         *projection_warnings,
@@ -374,6 +375,7 @@ def _report_warnings(profile: Profile, iterations: pd.DataFrame) -> list[str]:
                    or "no iterations found: step statistics cover the whole session")  # fmt: skip
     out += _outside_compile_warning(profile.ranges, iterations)
     return [*out, *_key_warnings(profile), *_compile_warnings(iterations)]
+
 
 
 _RULES = {

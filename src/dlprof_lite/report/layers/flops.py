@@ -170,6 +170,32 @@ def gpu_of(kernels: pd.DataFrame, gpus: pd.DataFrame | None) -> str | None:
     return str(name) if isinstance(name, str) and name else None
 
 
+def cost_warnings(layers: pd.DataFrame, facts: pd.DataFrame) -> list[str]:
+    """Summary warnings: layers whose FLOPs are unknown (counted, the first few named with
+    their reason), and a process that marked input shapes but never wrote its count (it
+    ended before the annotation's exit: killed, ``os._exit``)."""
+    out = []
+    if len(facts):
+        keys = facts["key"].to_numpy(dtype=object)
+        pids = facts["pid"].to_numpy()
+        marked = set(pids[keys == "flops_shape"].tolist())
+        missing = sorted(marked - set(pids[keys == "flops"].tolist()))
+        if missing:
+            out.append(
+                f"no FLOP count from process {', '.join(map(str, missing))}: it ended before "
+                "the annotation's exit (killed, os._exit), so its FLOPs, FLOP/s and MFU are "
+                "empty")  # fmt: skip
+    if len(layers) and "flops_note" in layers.columns:
+        notes = layers["flops_note"].astype(object)
+        unknown = layers[notes.str.startswith("unknown:", na=False).to_numpy(dtype=bool)]
+        if len(unknown):
+            named = "; ".join(f"{r['layer']} ({str(r['flops_note']).removeprefix('unknown: ')})"
+                              for r in unknown.head(3).to_dict("records"))  # fmt: skip
+            more = f" (+{len(unknown) - 3} more)" if len(unknown) > 3 else ""
+            out.append(f"FLOPs unknown for {len(unknown)} layer(s), left empty: {named}{more}")
+    return out
+
+
 def model_cost(layers: pd.DataFrame, step_ns: float | None, gpu: str | None) -> dict[str, object]:
     """The summary's cost fields: the root layers' FLOPs per step, over the median step, and
     the step's MFU (the roots' time at peak, from each root's MFU and GPU time)."""
