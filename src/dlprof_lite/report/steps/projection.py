@@ -42,8 +42,9 @@ NO_PROJECTION = "no projected training time: "
 CAVEAT = "projected training time: "
 # The training phases that start a step's own work (compilation may run outside steps).
 STEP_PHASES = tuple(p for p in PHASES if p != "compile")
-# The fact recorded at exit, after the annotation's own calibration: not the program's work.
-EXIT_FACT = "annotation"
+# Facts the annotation writes at exit, after its own work there (its calibration, the FLOP
+# count on fake tensors): not the program's work.
+EXIT_FACTS = frozenset({"annotation", "flops"})
 
 
 @dataclass(frozen=True)
@@ -229,11 +230,11 @@ def _between_steps(iterations: pd.DataFrame, phase_starts: np.ndarray) -> np.nda
 
 def _program_end(profile: Profile, facts: list[_Fact], last_step_end: int) -> int:
     """The program's last recorded event: a closed range's end or a mark (not the exit
-    fact, which follows the annotation's own calibration)."""
+    facts, which follow the annotation's own work at exit)."""
     ranges = profile.ranges
     ends = ranges["end_ns"].to_numpy(np.int64)[ranges["closed"].to_numpy(dtype=bool)]
     marks = profile.marks["start_ns"].to_numpy(np.int64)
-    exits = {f.start_ns for f in facts if f.key == EXIT_FACT}
+    exits = {f.start_ns for f in facts if f.key in EXIT_FACTS}
     marks = marks[~np.isin(marks, list(exits))] if exits else marks
     candidates = [last_step_end, *(int(a.max()) for a in (ends, marks) if len(a))]
     return max(candidates)
