@@ -85,7 +85,7 @@ def test_every_field_carries_its_unit_and_definition_and_is_the_registry() -> No
 
     declared = [(f.name, f.metadata["unit"], f.metadata["doc"])
                 for cls in GROUPS.values() for f in fields(cls)]  # fmt: skip
-    assert all(unit in ("", "ns", "%", "FLOP", "FLOP/s") and doc for _, unit, doc in declared)
+    assert all(unit in ("", "ns", "%", "FLOP", "FLOP/s", "B") and doc for _, unit, doc in declared)
     registry = [(c.name, c.unit, c.doc) for c in SUMMARY_REPORT]
     assert registry[: len(declared)] == declared
     assert [name for name, _, _ in registry[len(declared):]] == ["advice_count", "warnings"]

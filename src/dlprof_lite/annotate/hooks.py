@@ -120,7 +120,8 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         nn_module.register_module_forward_hook(
             ranges.forward_post, with_kwargs=True, always_call=True
         ),
-        *_optimizer_hooks(torch, optim, tracker, warmup.after_step if warmup else None),
+        *_optimizer_hooks(torch, optim, tracker, warmup.after_step if warmup else None,
+                          ranges.optimizer_stepped),
     ]
     undo: list[Callable[[], Any]] = [handle.remove for handle in handles]
     ranges.compiled.start()  # model.compile(): wraps the instance's compiled call
@@ -135,10 +136,12 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
 
 
 def _optimizer_hooks(
-    torch: Any, optim: Any, tracker: PhaseTracker, after_step: Callable[[], None] | None = None
+    torch: Any, optim: Any, tracker: PhaseTracker, after_step: Callable[[], None] | None = None,
+    stepped: Callable[[Any], None] | None = None,
 ) -> list[Any]:
     """Global step pre/post hooks: the optimizer phase, and the end of a training step
-    (``after_step`` is called after each, the end of warm-up for :mod:`.folding`).
+    (``after_step`` is called after each, the end of warm-up for :mod:`.folding`;
+    ``stepped`` with the optimizer, its first step's bytes for :mod:`.tensor_bytes`).
 
     The pre-hook also wraps a closure passed to ``step`` (LBFGS, Lightning): the closure runs
     forward and backward inside the step, and only its return hands the phase back to the
@@ -162,6 +165,8 @@ def _optimizer_hooks(
     def post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not compiling():
             tracker.on_optimizer_end(optimizer)
+            if stepped is not None:
+                stepped(optimizer)
             if after_step is not None:
                 after_step()
 

@@ -86,6 +86,7 @@ from dlprof_lite.annotate.module_names import ModuleName, ModuleNames
 from dlprof_lite.annotate.nodehooks import BackwardCall, NodeHooks
 from dlprof_lite.annotate.phases import PhaseTracker
 from dlprof_lite.annotate.roots import BackwardWatch, generated
+from dlprof_lite.annotate.tensor_bytes import MemoryFacts
 from dlprof_lite.rules.facts import fact_text
 
 if TYPE_CHECKING:
@@ -179,9 +180,32 @@ class ModuleRanges:
         self.compiled = CompiledRoots(self)
         self.ddp = DdpBuckets(backend, self.layer_of) if ranges else None
         self.flops = FlopCapture(self._fact, _quiet) if ranges else None
+        self.memory = (MemoryFacts(self._fact, self._known_modules, self._innermost_layer)
+                       if ranges else None)  # fmt: skip
 
     def _fact(self, key: str, value: dict[str, Any]) -> None:
         self._backend.mark(fact_text(key, value))
+
+    def _known_modules(self) -> list[tuple[str, torch.nn.Module]]:
+        """(layer, module) of every module named so far that is alive, in naming order."""
+        found = []
+        for name in list(self.names.table.values()):
+            module = name.ref()
+            if module is not None:
+                layer = self.layer_of(module)
+                if layer is not None:
+                    found.append((layer, module))
+        return found
+
+    def _innermost_layer(self) -> str | None:
+        """The layer of the innermost module forward running on the calling thread."""
+        module = _innermost_module(self._frame.stack)
+        return self.layer_of(module) if module is not None else None
+
+    def optimizer_stepped(self, optimizer: Any) -> None:
+        """An optimizer step ended (the step post-hook): its first writes the memory facts."""
+        if self.memory is not None:
+            self.memory.optimizer_stepped(optimizer)
 
     def layer_of(self, module: torch.nn.Module) -> str | None:
         """The layer name ``module``'s ranges carry (its nearest ancestor's within ``--depth``);
@@ -233,6 +257,10 @@ class ModuleRanges:
                 self._tracker.on_root_forward(module, grad, module.training)
             if self.flops is not None:
                 frame.capture = self.flops.root_start(module, name.qualname, args)
+            if self.memory is not None:
+                tracker = self._tracker
+                self.memory.root_start(tracker.iterations if tracker is not None else None,
+                                       grad, module.training)  # fmt: skip
         # A wrapper's module called inside it is the wrapper's layer: one range, not two.
         pushed = (self._ranges and (root or not name.alias)
                   and (self._depth is None or name.depth <= self._depth))  # fmt: skip
@@ -254,6 +282,9 @@ class ModuleRanges:
                     frame.forward.calls.append(call)
             stack.append(_Open(module, pushed, True, _NO_TASK, -1, call, call or scope))
         frame.forwards += 1
+        memory = self.memory
+        if memory is not None and memory.measuring and pushed and not recompute:
+            memory.module_in(name.qualname)
         if pushed:  # last: the range holds the module's own work, not this bookkeeping
             self._backend.push(name.rec if recompute else name.fwd)
         warmup = self.warmup
@@ -290,6 +321,14 @@ class ModuleRanges:
         root = frame.forwards == 0
         grad = _grad_enabled()
         in_backward = _graph_task_id() != _NO_TASK
+        memory = self.memory
+        if memory is not None and memory.measuring and not in_backward:
+            if entry.pushed:
+                name = self._names.get(id(module))
+                if name is not None:
+                    memory.module_out(name.qualname)
+            if root:
+                memory.root_end()
         capture = frame.capture
         if capture is not None and not in_backward:
             if entry.pushed:
@@ -519,6 +558,8 @@ class ModuleRanges:
         if self._watch is not None:
             self._watch.disarm()
         self._pending.clear()  # graphs never consumed: nothing to hook
+        if self.memory is not None:
+            self.memory.finish()
         if self.flops is not None:
             self.flops.finish()
         if self.calls and not self._reported:

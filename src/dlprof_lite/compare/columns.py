@@ -89,6 +89,9 @@ COMPARE_METRICS = _cols(
     ("layer.flops", "FLOP", "the direction's FLOPs per step, inclusive (step_forward/"
      "backward_flops; 0 where not counted: an older run or an unknown op); a change means "
      "different work, named in the warnings"),
+    ("layer.param_bytes", "B", "bytes of the parameters it holds (forward rows only)"),
+    ("layer.saved_bytes", "B", "activations it saved for backward in the first analysed step "
+     "(forward rows only)"),
     ("layer.calls_per_step", "", "forward calls per step (forward rows only)"),
     ("kernel.gpu_ns", "ns", "the kernel name's GPU time (total_ns) / the table's steps"),
     ("kernel.instances", "", "the kernel name's executions / the table's steps"),
@@ -98,6 +101,9 @@ COMPARE_METRICS = _cols(
     ("summary.model_flops_per_step", "FLOP", "the root models' forward + backward FLOPs per "
      "step (summary model_flops_per_step)"),
     ("summary.mfu", "", "the step's model FLOPs utilisation (summary mfu, 0-1)"),
+    ("summary.memory_saved_bytes", "B", "activations saved for backward in the first analysed "
+     "step, every layer's"),
+    ("summary.memory_gpu_peak_bytes", "B", "the GPU allocator's peak in that step"),
 )  # fmt: skip
 
 # compare.json beyond the CSV's columns: its lists and the fields of their items.

@@ -18,7 +18,7 @@ from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
 from dlprof_lite.durations import short, signed
 from dlprof_lite.narrow import print_fitting
-from dlprof_lite.report.units import flops
+from dlprof_lite.report.units import bytes_text, flops
 from dlprof_lite.safe_text import printable
 
 VERDICT_STYLE = {SLOWER: "bold red", FASTER: "bold green"}
@@ -177,10 +177,14 @@ def _summary_lines(rows: Sequence[Delta]) -> list[Text]:
             )
         elif row.metric == "model_flops_per_step":
             a, b = (flops(v) for v in (row.baseline_value, row.value))
+        elif row.metric.endswith("_bytes"):
+            a, b = (bytes_text(v) for v in (row.baseline_value, row.value))
         else:
             a, b = (f"{v:.1f}%" if v is not None else "-" for v in (row.baseline_value, row.value))
         shown = {"tc_share": "Tensor Core share", "launch_overhead_pct": "launch overhead",
-                 "model_flops_per_step": "model FLOPs per step", "mfu": "MFU"}  # fmt: skip
+                 "model_flops_per_step": "model FLOPs per step", "mfu": "MFU",
+                 "memory_saved_bytes": "saved activations",
+                 "memory_gpu_peak_bytes": "GPU memory peak"}  # fmt: skip
         out.append(
             _t(f"{shown.get(row.metric, row.metric)}: {row.baseline} {a} -> {row.label} {b}")
         )

@@ -66,7 +66,8 @@ PHASE_METRICS = ("gpu_ns", "wall_ns", "host_gap_ns")
 PHASE_MEDIANS = ("gpu_ns", "wall_ns")
 PHASE_RANKED_BY = ("gpu_median_ns", "wall_median_ns")
 KERNEL_METRICS = ("gpu_ns", "instances")
-SUMMARY_METRICS = ("tc_share", "launch_overhead_pct", "model_flops_per_step", "mfu")
+SUMMARY_METRICS = ("tc_share", "launch_overhead_pct", "model_flops_per_step", "mfu",
+                   "memory_saved_bytes", "memory_gpu_peak_bytes")
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,9 @@ def _layer_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
         col = f"step_{d}_flops"
         values = pd.to_numeric(layers[col], errors="coerce") if col in layers else 0.0
         out[f"{d}.flops"] = pd.Series(values, index=layers.index, dtype=float)
+    for col in ("param_bytes", "saved_bytes"):  # memory per layer (forward rows); older: 0
+        values = pd.to_numeric(layers[col], errors="coerce") if col in layers else 0.0
+        out[f"forward.{col}"] = pd.Series(values, index=layers.index, dtype=float)
     out["forward.calls_per_step"] = pd.to_numeric(
         layers.get("calls_per_step", pd.Series(0.0, index=layers.index)), errors="coerce"
     ).astype(float)

@@ -20,8 +20,8 @@ from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
+from dlprof_lite.report.units import bytes_text, flops
 from dlprof_lite.report.units import duration as _t
-from dlprof_lite.report.units import flops
 from dlprof_lite.report.units import percent as _pct
 from dlprof_lite.rules.payloads import display_name
 from dlprof_lite.safe_text import printable
@@ -290,6 +290,33 @@ def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichT
     return _table(title, shown, columns, width, top)
 
 
+_MEMORY = ("param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes")
+
+
+def _memory_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichTable | None:
+    """Memory per layer: the layers holding the most bytes of their own (parameters,
+    gradients, optimizer state, activations saved in the first analysed step;
+    report/layers/memory.py), the totals and the GPU peak in the title."""
+    if layers.empty or not layers[list(_MEMORY)].notna().any().any():
+        return None
+    own = layers[list(_MEMORY)].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)
+    shown = layers.assign(_own=own)[(own > 0).to_numpy(bool)]
+    shown = shown.sort_values("_own", ascending=False, kind="stable")
+    shown = shown.assign(**{f"_{c}": [bytes_text(v) for v in shown[c]] for c in _MEMORY})
+    m = s.memory
+    totals = [f"{label} {bytes_text(getattr(m, f'memory_{c}'))}" for label, c in (
+        ("params", "param_bytes"), ("grads", "grad_bytes"), ("optimizer", "optimizer_bytes"),
+        ("saved", "saved_bytes"))]  # fmt: skip
+    if number(m.memory_gpu_peak_bytes) is not None:
+        totals.append(f"GPU peak {bytes_text(m.memory_gpu_peak_bytes)} "
+                      f"({bytes_text(m.memory_gpu_unexplained_bytes)} not in these)")  # fmt: skip
+    title = ("Memory per layer (its own tensors; saved: activations kept for backward in the "
+             "first analysed step)\n" + " · ".join(totals))  # fmt: skip
+    columns = {"layer": "layer", "_param_bytes": "params", "_grad_bytes": "grads",
+               "_optimizer_bytes": "optimizer", "_saved_bytes": "saved"}  # fmt: skip
+    return _table(title, shown, columns, width, top)
+
+
 def _ranges_table(ranges: pd.DataFrame, width: int) -> RichTable | None:
     """Ranges by GPU time; by wall time, without the empty GPU columns, on a CPU run."""
     ranges = _shown_paths(ranges)
@@ -317,6 +344,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
             console.width,
         ),
         _cost_table(report.layers, report.summary, console.width, top),
+        _memory_table(report.layers, report.summary, console.width, top),
         _ranges_table(report.ranges, console.width),
         _ranks_table(report.ranks, console.width),
         _grad_sync_table(report.layers, console.width),
@@ -363,23 +391,12 @@ def _grad_sync_table(layers: pd.DataFrame, width: int) -> RichTable | None:
     col = "step_grad_sync_ns" if per_step else "grad_sync_ns"
     shown = layers[(sync > 0).to_numpy()].assign(
         _sync=lambda f: pd.to_numeric(f[col]),
-        grad=lambda f: [_bytes(v) for v in f["grad_bytes"]],
+        grad=lambda f: [bytes_text(v) for v in f["grad_bytes"]],
     ).sort_values("_sync", ascending=False, kind="stable")
     title = f"Gradient all-reduce by layer (DDP buckets), {'per step' if per_step else 'whole run'}"
     return _table(title, shown.rename(columns={"_sync": "_sync_ns"}),
                   {"layer": "layer", "grad_buckets": "buckets", "grad": "gradients",
                    "_sync_ns": "all-reduce"}, width)  # fmt: skip
-
-
-def _bytes(value: object) -> str:
-    if value is None or value is pd.NA or value != value:
-        return "-"
-    size = float(value)  # type: ignore[arg-type]
-    for unit in ("B", "KiB", "MiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
 
 
 def _count(value: object) -> str:

@@ -72,7 +72,7 @@ TEXT_COLUMNS = frozenset({
     "path", "domain", "style",  # ranges
     "layer", "parent", "type", "device", "top_kernels", "in_shape", "in_dtype", "dtype",
     "tc_inferred", "wrapper", "grad_buckets", "flops_dtype", "flops_rate_basis",
-    "flops_note",  # layers
+    "flops_note", "memory_tied",  # layers
     "problem", "severity", "evidence", "recommendation", "metric", "citation",  # advice
     "kind", "full_name", "phase", "track",  # timeline
 })  # fmt: skip

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict
+from typing import Any
 
 import pandas as pd
 
 from dlprof_lite.durations import short
+from dlprof_lite.report.layers.memory import input_bytes
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.ranks.advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number
-from dlprof_lite.report.units import of_scope
+from dlprof_lite.report.units import bytes_text, of_scope
 from dlprof_lite.rules.advice import THRESHOLDS, threshold
 
 SEVERITY_ORDER = {"high": 0, "warn": 1, "info": 2}
@@ -474,6 +476,67 @@ def _mfu_reasons(row: Mapping[Hashable, object], summary: Summary) -> str:
     return f" ({'; '.join(reasons)})" if reasons else ""
 
 
+def activation_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """Saved activations a large share of the tensor bytes, most of them in a few layers
+    (non-overlapping subtrees): checkpointing those, with the bytes each would free (its
+    saved activations, inclusive, less its input, which a checkpoint keeps)."""
+    m = summary.memory
+    saved = number(m.memory_saved_bytes)
+    if not saved or layers.empty or "saved_inclusive_bytes" not in layers.columns:
+        return None
+    total = saved + sum(number(v) or 0.0 for v in (m.memory_param_bytes, m.memory_grad_bytes,
+                                                    m.memory_optimizer_bytes))  # fmt: skip
+    share = saved / total
+    if share < threshold("activation_memory_share"):
+        return None
+    picked = _largest_subtrees(layers)
+    held = sum(float(r["saved_inclusive_bytes"]) for r in picked)
+    if not picked or held / saved < threshold("activation_top_share"):
+        return None
+    parts = []
+    for r in picked:
+        kept = input_bytes(r.get("in_shape"), r.get("in_dtype")) or 0.0
+        freed = max(float(r["saved_inclusive_bytes"]) - kept, 0.0)
+        parts.append(f"{r['layer']} ({r['type']}) saves {bytes_text(r['saved_inclusive_bytes'])}"
+                     f", checkpointing it frees about {bytes_text(freed)}")
+    evidence = (f"saved activations are {bytes_text(saved)}, {share:.0%} of the tensor bytes; "
+                f"{held / saved:.0%} of them in: " + "; ".join(parts))
+    rec = ("Checkpoint those layers (torch.utils.checkpoint.checkpoint(layer, x, "
+           "use_reentrant=False), or the framework's gradient_checkpointing_enable()): their "
+           "activations are recomputed in backward instead of kept, for about one more forward "
+           "of them per step.")
+    return _make("Activation memory held by a few layers", ("info", "activation_top_share"),
+                 evidence, rec, "memory_saved_bytes", saved)  # fmt: skip
+
+
+def _largest_subtrees(layers: pd.DataFrame, count: int = 3) -> list[dict[Hashable, Any]]:
+    """The non-root layers saving the most (inclusive), none inside another picked one."""
+    parent = dict(zip(layers["layer"].astype(str), layers["parent"], strict=True))
+    ranked = layers[layers["parent"].notna().to_numpy(bool)].assign(
+        _saved=pd.to_numeric(layers["saved_inclusive_bytes"], errors="coerce").fillna(0))
+    picked: list[dict[Hashable, Any]] = []
+    chosen: set[str] = set()
+    for row in ranked.sort_values("_saved", ascending=False).to_dict("records"):
+        if row["_saved"] <= 0 or len(picked) == count:
+            break
+        name = str(row["layer"])
+        if chosen & _chain(parent, name) or any(name in _chain(parent, c) for c in chosen):
+            continue  # inside a picked layer, or holding one
+        chosen.add(name)
+        picked.append(row)
+    return picked
+
+
+def _chain(parent: Mapping[str, object], layer: str) -> set[str]:
+    """``layer``'s ancestors."""
+    found: set[str] = set()
+    up = parent.get(layer)
+    while isinstance(up, str) and up not in found:
+        found.add(up)
+        up = parent.get(up)
+    return found
+
+
 Rule = Callable[[Summary, pd.DataFrame], Advice | None]
 RULES: tuple[Rule, ...] = (
     tensor_cores,
@@ -489,6 +552,7 @@ RULES: tuple[Rule, ...] = (
     sync_calls,
     tiny_kernels,
     low_mfu_layers,
+    activation_memory,
     exposed_communication,
     straggler_data,
 )

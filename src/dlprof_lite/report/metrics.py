@@ -26,6 +26,9 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "tc_inferred_ns", "launch_coverage", "iterations_p10_ns", "between_steps_ns",
         "after_training_ns", "sync_api_scope", "timeline_start_ns", "timeline_end_ns",
         "exposed_comm_scope", "model_flops_per_step", "model_flops_per_s", "mfu", "mfu_gpu",
+        "memory_param_bytes", "memory_grad_bytes", "memory_optimizer_bytes",
+        "memory_saved_bytes", "memory_gpu_peak_bytes", "memory_gpu_unexplained_bytes",
+        "memory_note",
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
     "iterations": frozenset({"between_before_ns"}),
@@ -218,12 +221,34 @@ LAYER_FLOPS_REPORT = _cols(
      "calls' input shapes were past the counted ones, or an MFU above 100 %"),
 )  # fmt: skip
 
-ADDED_LATER["layers"] |= {c.name for c in LAYER_FLOPS_REPORT}
+# Memory per layer (report/layers/memory.py): the annotation's bytes of the real tensors.
+_OWN = "its own (not its children's), each storage counted once in the process"
+LAYER_MEMORY_REPORT = _cols(
+    ("param_bytes", "B", "bytes of the parameters it holds (" + _OWN + "; a tied weight: its "
+     "first holder's), at its optimizer's first step"),
+    ("grad_bytes", "B", "bytes of those parameters' gradients at the end of their optimizer's "
+     "first step"),
+    ("optimizer_bytes", "B", "bytes of the optimizer state of those parameters (Adam's moments, "
+     "momentum buffers, step tensors) after the optimizer's first step"),
+    ("memory_tied", "", "'tied to <layer>': it holds a parameter that layer owns (counted there)"),
+    ("saved_bytes", "B", "activations autograd saved for backward while it was the innermost "
+     "annotated module running, in the first analysed step (saved_tensors_hooks; " + _OWN
+     + "; parameters are not activations; tensors a custom autograd.Function keeps on ctx "
+     "outside save_for_backward are not seen)"),
+    ("saved_inclusive_bytes", "B", "saved_bytes of it and every layer inside it: what "
+     "activation checkpointing it would stop keeping, less its input"),
+    ("cuda_entry_bytes", "B", "GPU memory allocated (torch.cuda.memory_allocated) when its "
+     "first forward call of the measured step started; empty on the CPU"),
+    ("cuda_exit_bytes", "B", "GPU memory allocated when that call returned (exit - entry: what "
+     "its forward left allocated, its saved activations and output)"),
+)  # fmt: skip
+
+ADDED_LATER["layers"] |= {c.name for c in (*LAYER_FLOPS_REPORT, *LAYER_MEMORY_REPORT)}
 
 # The layers table (report/layers/table.py): its own columns, what each layer ran, its gradients'
-# all-reduce, its fold, its cost.
+# all-reduce, its fold, its cost, its memory.
 LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_REPORT,
-                *LAYER_FOLD_REPORT, *LAYER_FLOPS_REPORT)  # fmt: skip
+                *LAYER_FOLD_REPORT, *LAYER_FLOPS_REPORT, *LAYER_MEMORY_REPORT)  # fmt: skip
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")

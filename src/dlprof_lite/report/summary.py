@@ -32,6 +32,7 @@ from dlprof_lite.report.facts import (
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.layers.flops import cost_warnings, gpu_of, model_cost
+from dlprof_lite.report.layers.memory import memory_summary
 from dlprof_lite.report.model import analysed
 from dlprof_lite.report.run_facts import (
     RunFacts,
@@ -55,6 +56,7 @@ from dlprof_lite.report.summary_types import (
     Iterations,
     KernelTime,
     LaunchOverhead,
+    Memory,
     Projection,
     StepBreakdown,
     Summary,
@@ -160,6 +162,7 @@ def summarize(
         communication=Communication.of({}),
         cost=Cost.of(model_cost(layers, number(iteration_group.iterations_median_ns),
                                 gpu_of(profile.kernels, profile.gpus))),
+        memory=Memory.of(memory_summary(layers, profile.facts)),
         gpus=tuple(gpus),
         warnings=tuple(warnings),
         dataloaders=tuple(DataLoaderFacts.of_settings(d) for d in facts.dataloaders),

@@ -46,7 +46,7 @@ def scalar(value: object) -> Scalar:
 
 
 def _d(unit: str, doc: str) -> Any:
-    """A summary field's unit ("ns", "%", "FLOP", "FLOP/s" or "") and one-line definition:
+    """A summary field's unit ("ns", "%", "FLOP", "FLOP/s", "B" or "") and one-line definition:
     the registry's ``summary`` columns (:data:`dlprof_lite.report.metrics.SUMMARY_REPORT`)
     are made of them."""
     return field(metadata={"unit": unit, "doc": doc})
@@ -449,6 +449,26 @@ class Cost(_Group):
 
 
 @dataclass(frozen=True)
+class Memory(_Group):
+    """The process's tensor bytes by category (report/layers/memory.py: memory_summary)."""
+
+    memory_param_bytes: float | None = _d("B", "parameter bytes of every layer (layers "
+                                          "param_bytes summed)")
+    memory_grad_bytes: float | None = _d("B", "gradient bytes at the optimizers' first step")
+    memory_optimizer_bytes: float | None = _d("B", "optimizer-state bytes after the "
+                                              "optimizers' first step")
+    memory_saved_bytes: float | None = _d("B", "activations saved for backward in the first "
+                                          "analysed step (layers saved_bytes summed)")
+    memory_gpu_peak_bytes: float | None = _d(
+        "B", "the GPU allocator's peak in that step (torch.cuda.max_memory_allocated after a "
+        "reset at its first forward); empty on the CPU")
+    memory_gpu_unexplained_bytes: float | None = _d(
+        "B", "memory_gpu_peak_bytes less the four categories (workspaces, outputs, temporaries, "
+        "the allocator's rounding); 0 when they add up to more (not all live at the peak)")
+    memory_note: str | None = _d("", "why saved activations were not recorded, if so")
+
+
+@dataclass(frozen=True)
 class Projection(_Group):
     """Projected epoch and training time (report/steps/projection.py); all None when unknown."""
 
@@ -596,6 +616,7 @@ GROUPS = {
     "projection": Projection,
     "communication": Communication,
     "cost": Cost,
+    "memory": Memory,
 }
 LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
 # The flat row's columns after the groups' fields: the lists folded (Summary.row).
@@ -630,6 +651,7 @@ class Summary:
     projection: Projection
     communication: Communication
     cost: Cost
+    memory: Memory
     gpus: tuple[Gpu, ...] = ()
     warnings: tuple[str, ...] = ()
     advice: tuple[Advice, ...] = ()

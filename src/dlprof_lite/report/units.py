@@ -51,3 +51,15 @@ def flops(value: object, unit: str = "FLOP") -> str:
         if abs(amount) >= scale:
             return f"{amount / scale:.3g} {prefix}{unit}"
     return f"{amount:.3g} {unit}"
+
+
+def bytes_text(value: object) -> str:
+    """A byte count in binary units: '512 B', '1.5 KiB', '3.2 GiB'; '-' when unknown."""
+    amount = number(value)
+    if amount is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(amount) < 1024 or unit == "GiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return "-"

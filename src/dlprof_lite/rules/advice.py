@@ -144,6 +144,14 @@ THRESHOLDS: dict[str, Threshold] = {
         "the GPU's Tensor Core tiles and SMs",
         "NVIDIA Deep Learning Performance Guide (Matrix Multiplication Background: small GEMM "
         f"dimensions underfill the GPU; tile quantization); 128 a {_CHOICE}"),
+    "activation_memory_share": Threshold(
+        0.25, "share of tensor bytes", "saved activations as a share of parameters, gradients, "
+        "optimizer state and saved activations together, from which checkpointing is worth it",
+        "PyTorch torch.utils.checkpoint documentation (activation checkpointing trades "
+        f"recomputation for the memory of saved activations); 25% a {_CHOICE}"),
+    "activation_top_share": Threshold(
+        0.5, "share of saved bytes", "the share of saved activations the (at most 3) layers "
+        "named hold, for the finding to say 'a few layers'", _CHOICE),
     "layer_short_kernel_ns": Threshold(
         10_000, "ns", "a layer's own kernels shorter than this on average: launch-bound work",
         f"{_TB} (kernels shorter than their launch); 10 µs a {_CHOICE}"),

@@ -103,7 +103,7 @@ MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: the
 DDP_BUCKET = "ddp_bucket"
 FOLDED = "folded"
 FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET, FOLDED, "flops",
-             "flops_shape")
+             "flops_shape", "memory", "saved", "saved_step")
 # A DDP gradient bucket's all-reduce: a push/pop range around DDP's collective for it.
 DDP_BUCKET_PREFIX = "ddp:bucket:"
 DDP_BUCKET_RE = re.compile(r"^ddp:bucket:(?P<id>\d+)$")

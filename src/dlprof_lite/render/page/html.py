@@ -29,12 +29,13 @@ from dlprof_lite.render.page.html_tables import (
     layer_table,
     plain,
 )
+from dlprof_lite.render.page.memory_chart import memory_figure
 from dlprof_lite.render.page.plotly_bundle import Chart, document, esc, section
 from dlprof_lite.render.page.timeline_chart import timeline_figure
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
-from dlprof_lite.report.units import duration, flops, percent
+from dlprof_lite.report.units import bytes_text, duration, flops, percent
 
 TOP_KERNEL_ROWS = 20
 
@@ -172,6 +173,21 @@ def _cost(report: Report) -> str | None:
     return section("cost", "Cost per layer", [Chart("cost", fig).html(), note])
 
 
+def _memory(report: Report) -> str | None:
+    fig = memory_figure(report.layers)
+    if fig is None:
+        return None
+    m = report.summary.memory
+    parts = [f"{label} {bytes_text(getattr(m, f'memory_{c}'))}" for label, c in (
+        ("parameters", "param_bytes"), ("gradients", "grad_bytes"),
+        ("optimizer state", "optimizer_bytes"), ("saved activations", "saved_bytes"))]
+    if m.memory_gpu_peak_bytes is not None:
+        parts.append(f"GPU allocator peak of the step {bytes_text(m.memory_gpu_peak_bytes)}, "
+                     f"{bytes_text(m.memory_gpu_unexplained_bytes)} of it in none of these")
+    note = f'<p class="note">In all: {esc("; ".join(parts))}.</p>'
+    return section("memory", "Memory per layer", [Chart("memory", fig).html(), note])
+
+
 def _containers_note(layers: pd.DataFrame, pattern: str, gpu: bool) -> str:
     """The layers that hold others (a root, a block), shown apart from the chart's leaves:
     their inclusive forward and backward time would repeat their layers' (charts.containers)."""
@@ -260,6 +276,7 @@ def report_page(report: Report) -> str:
         _steps(report, gpu),
         _layers(report, gpu),
         _cost(report),
+        _memory(report),
         _iterations(report, gpu),
         _kernels(report) if gpu else None,
         _ranks(report),

@@ -35,6 +35,7 @@ from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import groups, ordered, share
 from dlprof_lite.report.layers.buckets import layer_grad_sync
 from dlprof_lite.report.layers.flops import gpu_of, layer_flops
+from dlprof_lite.report.layers.memory import layer_memory
 from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.steps.window import NO_ITERATIONS, StepWindow, op_steps, step_of
 from dlprof_lite.rules.gemm import is_tc_eligible
@@ -82,6 +83,7 @@ def layers_table(
     out = out.join(layer_grad_sync(kernels, facts, len(window.steps)), on="layer")
     out = out.join(layer_flops(ranges, steps, window, facts, out, gpu_of(kernels, gpus)),
                    on="layer")  # fmt: skip
+    out = out.join(layer_memory(facts, out), on="layer")
     return ordered(out, "layers")
 
 
