@@ -463,9 +463,10 @@ def screenshot_problems(chromium: Chromium, page: Path) -> list[str]:
 # --- the pages of issue #15 ---------------------------------------------------------------
 
 # Report page sections in page order, and the chart each one draws (contract, issue #15).
-REPORT_SECTIONS = ("header", "steps", "layers", "cost", "iterations", "kernels", "ranks",
-                   "advice", "timeline")  # fmt: skip
+REPORT_SECTIONS = ("header", "steps", "layers", "cost", "memory", "iterations", "kernels",
+                   "ranks", "advice", "timeline")  # fmt: skip
 REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers", "cost": "chart-cost",
+                 "memory": "chart-memory",
                  "iterations": "chart-iterations", "kernels": "chart-kernels",
                  "ranks": "chart-ranks", "timeline": "chart-timeline"}  # fmt: skip
 
@@ -508,6 +509,17 @@ def _has_cost(layers: Any) -> bool:
     return bool(((flops > 0) & (time > 0) & layers["parent"].notna()).any())
 
 
+def _has_memory(layers: Any) -> bool:
+    """A layer holding bytes of its own (the memory chart's bars)."""
+    if rows(layers) == 0 or "param_bytes" not in layers.columns:
+        return False
+    import pandas as pd
+
+    columns = ["param_bytes", "gradient_bytes", "optimizer_bytes", "saved_bytes"]
+    own = layers[columns].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)
+    return bool((own > 0).any())
+
+
 def expected_sections(report: Any) -> list[str]:
     """The report page's sections for ``report``, from its own tables: a section per table
     with rows (kernels only with GPU work), the step breakdown with analysed steps."""
@@ -517,6 +529,7 @@ def expected_sections(report: Any) -> list[str]:
         "steps": (s.window.iterations_analysed or 0) > 0,
         "layers": rows(report.layers) > 0,
         "cost": _has_cost(report.layers),
+        "memory": _has_memory(report.layers),
         "iterations": rows(report.iterations) > 0,
         "kernels": rows(report.kernels) > 0 and (s.totals.kernel_count or 0) > 0,
         "ranks": rows(getattr(report, "ranks", None)) >= 2,  # several ranks only

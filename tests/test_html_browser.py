@@ -348,7 +348,8 @@ def test_lenet_report_in_chromium(chromium: Chromium, lenet: Path) -> None:
     report = open_report(lenet)
     want = expected_sections(report)
     # Advice depends on the machine's load (data-loading share, step spread): data-driven.
-    assert {"header", "steps", "layers", "iterations", "timeline"} <= set(want), want
+    assert {"header", "steps", "layers", "cost", "memory", "iterations", "timeline"} <= set(
+        want), want
     assert "kernels" not in want  # a CPU run: no GPU work, no kernels section
     result = chromium.open_page(written_page(lenet, "report.html"), then=read_layer_table)
     assert result.problems() == []
@@ -513,9 +514,10 @@ def test_million_kernel_page(chromium: Chromium, tmp_path: Path) -> None:
     assert result.problems() == []
     assert screenshot_problems(chromium, page) == []
     want = expected_sections(report)
-    # A one-process GPU training profile has every section but the ranks' and the cost's
-    # (the generated export holds no FLOP count: no annotation ran).
-    assert want == [s for s in REPORT_SECTIONS if s not in ("ranks", "cost")], want
+    # A one-process GPU training profile has every section but the ranks', the cost's and
+    # the memory's (the generated export holds no FLOP count or tensor bytes: no annotation
+    # ran).
+    assert want == [s for s in REPORT_SECTIONS if s not in ("ranks", "cost", "memory")], want
     assert section_problems(result, want, REPORT_CHARTS) == []
     # Every event the timeline chart holds is drawn as its own bar, none lost in the browser.
     timeline = result.chart("chart-timeline")

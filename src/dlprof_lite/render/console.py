@@ -290,7 +290,7 @@ def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichT
     return _table(title, shown, columns, width, top)
 
 
-_MEMORY = ("param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes")
+_MEMORY = ("param_bytes", "gradient_bytes", "optimizer_bytes", "saved_bytes")
 
 
 def _memory_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichTable | None:
@@ -305,14 +305,14 @@ def _memory_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> Ric
     shown = shown.assign(**{f"_{c}": [bytes_text(v) for v in shown[c]] for c in _MEMORY})
     m = s.memory
     totals = [f"{label} {bytes_text(getattr(m, f'memory_{c}'))}" for label, c in (
-        ("params", "param_bytes"), ("grads", "grad_bytes"), ("optimizer", "optimizer_bytes"),
+        ("params", "param_bytes"), ("grads", "gradient_bytes"), ("optimizer", "optimizer_bytes"),
         ("saved", "saved_bytes"))]  # fmt: skip
     if number(m.memory_gpu_peak_bytes) is not None:
         totals.append(f"GPU peak {bytes_text(m.memory_gpu_peak_bytes)} "
                       f"({bytes_text(m.memory_gpu_unexplained_bytes)} not in these)")  # fmt: skip
     title = ("Memory per layer (its own tensors; saved: activations kept for backward in the "
              "first analysed step)\n" + " · ".join(totals))  # fmt: skip
-    columns = {"layer": "layer", "_param_bytes": "params", "_grad_bytes": "grads",
+    columns = {"layer": "layer", "_param_bytes": "params", "_gradient_bytes": "grads",
                "_optimizer_bytes": "optimizer", "_saved_bytes": "saved"}  # fmt: skip
     return _table(title, shown, columns, width, top)
 

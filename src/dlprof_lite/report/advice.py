@@ -484,7 +484,7 @@ def activation_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     saved = number(m.memory_saved_bytes)
     if not saved or layers.empty or "saved_inclusive_bytes" not in layers.columns:
         return None
-    total = saved + sum(number(v) or 0.0 for v in (m.memory_param_bytes, m.memory_grad_bytes,
+    total = saved + sum(number(v) or 0.0 for v in (m.memory_param_bytes, m.memory_gradient_bytes,
                                                     m.memory_optimizer_bytes))  # fmt: skip
     share = saved / total
     if share < threshold("activation_memory_share"):

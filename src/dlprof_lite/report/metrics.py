@@ -26,7 +26,7 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "tc_inferred_ns", "launch_coverage", "iterations_p10_ns", "between_steps_ns",
         "after_training_ns", "sync_api_scope", "timeline_start_ns", "timeline_end_ns",
         "exposed_comm_scope", "model_flops_per_step", "model_flops_per_s", "mfu", "mfu_gpu",
-        "memory_param_bytes", "memory_grad_bytes", "memory_optimizer_bytes",
+        "memory_param_bytes", "memory_gradient_bytes", "memory_optimizer_bytes",
         "memory_saved_bytes", "memory_gpu_peak_bytes", "memory_gpu_unexplained_bytes",
         "memory_note",
     }),
@@ -226,8 +226,8 @@ _OWN = "its own (not its children's), each storage counted once in the process"
 LAYER_MEMORY_REPORT = _cols(
     ("param_bytes", "B", "bytes of the parameters it holds (" + _OWN + "; a tied weight: its "
      "first holder's), at its optimizer's first step"),
-    ("grad_bytes", "B", "bytes of those parameters' gradients at the end of their optimizer's "
-     "first step"),
+    ("gradient_bytes", "B", "bytes of those parameters' gradients at the end of their "
+     "optimizer's first step"),
     ("optimizer_bytes", "B", "bytes of the optimizer state of those parameters (Adam's moments, "
      "momentum buffers, step tensors) after the optimizer's first step"),
     ("memory_tied", "", "'tied to <layer>': it holds a parameter that layer owns (counted there)"),

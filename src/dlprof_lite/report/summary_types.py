@@ -454,7 +454,7 @@ class Memory(_Group):
 
     memory_param_bytes: float | None = _d("B", "parameter bytes of every layer (layers "
                                           "param_bytes summed)")
-    memory_grad_bytes: float | None = _d("B", "gradient bytes at the optimizers' first step")
+    memory_gradient_bytes: float | None = _d("B", "gradient bytes at the optimizers' first step")
     memory_optimizer_bytes: float | None = _d("B", "optimizer-state bytes after the "
                                               "optimizers' first step")
     memory_saved_bytes: float | None = _d("B", "activations saved for backward in the first "

@@ -179,7 +179,7 @@ def _memory(report: Report) -> str | None:
         return None
     m = report.summary.memory
     parts = [f"{label} {bytes_text(getattr(m, f'memory_{c}'))}" for label, c in (
-        ("parameters", "param_bytes"), ("gradients", "grad_bytes"),
+        ("parameters", "param_bytes"), ("gradients", "gradient_bytes"),
         ("optimizer state", "optimizer_bytes"), ("saved activations", "saved_bytes"))]
     if m.memory_gpu_peak_bytes is not None:
         parts.append(f"GPU allocator peak of the step {bytes_text(m.memory_gpu_peak_bytes)}, "

@@ -13,7 +13,7 @@ from dlprof_lite.render.page.charts import axis_labels, common_parent
 from dlprof_lite.render.page.figures import Figure, figure, marker, text
 
 MEMORY_LAYERS = 200  # the layers holding the most, charted in network order
-CATEGORIES = (("param_bytes", "parameters", "#1e88e5"), ("grad_bytes", "gradients", "#fb8c00"),
+CATEGORIES = (("param_bytes", "parameters", "#1e88e5"), ("gradient_bytes", "gradients", "#fb8c00"),
               ("optimizer_bytes", "optimizer state", "#43a047"),
               ("saved_bytes", "saved activations", "#8e24aa"))  # fmt: skip
 _UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))

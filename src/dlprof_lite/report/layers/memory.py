@@ -20,7 +20,7 @@ import pandas as pd
 from dlprof_lite.report.metrics import LAYER_MEMORY_REPORT
 
 MEMORY_COLUMNS = tuple(c.name for c in LAYER_MEMORY_REPORT)
-_SUMS = {"param_bytes": "param_bytes", "grad_bytes": "grad_bytes",
+_SUMS = {"param_bytes": "param_bytes", "gradient_bytes": "grad_bytes",
          "optimizer_bytes": "optimizer_bytes"}  # fmt: skip
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
                 "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
@@ -107,7 +107,7 @@ def memory_summary(layers: pd.DataFrame, facts: pd.DataFrame | None) -> dict[str
     out: dict[str, Any] = {}
     if layers.empty or "param_bytes" not in layers.columns:
         return out
-    for column in ("param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes"):
+    for column in ("param_bytes", "gradient_bytes", "optimizer_bytes", "saved_bytes"):
         values = pd.to_numeric(layers[column], errors="coerce")
         if values.notna().any():
             out[f"memory_{column}"] = float(values.sum())
