@@ -477,9 +477,9 @@ def _mfu_reasons(row: Mapping[Hashable, object], summary: Summary) -> str:
 
 
 def activation_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
-    """Saved activations a large share of the tensor bytes, most of them in a few layers
-    (non-overlapping subtrees): checkpointing those, with the bytes each would free (its
-    saved activations, inclusive, less its input, which a checkpoint keeps)."""
+    """Saved activations a large share of the tensor bytes, and a few layers (non-overlapping
+    subtrees) whose checkpointing would free most of them: each layer's saved activations,
+    inclusive, less its input, which a checkpoint keeps."""
     m = summary.memory
     saved = number(m.memory_saved_bytes)
     if not saved or layers.empty or "saved_inclusive_bytes" not in layers.columns:
@@ -489,18 +489,19 @@ def activation_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     share = saved / total
     if share < threshold("activation_memory_share"):
         return None
-    picked = _largest_subtrees(layers)
-    held = sum(float(r["saved_inclusive_bytes"]) for r in picked)
-    if not picked or held / saved < threshold("activation_top_share"):
+    inclusive = pd.to_numeric(layers["saved_inclusive_bytes"], errors="coerce").fillna(0)
+    kept = [input_bytes(shape, dtype) or 0.0
+            for shape, dtype in zip(layers["in_shape"], layers["in_dtype"], strict=True)]
+    freed = (inclusive - pd.Series(kept, index=layers.index)).clip(lower=0)
+    picked = _largest_subtrees(layers.assign(_freed=freed))
+    frees = sum(float(r["_freed"]) for r in picked)
+    if not picked or frees / saved < threshold("activation_top_share"):
         return None
-    parts = []
-    for r in picked:
-        kept = input_bytes(r.get("in_shape"), r.get("in_dtype")) or 0.0
-        freed = max(float(r["saved_inclusive_bytes"]) - kept, 0.0)
-        parts.append(f"{r['layer']} ({r['type']}) saves {bytes_text(r['saved_inclusive_bytes'])}"
-                     f", checkpointing it frees about {bytes_text(freed)}")
+    parts = [f"{r['layer']} ({r['type']}) saves {bytes_text(r['saved_inclusive_bytes'])}, "
+             f"checkpointing it frees about {bytes_text(r['_freed'])}" for r in picked]
     evidence = (f"saved activations are {bytes_text(saved)}, {share:.0%} of the tensor bytes; "
-                f"{held / saved:.0%} of them in: " + "; ".join(parts))
+                f"checkpointing {len(picked)} layer(s) would free {frees / saved:.0%} of them: "
+                + "; ".join(parts))  # fmt: skip
     rec = ("Checkpoint those layers (torch.utils.checkpoint.checkpoint(layer, x, "
            "use_reentrant=False), or the framework's gradient_checkpointing_enable()): their "
            "activations are recomputed in backward instead of kept, for about one more forward "
@@ -510,14 +511,14 @@ def activation_memory(summary: Summary, layers: pd.DataFrame) -> Advice | None:
 
 
 def _largest_subtrees(layers: pd.DataFrame, count: int = 3) -> list[dict[Hashable, Any]]:
-    """The non-root layers saving the most (inclusive), none inside another picked one."""
+    """The non-root layers whose checkpointing frees the most (``_freed``), none inside
+    another picked one."""
     parent = dict(zip(layers["layer"].astype(str), layers["parent"], strict=True))
-    ranked = layers[layers["parent"].notna().to_numpy(bool)].assign(
-        _saved=pd.to_numeric(layers["saved_inclusive_bytes"], errors="coerce").fillna(0))
+    ranked = layers[layers["parent"].notna().to_numpy(bool)]
     picked: list[dict[Hashable, Any]] = []
     chosen: set[str] = set()
-    for row in ranked.sort_values("_saved", ascending=False).to_dict("records"):
-        if row["_saved"] <= 0 or len(picked) == count:
+    for row in ranked.sort_values("_freed", ascending=False).to_dict("records"):
+        if row["_freed"] <= 0 or len(picked) == count:
             break
         name = str(row["layer"])
         if chosen & _chain(parent, name) or any(name in _chain(parent, c) for c in chosen):

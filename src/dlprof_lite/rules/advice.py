@@ -150,8 +150,8 @@ THRESHOLDS: dict[str, Threshold] = {
         "PyTorch torch.utils.checkpoint documentation (activation checkpointing trades "
         f"recomputation for the memory of saved activations); 25% a {_CHOICE}"),
     "activation_top_share": Threshold(
-        0.5, "share of saved bytes", "the share of saved activations the (at most 3) layers "
-        "named hold, for the finding to say 'a few layers'", _CHOICE),
+        0.5, "share of saved bytes", "the share of saved activations that checkpointing the (at "
+        "most 3) layers named would free, for the finding to say 'a few layers'", _CHOICE),
     "layer_short_kernel_ns": Threshold(
         10_000, "ns", "a layer's own kernels shorter than this on average: launch-bound work",
         f"{_TB} (kernels shorter than their launch); 10 µs a {_CHOICE}"),
