@@ -143,7 +143,10 @@ ZOO = {
             lambda: torch.randn(16, 64)),
     "cnn": (_cnn, lambda: torch.randn(4, 3, 16, 16)),
     "sdpa_block": (lambda: nn.Sequential(Block(), Block()), lambda: torch.randn(2, 10, 32)),
+    "multihead": (lambda: nn.TransformerEncoderLayer(32, 4, 64, batch_first=True),
+                  lambda: torch.randn(2, 10, 32)),
     "lstm": (Recurrent, lambda: torch.randint(0, 40, (3, 7))),
+    "tied": (Tied, lambda: torch.randint(0, 50, (4, 6))),
     "custom_function": (Custom, lambda: torch.randn(5, 8)),
 }  # fmt: skip
 
