@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from dlprof_lite.rules.facts import parse_fact  # noqa: E402
-from test_flops_annotate import Block, Custom, Recurrent, Tied, _cnn  # noqa: E402
+from test_flops_annotate import ZOO, Tied  # noqa: E402
 
 _seq = torch._C._autograd._get_sequence_nr
 
@@ -138,23 +138,11 @@ def oracle_saved(
     return per_layer, out
 
 
-ZOO = {
-    "mlp": (lambda: nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32)),
-            lambda: torch.randn(16, 64)),
-    "cnn": (_cnn, lambda: torch.randn(4, 3, 16, 16)),
-    "sdpa_block": (lambda: nn.Sequential(Block(), Block()), lambda: torch.randn(2, 10, 32)),
-    "multihead": (lambda: nn.TransformerEncoderLayer(32, 4, 64, batch_first=True),
-                  lambda: torch.randn(2, 10, 32)),
-    "lstm": (Recurrent, lambda: torch.randint(0, 40, (3, 7))),
-    "tied": (Tied, lambda: torch.randint(0, 50, (4, 6))),
-    "custom_function": (Custom, lambda: torch.randn(5, 8)),
-}  # fmt: skip
-
 
 @pytest.mark.parametrize("kind", sorted(ZOO))
 def test_saved_bytes_per_layer_equal_the_graphs_saved_tensors(recorder: Any, kind: str) -> None:
     """The measured step is the second iteration: its forward's saved tensors, per layer,
-    equal the oracle's walk of that same forward's graph."""
+    equal the oracle's walk of that same forward's graph (the FLOP tests' zoo)."""
     from dlprof_lite.annotate import install
 
     torch.manual_seed(0)
