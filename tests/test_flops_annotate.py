@@ -448,3 +448,19 @@ def test_a_hugging_face_model_is_counted_layer_by_layer(recorder: Any) -> None:
     assert sum(f["self_fwd"] + f["self_bwd"] for f in facts.values()) == root["fwd"] + root["bwd"]
     blocks = [facts[f"transformer.h.{i}"] for i in range(2)]
     assert blocks[0]["fwd"] == blocks[1]["fwd"] > 0
+
+
+def test_a_torch_without_the_flop_counter_gives_unknown_not_zero(
+    recorder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``torch.utils.flop_counter`` is missing (an old torch) the annotation still
+    runs, and every count is unknown with the reason."""
+    from dlprof_lite.annotate import flop_count, install
+
+    monkeypatch.setattr(flop_count, "formulas", lambda: {})
+    model = nn.Sequential(nn.Linear(4, 4))
+    annotation = install("modules-all")
+    model(torch.randn(2, 4)).sum().backward()
+    annotation.remove()
+    fact = flops_facts(recorder.marks)["0"]
+    assert fact["fwd"] is None and "no FLOP formulas" in fact["unknown"]

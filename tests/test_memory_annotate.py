@@ -138,7 +138,6 @@ def oracle_saved(
     return per_layer, out
 
 
-
 @pytest.mark.parametrize("kind", sorted(ZOO))
 def test_saved_bytes_per_layer_equal_the_graphs_saved_tensors(recorder: Any, kind: str) -> None:
     """The measured step is the second iteration: its forward's saved tensors, per layer,

@@ -25,6 +25,7 @@ Elementwise and reduction ops count 0 by FlopCounterMode's convention.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from collections import Counter
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -86,25 +86,31 @@ def _raw(fn: Callable[..., int]) -> Callable[..., int]:
     return formula
 
 
-def _formulas() -> dict[Any, Callable[..., int]]:
-    table: dict[Any, Callable[..., int]] = dict(flop_counter.flop_registry)
-    added = {
+@functools.cache
+def formulas() -> dict[Any, Callable[..., int]]:
+    """FlopCounterMode's table and the added formulas; empty on a torch without
+    ``torch.utils.flop_counter`` (every count is then unknown, saying why). Built on first
+    use: importing the annotation never imports the FLOP counter."""
+    try:
+        from torch.utils import flop_counter
+    except ImportError:
+        return {}
+    table: dict[Any, Callable[..., int]] = dict(getattr(flop_counter, "flop_registry", {}))
+    added: dict[str, Callable[..., int] | None] = {
         # torch's attention formulas (already taking tensors: they read the shapes)
-        "_scaled_dot_product_flash_attention_for_cpu": flop_counter.sdpa_flop,
-        "_scaled_dot_product_flash_attention_for_cpu_backward": flop_counter.sdpa_backward_flop,
+        "_scaled_dot_product_flash_attention_for_cpu": getattr(flop_counter, "sdpa_flop", None),
+        "_scaled_dot_product_flash_attention_for_cpu_backward": getattr(
+            flop_counter, "sdpa_backward_flop", None),
         "mkldnn_rnn_layer": _raw(_rnn_layer),
         "mkldnn_rnn_layer_backward": _raw(_rnn_layer_backward),
         "_cudnn_rnn": _raw(_cudnn_rnn),
         "_cudnn_rnn_backward": _raw(_cudnn_rnn_backward),
-    }
+    }  # fmt: skip
     for name, formula in added.items():
         packet = getattr(_aten, name, None)
-        if packet is not None and packet not in table:
-            table[packet] = formula  # type: ignore[assignment]
+        if formula is not None and packet is not None and packet not in table:
+            table[packet] = formula
     return table
-
-
-FORMULAS = _formulas()
 
 
 def dtype_key(dtype: torch.dtype, conv: bool, tf32: tuple[bool, bool]) -> str:
@@ -136,6 +142,7 @@ class _Tally(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __init__(self, tf32: tuple[bool, bool]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tf32 = tf32
+        self.formulas = formulas()
         self.by_dtype: Counter[str] = Counter()
         self.unknown: str | None = None
 
@@ -153,7 +160,7 @@ class _Tally(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return NotImplemented
         if isinstance(func, torch._ops.HigherOrderOperator):
             raise Unknown(f"higher-order op {func}")
-        formula = FORMULAS.get(packet)
+        formula = self.formulas.get(packet)
         if formula is None and func is not torch.ops.prim.device.default:
             with self:
                 decomposed = func.decompose(*args, **kwargs)
@@ -219,6 +226,8 @@ def count_call(
     (``weight_norm``'s pre-hook computes the weight) is counted again with them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    if not formulas():
+        return Counted(None, None, "this torch has no FLOP formulas (torch.utils.flop_counter)")
     try:
         fake = FakeTensorMode(allow_non_fake_inputs=False)
         with _rng_kept(), fake, _eager(module), _no_hooks(module, not hooks):
