@@ -257,3 +257,37 @@ def test_a_layer_slower_in_every_run_is_flagged_and_ranked_before_a_noisy_one() 
               and d.direction == "forward"]  # fmt: skip
     assert {d.verdict for d in ranked} == {"not tested (one run a side)"}
     assert min(ranked, key=lambda d: d.rank).name == "big"
+
+
+def test_flops_and_memory_per_layer_are_compared_and_a_work_change_is_named() -> None:
+    """A layer four times as wide: its FLOPs per step (per direction), parameter and saved
+    bytes are deltas; the apples-to-apples warning names it with its FLOPs; the model's
+    FLOPs, MFU, saved bytes and GPU peak are summary deltas."""
+    from dlprof_lite.compare.checks import layer_warnings
+
+    def rows(width: int) -> list[dict[str, object]]:
+        return [dict(layer="fc", parent="model", type="Linear", calls_per_step=1.0,
+                     self_forward_wall_ns=width * MS * N, step_forward_wall_ns=width * MS,
+                     step_forward_flops=1e6 * width, step_backward_flops=2e6 * width,
+                     param_bytes=4096 * width, saved_bytes=1000 * width)]  # fmt: skip
+
+    def summary(width: int) -> dict[str, object]:
+        return {"model_flops_per_step": 3e6 * width, "mfu": 0.1 * width,
+                "memory_saved_bytes": 1000 * width, "memory_gpu_peak_bytes": 9000 * width}
+
+    a = side("A", run([10 * MS] * N, layer_rows=rows(1), summary=summary(1)))
+    b = side("B", run([40 * MS] * N, layer_rows=rows(4), summary=summary(4)))
+    deltas = side_deltas(a, b)
+    layers = _by(deltas, LAYER)
+    assert (layers[("fc", "forward", "flops")].baseline_value,
+            layers[("fc", "forward", "flops")].value) == (1e6, 4e6)  # fmt: skip
+    assert layers[("fc", "backward", "flops")].value == 8e6
+    assert layers[("fc", "forward", "param_bytes")].value == 4 * 4096
+    assert layers[("fc", "forward", "saved_bytes")].delta == 3000
+    summaries = {d.metric: d for d in deltas if d.section == SUMMARY}
+    for metric, base in (("model_flops_per_step", 3e6), ("mfu", 0.1),
+                         ("memory_saved_bytes", 1000), ("memory_gpu_peak_bytes", 9000)):
+        assert summaries[metric].baseline_value == pytest.approx(base)
+        assert summaries[metric].value == pytest.approx(4 * base)
+    (warning,) = [w for w in layer_warnings(deltas, "A", "B") if "FLOPs" in w]
+    assert "fc 3 MFLOP -> 12 MFLOP" in warning and "different work" in warning
