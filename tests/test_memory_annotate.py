@@ -207,3 +207,23 @@ def test_the_measured_step_is_the_first_analysed_one(recorder: Any) -> None:
     iterations = sorted(r.start for r in recorder.ranges if r.name == "iteration")
     saved_at = min(t for t, text in recorder.marks if text.startswith('fact:{"saved"'))
     assert iterations[2] <= saved_at < iterations[3]
+
+
+def test_a_compiled_model_records_no_saved_activations_and_says_why(recorder: Any) -> None:
+    """The saved-tensor hooks would break a compiled graph: they stay off for a compiled
+    model (the step's fact says so), its parameter bytes are still recorded."""
+    from dlprof_lite.annotate import install
+
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    annotation = install("modules-all")
+    net.compile(backend="aot_eager")
+    for _ in range(4):
+        net(torch.randn(2, 8)).sum().backward()
+        opt.step()
+    annotation.remove()
+    torch._dynamo.reset()
+    found = [parse_fact(t) for _, t in recorder.marks]
+    (step,) = [v for k, v in filter(None, found) if k == "saved_step"]
+    assert "compiled model" in step["off"]
+    assert sum(f["param_bytes"] for f in facts(recorder, "memory").values()) == (8 * 8 + 8) * 4

@@ -164,9 +164,9 @@ def _optimizer_hooks(
 
     def post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if not compiling():
-            tracker.on_optimizer_end(optimizer)
-            if stepped is not None:
+            if stepped is not None:  # inside the optimizer phase: the step's own end
                 stepped(optimizer)
+            tracker.on_optimizer_end(optimizer)
             if after_step is not None:
                 after_step()
 

@@ -259,8 +259,8 @@ class ModuleRanges:
                 frame.capture = self.flops.root_start(module, name.qualname, args)
             if self.memory is not None:
                 tracker = self._tracker
-                self.memory.root_start(tracker.iterations if tracker is not None else None,
-                                       grad, module.training)  # fmt: skip
+                self.memory.root_start(module, tracker.iterations if tracker is not None
+                                       else None, grad, module.training)  # fmt: skip
         # A wrapper's module called inside it is the wrapper's layer: one range, not two.
         pushed = (self._ranges and (root or not name.alias)
                   and (self._depth is None or name.depth <= self._depth))  # fmt: skip

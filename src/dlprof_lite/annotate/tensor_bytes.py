@@ -17,8 +17,9 @@ Place in the pipeline: annotate (in the profiled process).
   backward: its storage is booked to the innermost annotated module running at save time,
   once (a storage saved again, by that layer or another, is the first saver's); a parameter's
   storage is no activation. A tensor a custom ``autograd.Function`` keeps on ``ctx`` outside
-  ``save_for_backward`` is invisible to the hooks. Off while Dynamo traces and under
-  ``torch.func`` transforms (the hooks refuse them), with one ``saved`` fact saying so.
+  ``save_for_backward`` is invisible to the hooks. Off for a model that is or holds a
+  compiled module (the hooks would break its graph) and under ``torch.func`` transforms (the
+  hooks refuse them), with the ``saved_step`` fact saying so.
 - **On a GPU**, in the same step: each module's allocated bytes at entry and exit
   (``torch.cuda.memory_allocated``) and the step's allocator peak
   (``max_memory_allocated`` after a reset at the step's first forward), as the ``saved``
@@ -210,7 +211,9 @@ class MemoryFacts:
         for fact in static_facts(optimizer, self._modules()):
             self._mark("memory", fact)
 
-    def root_start(self, iterations: int | None, grad: bool, training: bool) -> None:
+    def root_start(
+        self, module: torch.nn.Module, iterations: int | None, grad: bool, training: bool
+    ) -> None:
         """A root forward starts (outside backward). The measured step is the first analysed
         one: the second iteration (``iterations``: how many the tracker has opened, this
         one's included; None without a tracker: the second training forward)."""
@@ -229,7 +232,10 @@ class MemoryFacts:
             self._cuda = _cuda_ready()
             if self._cuda:
                 torch.cuda.reset_peak_memory_stats()
-        if torch.compiler.is_compiling() or not self.saved.start():
+        if _compiled(module):
+            self._off = self._off or ("a compiled model: saved activations not recorded (the "
+                                      "saved-tensor hooks would break its graph)")
+        elif torch.compiler.is_compiling() or not self.saved.start():
             self._off = self._off or "torch refused the saved-tensor hooks (a torch.func transform)"
 
     def root_end(self) -> None:
@@ -261,6 +267,16 @@ class MemoryFacts:
         if self._cuda:
             step["cuda_peak"] = int(torch.cuda.max_memory_allocated())
         self._mark("saved_step", step)
+
+
+def _compiled(module: torch.nn.Module) -> bool:
+    """Whether ``module`` or a module inside it runs compiled (``torch.compile``'s wrapper,
+    ``model.compile()``): hooks on saved tensors would break its graph. Looked at once, at
+    the measured step's root forwards."""
+    for inner in module.modules():
+        if inner.__dict__.get("_compiled_call_impl") is not None or hasattr(inner, "_orig_mod"):
+            return True
+    return False
 
 
 def _cuda_ready() -> bool:
