@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 MAX_LAYERS = 10_000  # facts per kind written (a program building modules per step)
+STEP_TRIES = 3  # an optimizer's steps looked at for parameters with a layer
 
 
 Key = tuple[str, int]
@@ -195,6 +196,7 @@ class MemoryFacts:
         self._modules = modules
         self.saved = SavedBytes(innermost, lambda: param_keys(modules()))
         self._stepped: set[int] = set()  # optimizers whose first step was recorded
+        self._tries: dict[int, int] = {}  # steps looked at, per optimizer
         self._forwards = 0  # training root forwards (a loop without optimizer)
         self.measuring = False
         self.done = False
@@ -204,11 +206,18 @@ class MemoryFacts:
         self.cuda_out: dict[str, int] = {}
 
     def optimizer_stepped(self, optimizer: Any) -> None:
-        """An optimizer step ended: its first one writes the ``memory`` facts of its params."""
-        if id(optimizer) in self._stepped or torch.compiler.is_compiling():
+        """An optimizer step ended: its first one writes the ``memory`` facts of its params
+        (a later one when none of them had a layer yet: a compiled model is named at its
+        second call; at most :data:`STEP_TRIES` steps are looked at)."""
+        key = id(optimizer)
+        if key in self._stepped or torch.compiler.is_compiling():
             return
-        self._stepped.add(id(optimizer))
-        for fact in static_facts(optimizer, self._modules()):
+        tries = self._tries[key] = self._tries.get(key, 0) + 1
+        found = static_facts(optimizer, self._modules())
+        if not found and tries < STEP_TRIES:
+            return
+        self._stepped.add(key)
+        for fact in found:
             self._mark("memory", fact)
 
     def root_start(
