@@ -227,3 +227,22 @@ def test_a_compiled_model_records_no_saved_activations_and_says_why(recorder: An
     (step,) = [v for k, v in filter(None, found) if k == "saved_step"]
     assert "compiled model" in step["off"]
     assert sum(f["param_bytes"] for f in facts(recorder, "memory").values()) == (8 * 8 + 8) * 4
+
+
+def test_folded_modules_are_no_compiled_model(recorder: Any) -> None:
+    """The default level folds short modules through the same ``_compiled_call_impl``
+    attribute a compiled model sets: saved activations are still recorded, a folded layer's
+    in its parent's row (as its time is)."""
+    from dlprof_lite.annotate import install
+    from test_annotate import lenet_module
+
+    lenet = lenet_module()
+    annotation = install("modules")
+    lenet.train(lenet.parse_args(["--steps", "6", "--batch-size", "8"]))
+    annotation.remove()
+    found = [parse_fact(t) for _, t in recorder.marks]
+    (step,) = [v for k, v in filter(None, found) if k == "saved_step"]
+    assert step["off"] is None
+    saved = facts(recorder, "saved")
+    assert saved["model"]["saved_bytes"] > 0  # the folded layers' activations
+    assert saved["conv1"]["saved_bytes"] == 8 * 1 * 28 * 28 * 4  # its input batch

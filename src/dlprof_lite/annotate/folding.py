@@ -127,6 +127,7 @@ class _Folded:
     """``_compiled_call_impl`` of a folded module: its ``forward``, without hook dispatch."""
 
     __slots__ = ("module",)
+    folded = True  # no compiled call: what .tensor_bytes looks for to tell them apart
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = weakref.ref(module)  # the module holds us: no strong cycle

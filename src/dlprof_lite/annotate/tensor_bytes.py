@@ -283,8 +283,9 @@ def _compiled(module: torch.nn.Module) -> bool:
     ``model.compile()``): hooks on saved tensors would break its graph. Looked at once, at
     the measured step's root forwards."""
     for inner in module.modules():
-        if inner.__dict__.get("_compiled_call_impl") is not None or hasattr(inner, "_orig_mod"):
-            return True
+        call = inner.__dict__.get("_compiled_call_impl")
+        if (call is not None and not getattr(call, "folded", False)) or hasattr(inner, "_orig_mod"):
+            return True  # a fold's shortcut (.folding) sets that attribute too: no compile
     return False
 
 
