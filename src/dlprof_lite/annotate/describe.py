@@ -52,11 +52,16 @@ def _dtype(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _autocast(device_type: str) -> str | None:
+def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The autocast dtype in force for ``device_type`` (None when autocast is off)."""
     try:
         if not torch.is_autocast_enabled(device_type):
             return None
-        return _dtype(torch.get_autocast_dtype(device_type))
+        return torch.get_autocast_dtype(device_type)
     except (TypeError, RuntimeError, AttributeError):  # an older torch or an odd device
         return None
+
+
+def _autocast(device_type: str) -> str | None:
+    dtype = autocast_dtype(device_type)
+    return None if dtype is None else _dtype(dtype)

@@ -146,10 +146,6 @@ class _Tally(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.by_dtype: Counter[str] = Counter()
         self.unknown: str | None = None
 
-    @property
-    def total(self) -> int:
-        return sum(self.by_dtype.values())
-
     def __torch_dispatch__(
         self, func: Any, types: Any, args: Any = (), kwargs: Any = None
     ) -> Any:

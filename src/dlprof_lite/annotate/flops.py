@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from dlprof_lite.annotate.describe import autocast_dtype
 from dlprof_lite.annotate.flop_count import NOT_COUNTABLE, CallState, TensorSpec, count_call
 from dlprof_lite.annotate.wrappers import unwrapped
 
@@ -145,7 +146,7 @@ def call_kwargs() -> dict[str, Any]:
 @dataclass
 class _Call:
     """One captured module call (post order: children before their parent); ``module`` is
-    held until the count (at most one step)."""
+    held until the count (at exit, or once the program has let go of the model)."""
 
     layer: str
     module: torch.nn.Module | None
@@ -277,12 +278,8 @@ class _NotPlain(Exception):
 
 
 def _state(device: str) -> CallState:
-    autocast = None
-    try:
-        if torch.is_autocast_enabled(device):
-            autocast = (device, torch.get_autocast_dtype(device))
-    except (TypeError, RuntimeError, AttributeError):
-        autocast = None
+    dtype = autocast_dtype(device)
+    autocast = None if dtype is None else (device, dtype)
     return CallState(torch.is_grad_enabled(), autocast,
                      (device == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32),
                       device == "cuda" and bool(torch.backends.cudnn.allow_tf32)))  # fmt: skip

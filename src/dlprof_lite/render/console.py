@@ -16,6 +16,8 @@ from rich.text import Text
 
 from dlprof_lite.durations import long, span
 from dlprof_lite.narrow import distinct_short
+from dlprof_lite.render.page.cost_chart import cost_layers
+from dlprof_lite.render.page.memory_chart import MEMORY_COLUMNS, own_bytes
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.model import Report
@@ -260,16 +262,8 @@ def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichT
     layers with FLOPs but no time (folded) are left out."""
     if layers.empty or not layers["step_flops"].notna().any():
         return None
-    gpu = (layers["flops_rate_basis"] == "gpu").any()
-    fwd, bwd = ("step_forward_gpu_ns", "step_backward_gpu_ns") if gpu else (
-        "step_forward_wall_ns", "step_backward_wall_ns")  # fmt: skip
-    time = pd.to_numeric(layers[fwd]).fillna(0) + pd.to_numeric(layers[bwd]).fillna(0)
-    counted = (pd.to_numeric(layers["step_flops"]) > 0) | layers["flops_note"].notna()
-    # A folded layer has no time of its own: its work is in its parent's row.
-    shown = layers.assign(_time_ns=time)[
-        (counted & layers["parent"].notna() & (time > 0)).to_numpy(bool)]
-    shown = shown.sort_values("_time_ns", ascending=False, kind="stable")
-    shown = shown.assign(
+    shown, gpu = cost_layers(layers, unknown=True, cap=top)
+    shown = shown.rename(columns={"_time": "_time_ns"}).assign(
         flop=[flops(v) for v in shown["step_flops"]],
         rate=[flops(v, "FLOP/s") for v in shown["achieved_flops_per_s"]],
         share=[_pct(v) for v in shown["mfu"]],
@@ -290,19 +284,16 @@ def _cost_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichT
     return _table(title, shown, columns, width, top)
 
 
-_MEMORY = ("param_bytes", "gradient_bytes", "optimizer_bytes", "saved_bytes")
-
-
 def _memory_table(layers: pd.DataFrame, s: Summary, width: int, top: int) -> RichTable | None:
     """Memory per layer: the layers holding the most bytes of their own (parameters,
     gradients, optimizer state, activations saved in the first analysed step;
     report/layers/memory.py), the totals and the GPU peak in the title."""
-    if layers.empty or not layers[list(_MEMORY)].notna().any().any():
+    if layers.empty or not layers[list(MEMORY_COLUMNS)].notna().any().any():
         return None
-    own = layers[list(_MEMORY)].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)
+    own = own_bytes(layers)
     shown = layers.assign(_own=own)[(own > 0).to_numpy(bool)]
     shown = shown.sort_values("_own", ascending=False, kind="stable")
-    shown = shown.assign(**{f"_{c}": [bytes_text(v) for v in shown[c]] for c in _MEMORY})
+    shown = shown.assign(**{f"_{c}": [bytes_text(v) for v in shown[c]] for c in MEMORY_COLUMNS})
     m = s.memory
     totals = [f"{label} {bytes_text(getattr(m, f'memory_{c}'))}" for label, c in (
         ("params", "param_bytes"), ("grads", "gradient_bytes"), ("optimizer", "optimizer_bytes"),

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from dlprof_lite.durations import short
+from dlprof_lite.report.frames import ancestors
 from dlprof_lite.report.layers.memory import input_bytes
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.ranks.advice import exposed_text, straggler_data
@@ -521,21 +522,12 @@ def _largest_subtrees(layers: pd.DataFrame, count: int = 3) -> list[dict[Hashabl
         if row["_freed"] <= 0 or len(picked) == count:
             break
         name = str(row["layer"])
-        if chosen & _chain(parent, name) or any(name in _chain(parent, c) for c in chosen):
+        if chosen & set(ancestors(parent, name)) or any(name in ancestors(parent, c)
+                                                        for c in chosen):  # fmt: skip
             continue  # inside a picked layer, or holding one
         chosen.add(name)
         picked.append(row)
     return picked
-
-
-def _chain(parent: Mapping[str, object], layer: str) -> set[str]:
-    """``layer``'s ancestors."""
-    found: set[str] = set()
-    up = parent.get(layer)
-    while isinstance(up, str) and up not in found:
-        found.add(up)
-        up = parent.get(up)
-    return found
 
 
 Rule = Callable[[Summary, pd.DataFrame], Advice | None]

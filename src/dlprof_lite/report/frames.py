@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -93,6 +95,17 @@ def _renumbered(values: np.ndarray) -> np.ndarray:
     rank -= 1
     out: np.ndarray = rank[offset]
     return out
+
+
+def ancestors(parent: Mapping[str, object], layer: str) -> list[str]:
+    """``layer``'s ancestors, nearest first, from the layers table's ``parent`` links (a
+    layer called inside itself: each once)."""
+    found: list[str] = []
+    up = parent.get(layer)
+    while isinstance(up, str) and up not in found and up != layer:
+        found.append(up)
+        up = parent.get(up)
+    return found
 
 
 def share(part: pd.Series | np.ndarray, whole: pd.Series | np.ndarray) -> np.ndarray:

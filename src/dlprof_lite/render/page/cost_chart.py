@@ -19,18 +19,24 @@ _COLOR = "#1e88e5"
 _OVER = "#e53935"
 
 
-def cost_layers(layers: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
-    """The charted layers (FLOPs > 0, not a root, most time first) and whether on a GPU."""
+def cost_layers(
+    layers: pd.DataFrame, *, unknown: bool = False, cap: int = COST_LAYERS
+) -> tuple[pd.DataFrame, bool]:
+    """The layers of the cost views and whether the run is on a GPU: below a root, with time
+    of their own per step (a folded layer's is its parent's) and FLOPs (``unknown``: or a
+    note saying why none), most time first, with ``_time`` (GPU time on a GPU, else wall)
+    and ``_flops``. The console's section and the page's chart show the same layers."""
     if layers.empty or "step_flops" not in layers.columns:
         return layers.iloc[0:0], False
     flops = pd.to_numeric(layers["step_flops"], errors="coerce")
     gpu = bool((layers["flops_rate_basis"] == "gpu").any())
     view = "gpu" if gpu else "wall"
-    time = sum(pd.to_numeric(layers[f"step_{d}_{view}_ns"], errors="coerce").fillna(0)
-               for d in ("forward", "backward"))  # fmt: skip
+    time = (pd.to_numeric(layers[f"step_forward_{view}_ns"], errors="coerce").fillna(0)
+            + pd.to_numeric(layers[f"step_backward_{view}_ns"], errors="coerce").fillna(0))
+    counted = (flops > 0) | (layers["flops_note"].notna() if unknown else False)
     shown = layers.assign(_flops=flops, _time=time)
-    shown = shown[((flops > 0) & (time > 0) & layers["parent"].notna()).to_numpy(dtype=bool)]
-    return shown.sort_values("_time", ascending=False, kind="stable").head(COST_LAYERS), gpu
+    shown = shown[(counted & (time > 0) & layers["parent"].notna()).to_numpy(dtype=bool)]
+    return shown.sort_values("_time", ascending=False, kind="stable").head(cap), gpu
 
 
 def cost_figure(layers: pd.DataFrame) -> Figure | None:

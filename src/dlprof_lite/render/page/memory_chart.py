@@ -16,15 +16,22 @@ MEMORY_LAYERS = 200  # the layers holding the most, charted in network order
 CATEGORIES = (("param_bytes", "parameters", "#1e88e5"), ("gradient_bytes", "gradients", "#fb8c00"),
               ("optimizer_bytes", "optimizer state", "#43a047"),
               ("saved_bytes", "saved activations", "#8e24aa"))  # fmt: skip
+MEMORY_COLUMNS = tuple(c for c, _, _ in CATEGORIES)
 _UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+
+
+def own_bytes(layers: pd.DataFrame) -> pd.Series:
+    """Each layer's own bytes, the four kinds together (the console's and the chart's)."""
+    values = layers[list(MEMORY_COLUMNS)].apply(pd.to_numeric, errors="coerce").fillna(0)
+    out: pd.Series = values.sum(axis=1)
+    return out
 
 
 def memory_layers(layers: pd.DataFrame) -> pd.DataFrame:
     """The charted layers: those holding bytes of their own, the largest, in network order."""
     if layers.empty or "param_bytes" not in layers.columns:
         return layers.iloc[0:0]
-    columns = [c for c, _, _ in CATEGORIES]
-    own = layers[columns].apply(pd.to_numeric, errors="coerce").fillna(0).sum(axis=1)
+    own = own_bytes(layers)
     shown = layers.assign(_own=own)[(own > 0).to_numpy(bool)]
     out: pd.DataFrame = shown.nlargest(MEMORY_LAYERS, "_own").sort_values("order", kind="stable")
     return out

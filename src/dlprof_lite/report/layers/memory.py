@@ -11,13 +11,14 @@ layer would stop keeping, less its input, which a checkpoint keeps).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.report.frames import ancestors
 from dlprof_lite.report.metrics import LAYER_MEMORY_REPORT
+from dlprof_lite.report.summary_types import number
 
 MEMORY_COLUMNS = tuple(c.name for c in LAYER_MEMORY_REPORT)
 _SUMS = {"param_bytes": "param_bytes", "gradient_bytes": "grad_bytes",
@@ -25,12 +26,6 @@ _SUMS = {"param_bytes": "param_bytes", "gradient_bytes": "grad_bytes",
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
                 "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
                 "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8}  # fmt: skip
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def layer_memory(facts: pd.DataFrame | None, layers: pd.DataFrame) -> pd.DataFrame:
@@ -50,20 +45,20 @@ def layer_memory(facts: pd.DataFrame | None, layers: pd.DataFrame) -> pd.DataFra
         if key == "memory":
             row = sums.setdefault(layer, dict.fromkeys(_SUMS, 0.0))
             for column, field in _SUMS.items():
-                row[column] += _number(value.get(field)) or 0.0
+                row[column] += number(value.get(field)) or 0.0
             if isinstance(value.get("tied"), str):
                 tied.setdefault(layer, value["tied"])
         elif key == "saved":
             row = saved.setdefault(layer, {"saved_bytes": 0.0})
-            row["saved_bytes"] += _number(value.get("saved_bytes")) or 0.0
+            row["saved_bytes"] += number(value.get("saved_bytes")) or 0.0
             for field, column in (("cuda_in", "cuda_entry_bytes"), ("cuda_out", "cuda_exit_bytes")):
-                number = _number(value.get(field))
-                if number is not None:
-                    row[column] = row.get(column, 0.0) + number
+                found = number(value.get(field))
+                if found is not None:
+                    row[column] = row.get(column, 0.0) + found
     for layer, row in [*sums.items(), *saved.items()]:
         if layer in out.index:
-            for column, number in row.items():
-                out.loc[layer, column] = number
+            for column, amount in row.items():
+                out.loc[layer, column] = amount
     for layer, owner in tied.items():
         if layer in out.index:
             out.loc[layer, "memory_tied"] = f"tied to {owner}"
@@ -79,13 +74,9 @@ def _inclusive(own: pd.Series, layers: pd.DataFrame) -> pd.Series:
     parent = dict(zip(layers["layer"].astype(str), layers["parent"], strict=True))
     total = own.fillna(0.0).copy()
     for layer, value in own.fillna(0.0).items():
-        seen: set[str] = {str(layer)}
-        up = parent.get(str(layer))
-        while isinstance(up, str) and up not in seen:
+        for up in ancestors(parent, str(layer)):
             if up in total.index:
                 total[up] += value
-            seen.add(up)
-            up = parent.get(up)
     return total.where(own.notna() | (total > 0))
 
 
@@ -116,7 +107,7 @@ def memory_summary(layers: pd.DataFrame, facts: pd.DataFrame | None) -> dict[str
     if facts is not None and len(facts):
         for key, value in zip(facts["key"], facts["value"], strict=True):
             if key == "saved_step" and isinstance(value, dict):
-                peak = _number(value.get("cuda_peak")) if peak is None else peak
+                peak = number(value.get("cuda_peak")) if peak is None else peak
                 if isinstance(value.get("off"), str):
                     notes.append(value["off"])
     if peak is not None:
