@@ -210,7 +210,10 @@ def ranges(rows: Sequence[tuple]) -> pd.DataFrame:
 def _innermost(ranges: pd.DataFrame, tid: int, t: int, pick=None) -> dict | None:
     """The range holding time ``t`` (and matching ``pick``) as the ingest stage picks it, as a
     dict: the deepest push/pop range on ``tid``, else the latest-started start/end range (those
-    are process-wide: one may begin and end on different threads)."""
+    are process-wide: one may begin and end on different threads). No thread (an op without
+    a launch call): no range."""
+    if tid is pd.NA:
+        return None
     pushed = started = None
     for r in ranges.itertuples(index=False):
         if not (r.start_ns <= t < r.end_ns) or (pick is not None and not pick(r)):

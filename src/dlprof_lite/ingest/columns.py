@@ -149,6 +149,8 @@ RANGE_COLUMNS: tuple[Column, ...] = (
     _d("parent_path_id", "int64", "", "path_id of the enclosing range, -1 at top level"),
     # Written by range_columns.enrich_ranges once ops are correlated and classified.
     _d("module_direction", "category", "", "forward, backward or recompute for a module range"),
+    _d("layer", "category", "", "layer an op launched directly inside the range gets, if any"),
+    _d("phase", "category", "", "phase such an op gets from its ranges; <NA>: from the time alone"),
     _d("gpu_ns", "int64", "ns", "kernel time launched inside the range (nested ranges too)"),
     _d("self_gpu_ns", "int64", "ns", "kernel time whose innermost range is this one"),
     _d("kernels", "int64", "", "kernels launched inside the range (nested ranges too)"),

@@ -284,6 +284,19 @@ def _recompute(own: np.ndarray, near_backward: np.ndarray) -> np.ndarray:
     return np.where((own == 0) & (near_backward >= 0), _DIRECTION_CODE["recompute"], own)
 
 
+def range_layers(ranges: pd.DataFrame) -> tuple[pd.Categorical, pd.Categorical]:
+    """Per range (row order): the layer and the phase an op launched directly inside it gets
+    (``ranges.layer``/``ranges.phase``; <NA> where an op's phase would come from the time of
+    its launch alone: the phase range of the process that holds it)."""
+    if ranges.empty:
+        none = np.empty(0, dtype=np.int64)
+        return categorical_from_codes(none, []), categorical_from_codes(none, list(PHASE_VALUES))
+    labels = _range_labels(ranges, _phase_codes(ranges))
+    phase = _first(labels.thread_phase, labels.implied_phase)
+    return (used_categorical(labels.layer, labels.layers),
+            categorical_from_codes(phase, list(PHASE_VALUES)))  # fmt: skip
+
+
 def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
     """Per range (row order): its module direction code into :data:`DIRECTIONS` (-1: not
     a module range), recomputes included: ``ranges.module_direction`` (range_columns.py)."""

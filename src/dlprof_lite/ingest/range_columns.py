@@ -11,6 +11,9 @@ report's ranges table):
 * ``module_direction``: the direction of a module range ``fwd:``/``bwd:``/``rec:``, a
   ``fwd:`` range nested in a backward being a recompute
   (:func:`dlprof_lite.ingest.layers.module_direction_codes`);
+* ``layer`` and ``phase``: what an op launched directly inside it gets
+  (:func:`dlprof_lite.ingest.layers.range_layers`): the report's idle partition names the
+  layer and phase of each stretch of host time by them;
 * the GPU work launched inside it by nsys' ``nvtx_kern_sum`` rule
   (:func:`dlprof_lite.ingest.correlate.range_gpu_totals`): inclusive and self kernel time,
   kernel and memop counts, memop time, first GPU start and last end, projected span
@@ -27,7 +30,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce
 from dlprof_lite.ingest.correlate import range_gpu_totals
-from dlprof_lite.ingest.layers import module_direction_codes
+from dlprof_lite.ingest.layers import module_direction_codes, range_layers
 from dlprof_lite.ingest.paths import with_path_ids
 from dlprof_lite.rules.names import DIRECTIONS
 
@@ -53,6 +56,7 @@ def enrich_ranges(
     out["module_direction"] = pd.Categorical.from_codes(
         codes.astype(np.int64), categories=pd.Index(list(DIRECTIONS))
     )
+    out["layer"], out["phase"] = range_layers(ranges)
     totals = range_gpu_totals(kernels, memops, ranges)  # one row per range, in its order
     for column in GPU_WORK_COLUMNS:
         out[column] = totals[column].array

@@ -28,12 +28,20 @@ import pandas as pd
 from dlprof_lite.errors import InputError
 from dlprof_lite.render import read_schema as rs
 from dlprof_lite.report.metrics import SCHEMA
-from dlprof_lite.report.model import TABLES, Report, empty_ranks, empty_report, empty_timeline
+from dlprof_lite.report.model import (
+    TABLES,
+    Report,
+    empty_idle,
+    empty_ranks,
+    empty_report,
+    empty_timeline,
+)
 from dlprof_lite.report.summary_types import Summary
 
 # Tables a report folder may lack (written by an older dlprof-lite): how to read their absence.
 OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {"timeline": empty_timeline,
-                                                   "ranks": empty_ranks}  # fmt: skip
+                                                   "ranks": empty_ranks,
+                                                   "idle": empty_idle}  # fmt: skip
 # The keys of a table's JSON document besides the summary's fields (writers.JsonWriter).
 HEAD = ("schema", "table", "definitions", "window")
 TABLE_KEYS = frozenset({*HEAD, "dtypes", "categories", "rows"})

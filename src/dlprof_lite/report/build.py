@@ -15,6 +15,8 @@ import pandas as pd
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.denominators import share_span
+from dlprof_lite.report.idle.partition import idle_sums
+from dlprof_lite.report.idle.table import idle_table
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.model import Report, empty_report
@@ -54,8 +56,10 @@ def build_report(
     layers = layers_table(kernels, ranges, profile.iterations, window,
                           facts=profile.facts, gpus=profile.gpus)  # fmt: skip
     between_tables()
+    sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
+                     profile.iterations, devices)  # fmt: skip
     iterations = iterations_table(
-        profile.kernels, profile.memops, profile.ranges, profile.iterations, devices
+        profile.kernels, profile.memops, profile.ranges, profile.iterations, devices, idle=sums
     )
     between_tables()
     timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
@@ -85,4 +89,5 @@ def build_report(
         advice=advice,
         timeline=timeline,
         ranks=ranks,
+        idle=idle_table(sums, iterations, devices),
     )

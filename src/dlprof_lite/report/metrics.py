@@ -13,6 +13,14 @@ from dataclasses import dataclass
 
 from dlprof_lite.report.summary_types import SUMMARY_COLUMNS
 from dlprof_lite.rules.advice import THRESHOLDS
+from dlprof_lite.rules.idle import (
+    CAUSE_DOCS,
+    DEVICE,
+    DEVICE_CAUSES,
+    HOST,
+    HOST_CAUSES,
+    cause_column,
+)
 from dlprof_lite.rules.names import PHASES
 from dlprof_lite.rules.peaks import DTYPES, PEAKS
 
@@ -28,12 +36,14 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "exposed_comm_scope", "model_flops_per_step", "model_flops_per_s", "mfu", "mfu_gpu",
         "memory_param_bytes", "memory_gradient_bytes", "memory_optimizer_bytes",
         "memory_saved_bytes", "memory_gpu_peak_bytes", "memory_gpu_unexplained_bytes",
-        "memory_note",
+        "memory_note", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
+        *(f"host_{c}_ns" for c in HOST_CAUSES),
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
     "iterations": frozenset({"between_before_ns"}),
     "timeline": frozenset({"track"}),
 }  # fmt: skip
+# Cause names are rules/idle.py's; the summary's fields are the causes' columns.
 
 
 @dataclass(frozen=True)
@@ -306,6 +316,34 @@ ITERATION_REPORT = _cols(
         for p in PHASES
     ),
     ("other_wall_ns", "ns", "host time in [start, end) outside every phase range"),
+    *(
+        (cause_column(DEVICE, c), "ns", f"device idle time in [start, end) caused by {c}: "
+         f"{CAUSE_DOCS[c]} (rules/idle.py; the idle_*_ns add up to phase_idle_ns)")
+        for c in DEVICE_CAUSES
+    ),
+    *(
+        (cause_column(HOST, c), "ns", f"the main thread's time in [start, end) in {c} (the "
+         "host_*_ns add up to wall_ns)")
+        for c in HOST_CAUSES
+    ),
+)
+ADDED_LATER["iterations"] |= {cause_column(DEVICE, c) for c in DEVICE_CAUSES}
+ADDED_LATER["iterations"] |= {cause_column(HOST, c) for c in HOST_CAUSES}
+
+# The idle partition over the analysed steps (report/idle/): one row per cause, layer and phase.
+IDLE_REPORT = _cols(
+    ("kind", "", "device (the GPUs' idle time, every (process, device) timeline summed) or "
+     "host (the main thread's step time)"),
+    ("cause", "", "why: " + "; ".join(f"{c}: {d}" for c, d in CAUSE_DOCS.items())),
+    ("layer", "", "the layer the explaining thread was in (its innermost range's), empty if "
+     "none"),
+    ("phase", "", "the phase it was in: data, forward, backward, optimizer, compile or other"),
+    ("total_ns", "ns", "nanoseconds over the analysed steps"),
+    ("step_mean_ns", "ns", "total_ns / analysed steps"),
+    ("step_median_ns", "ns", "median over the analysed steps (a step without it counts 0)"),
+    ("share_pct", "%", "total_ns / the kind's whole x 100: device, the idle time "
+     "(phase_idle_ns); host, the main thread's step time (wall_ns)"),
+    ("step_pct", "%", "total_ns / the step's time x 100: device, wall x devices; host, wall"),
 )
 
 ADVICE_REPORT = _cols(
@@ -412,6 +450,7 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "advice": ADVICE_REPORT,
     "timeline": TIMELINE_REPORT,
     "ranks": RANKS_REPORT,
+    "idle": IDLE_REPORT,
     "runs": RUNS_REPORT,
 }
 

@@ -66,6 +66,23 @@ def typed_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     return typed
 
 
+IDLE_TEXT = ("kind", "cause", "layer", "phase")
+
+
+def empty_idle() -> pd.DataFrame:
+    """The idle table with no rows, typed as a filled one."""
+    return typed_idle(empty_report("idle"))
+
+
+def typed_idle(frame: pd.DataFrame) -> pd.DataFrame:
+    """The idle table's declared column order and dtypes."""
+    out = frame.reindex(columns=column_names("idle")).reset_index(drop=True)
+    types = {c: object for c in IDLE_TEXT} | {"total_ns": "int64"}
+    types |= {c: "float64" for c in ("step_mean_ns", "step_median_ns", "share_pct", "step_pct")}
+    typed: pd.DataFrame = out.astype(types)
+    return typed
+
+
 def empty_timeline() -> pd.DataFrame:
     """The timeline table with no rows, typed as a filled one."""
     return typed_timeline(empty_report("timeline"))
@@ -88,7 +105,7 @@ def typed_timeline(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
-          "ranks")  # fmt: skip
+          "ranks", "idle")  # fmt: skip
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/steps/window.py)
 
 
@@ -96,8 +113,8 @@ WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/ste
 class Report:
     """One analysed profile: the typed ``summary`` and one DataFrame per table.
 
-    ``kernels``, ``ranges``, ``layers``, ``iterations``, ``advice``, ``timeline`` and
-    ``ranks`` are the tables the report folder holds (their columns: the metric registry,
+    ``kernels``, ``ranges``, ``layers``, ``iterations``, ``advice``, ``timeline``, ``ranks``
+    and ``idle`` are the tables the report folder holds (their columns: the metric registry,
     :mod:`dlprof_lite.report.metrics`). Frozen and complete when built; ``save`` writes the
     folder, :func:`dlprof_lite.open_report` reads it back equal."""
 
@@ -113,6 +130,9 @@ class Report:
     # Communication vs compute per (process, device) and the straggler (report/ranks/table.py);
     # a folder written before it existed reads back with none.
     ranks: pd.DataFrame = field(default_factory=empty_ranks)
+    # Why the devices wait and where the main thread's step goes, per cause, layer and phase
+    # (report/idle/); a folder written before it existed reads back with none.
+    idle: pd.DataFrame = field(default_factory=empty_idle)
 
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""

@@ -30,6 +30,7 @@ from dlprof_lite.report.facts import (
     tc_miss_facts,
 )
 from dlprof_lite.report.frames import gpu_ops
+from dlprof_lite.report.idle.table import idle_summary
 from dlprof_lite.report.intervals import Segments, Timeline, busy_per_device, total
 from dlprof_lite.report.layers.flops import cost_warnings, gpu_of, model_cost
 from dlprof_lite.report.layers.memory import memory_summary
@@ -53,6 +54,7 @@ from dlprof_lite.report.summary_types import (
     DataLoading,
     Gpu,
     HostSync,
+    Idle,
     Iterations,
     KernelTime,
     LaunchOverhead,
@@ -163,6 +165,7 @@ def summarize(
         cost=Cost.of(model_cost(layers, number(iteration_group.iterations_median_ns),
                                 gpu_of(profile.kernels, profile.gpus))),
         memory=Memory.of(memory_summary(layers, profile.facts)),
+        idle=Idle.of(idle_summary(iterations)),
         gpus=tuple(gpus),
         warnings=tuple(warnings),
         dataloaders=tuple(DataLoaderFacts.of_settings(d) for d in facts.dataloaders),

@@ -468,6 +468,42 @@ class Memory(_Group):
     memory_note: str | None = _d("", "why saved activations were not recorded, if so")
 
 
+def _idle(cause: str) -> str:
+    return (f"devices' idle time per analysed step caused by {cause} (mean; the iterations' "
+            f"idle_{cause}_ns; rules/idle.py)")
+
+
+def _host(cause: str) -> str:
+    return f"the main thread's time per analysed step in {cause} (mean; host_{cause}_ns)"
+
+
+@dataclass(frozen=True)
+class Idle(_Group):
+    """Why the devices wait and where the main thread's step goes (report/idle/): each
+    cause's mean per analysed step; the device causes add up to step_idle_ns, the host
+    causes to the mean step."""
+
+    idle_data_ns: float | None = _d("ns", _idle("data"))
+    idle_sync_ns: float | None = _d("ns", _idle("sync"))
+    idle_comm_ns: float | None = _d("ns", _idle("comm"))
+    idle_compile_ns: float | None = _d("ns", _idle("compile"))
+    idle_gc_ns: float | None = _d("ns", _idle("gc"))
+    idle_launch_ns: float | None = _d("ns", _idle("launch"))
+    idle_layer_ns: float | None = _d("ns", _idle("layer"))
+    idle_optimizer_ns: float | None = _d("ns", _idle("optimizer"))
+    idle_other_ns: float | None = _d("ns", _idle("other"))
+    idle_queued_ns: float | None = _d("ns", _idle("queued"))
+    idle_unknown_ns: float | None = _d("ns", _idle("unknown"))
+    host_data_ns: float | None = _d("ns", _host("data"))
+    host_sync_ns: float | None = _d("ns", _host("sync"))
+    host_comm_ns: float | None = _d("ns", _host("comm"))
+    host_compile_ns: float | None = _d("ns", _host("compile"))
+    host_gc_ns: float | None = _d("ns", _host("gc"))
+    host_layer_ns: float | None = _d("ns", _host("layer"))
+    host_optimizer_ns: float | None = _d("ns", _host("optimizer"))
+    host_other_ns: float | None = _d("ns", _host("other"))
+
+
 @dataclass(frozen=True)
 class Projection(_Group):
     """Projected epoch and training time (report/steps/projection.py); all None when unknown."""
@@ -617,6 +653,7 @@ GROUPS = {
     "communication": Communication,
     "cost": Cost,
     "memory": Memory,
+    "idle": Idle,
 }
 LISTS = ("gpus", "warnings", "advice", "dataloaders", "fp32_gemm_kernels")
 # The flat row's columns after the groups' fields: the lists folded (Summary.row).
@@ -652,6 +689,7 @@ class Summary:
     communication: Communication
     cost: Cost
     memory: Memory
+    idle: Idle
     gpus: tuple[Gpu, ...] = ()
     warnings: tuple[str, ...] = ()
     advice: tuple[Advice, ...] = ()

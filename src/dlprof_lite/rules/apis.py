@@ -17,3 +17,18 @@ LAUNCH_API_PATTERN = r"^cu(?:da)?(?:LaunchKernel|LaunchCooperativeKernel|GraphLa
 VERSION_SUFFIX_PATTERN = r"_v\d+$"
 # Name prefixes for ``str.startswith``.
 SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")
+
+# Calls that block the calling thread until the device catches up (the idle partition's
+# ``sync`` cause, rules/idle.py), matched on the name without nsys's version suffix:
+# explicit synchronisation (runtime and driver: device/context, stream, event); copies
+# without ``Async`` (cudaMemcpy, cudaMemcpyToSymbol, cuMemcpyDtoH_v2: synchronous, CUDA
+# Runtime API "API synchronization behavior"); cudaFree/cuMemFree, which synchronise the
+# device implicitly (CUDA C++ Programming Guide, "Implicit Synchronization"), as torch's
+# allocator does on empty_cache() or an allocation retry. ``.item()``/``.cpu()`` are a
+# cudaMemcpyAsync then a cudaStreamSynchronize: the second is the wait.
+HOST_WAIT_API_PATTERN = (
+    r"^(?:cuda(?:Device|Stream|Event)Synchronize|cu(?:Ctx|Stream|Event)Synchronize"
+    r"|cudaMemcpy(?:2D|3D)?(?:Peer|ToSymbol|FromSymbol|ToArray|FromArray)?"
+    r"|cuMemcpy(?:HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|2D|3D|Peer)?"
+    r"|cudaFree|cuMemFree)(?:_v\d+)?$"
+)

@@ -33,3 +33,19 @@ def comm_kernel(name: str) -> str | None:
 
 def is_comm_kernel(name: str) -> bool:
     return COMM_KERNEL_RE.match(name) is not None
+
+
+# Host time inside a collective call (the idle partition's ``comm`` cause, rules/idle.py):
+# NVTX ranges that wrap one, by their name: PyTorch's record_function names a collective
+# ``nccl:all_reduce``/``gloo:all_reduce`` (``record_param_comms``; corpus: the GindaChen
+# mfu_2gpu fixture's ``nccl:all_to_all, op_id = ...``) and its dispatcher op ``c10d::allreduce_``
+# under emit_nvtx; NCCL's own NVTX ranges are ``ncclAllReduce``, ``ncclGroupEnd``, ...; nsys's
+# MPI trace names each call ``MPI_Allreduce``; our annotation wraps each DDP bucket's
+# all-reduce in ``ddp:bucket:<id>`` (rules/names.py). Ranges in the NCCL or MPI domain are
+# collectives whatever their name.
+COMM_RANGE_RE = re.compile(r"^(?:nccl(?::|[A-Z])|gloo:|ucc:|c10d::|MPI_|ddp:bucket:\d)")
+COMM_DOMAINS = ("NCCL", "MPI")
+
+
+def is_comm_range(name: str, domain: str) -> bool:
+    return domain in COMM_DOMAINS or COMM_RANGE_RE.match(name) is not None

@@ -30,6 +30,7 @@ import pandas as pd
 
 from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import gpu_ops, ordered, share
+from dlprof_lite.report.idle.table import cause_columns
 from dlprof_lite.report.intervals import (
     Timeline,
     bounds,
@@ -61,7 +62,10 @@ def iterations_table(
     ranges: pd.DataFrame,
     iterations: pd.DataFrame,
     devices: int,
+    idle: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
+    """One row per iteration; ``idle``: the idle partition's sums (report/idle/), whose
+    causes become the ``idle_*_ns``/``host_*_ns`` columns (0 without)."""
     if iterations.empty:
         return empty_report("iterations")
     out = iterations.sort_values("start_ns").reset_index(drop=True).copy()
@@ -98,6 +102,8 @@ def iterations_table(
     out[list(_COMM)] = out[list(_COMM)].fillna(0).astype("int64")
     talk = out["comm_ns"].to_numpy(dtype=np.int64)
     out["overlap_pct"] = share(talk - out["exposed_comm_ns"].to_numpy(dtype=np.int64), talk) * 100.0
+    causes = cause_columns(idle if idle is not None else pd.DataFrame(), out["iteration"])
+    out[list(causes.columns)] = causes.to_numpy()
     return ordered(out, "iterations")
 
 
