@@ -43,6 +43,9 @@ How they are written (:mod:`dlprof_lite.annotate`):
 - ``ddp:bucket:<id>``: a push/pop range around the all-reduce of one DDP gradient bucket,
   inside the backward pass; the ``ddp_bucket`` fact with that id says whose gradients it
   carries (:mod:`dlprof_lite.annotate.ddp`);
+- ``gc:<generation>``: a push/pop range around each collection of Python's garbage
+  collector, on the thread that runs it (``gc.callbacks``; :mod:`dlprof_lite.annotate.gc`);
+  the idle partition books the time to ``gc`` (:mod:`dlprof_lite.rules.idle`);
 - ``update:<n>``: an NVTX mark at the end of each outermost ``optimizer.step()`` (the end of
   an update), ``n`` the optimizer's number (1, 2, ... in the order each first stepped);
   ``backward-end``: a mark at the end of each top-level backward pass;
@@ -73,6 +76,7 @@ RECOMPUTE = "rec"
 FACT_PREFIX = "fact:"
 UPDATE_MARK = "update:"  # + the optimizer's number: the end of one optimizer update
 BACKWARD_END_MARK = "backward-end"  # the end of one top-level backward pass
+GC_RANGE_PREFIX = "gc:"  # + the generation collected: one collection of the garbage collector
 MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: they are the steps
 # What a fact mark may hold (one top-level key per mark, value a JSON object):
 # - dataloader: one per DataLoader that fed a data phase: dataset (its class name),
