@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_annotation.py [--repeats 3] [--device cpu] [--no-nsys]
     .venv/bin/python scripts/bench_annotation.py --hooks-only   # in-process hook cost only
+    .venv/bin/python scripts/bench_annotation.py --micro-only   # the NVTX and gc figures only
 
 In-process (``--hooks-only`` runs only this): deep400, mlp400, a small transformers GPT-2 and
 the examples, each with annotation off, ``phases``, ``modules`` (the default: modules too
@@ -22,8 +23,12 @@ reported with its ratio to the plain run:
 - ``nsys none`` / ``nsys phases`` / ``nsys modules``: under ``nsys profile`` with the
   launcher's defaults, by ``--annotate`` level: what annotation adds to a profiled run.
 
-It also times one NVTX push/pop pair (no tool, and under nsys) and one disabled
-``annotate.range`` block. Figures vary with the machine's load: compare ratios, not times.
+It also times one NVTX push/pop pair (no tool, and under nsys), one disabled
+``annotate.range`` block, and the ``gc:<generation>`` range (``annotate.gc_ranges``): its
+callback's start and stop, and a young collection (``gc.collect(0)``, automatic collections
+off) with no callback, an empty one (what CPython's callback call costs) and the gc range,
+best of 7 alternated rounds. Figures vary with the machine's load:
+compare ratios, not times.
 """
 
 from __future__ import annotations
@@ -53,7 +58,33 @@ d = nvtx.get_domain("bench"); a = d.get_event_attributes("r", "blue"); h = d.han
 n = 200000
 t = timeit.timeit(lambda: (_lib.push_range(a, h), _lib.pop_range(h)), number=n)
 print("MICRO pushpop_ns", 1e9 * t / n)
+import gc
+from dlprof_lite.annotate.backend import Backend
+from dlprof_lite.annotate.gc_ranges import GcRanges
+entry, info = GcRanges(Backend()), {"generation": 0, "collected": 0, "uncollectable": 0}
+t = timeit.timeit('entry("start", info); entry("stop", info)', globals=globals(), number=n)
+print("MICRO gc_callback_ns", 1e9 * t / n)
+gc.disable()
+def noop(phase, info):
+    pass
+m, times = 20000, {"": [], "_noop": [], "_ranged": []}  # suffix -> seconds per round
+for _ in range(7):
+    for suffix, callback in (("", None), ("_noop", noop), ("_ranged", entry)):
+        if callback is not None:
+            gc.callbacks.append(callback)
+        times[suffix].append(timeit.timeit("gc.collect(0)", globals=globals(), number=m))
+        if callback is not None:
+            gc.callbacks.remove(callback)
+for suffix, rounds in times.items():
+    print(f"MICRO gc_collect0{suffix}_ns", 1e9 * min(rounds) / m)
 """
+MICRO_LABELS = {
+    "pushpop_ns": "NVTX push+pop",
+    "gc_callback_ns": "gc range, callback start+stop",
+    "gc_collect0_ns": "gc.collect(0), no callback",
+    "gc_collect0_noop_ns": "gc.collect(0), an empty callback",
+    "gc_collect0_ranged_ns": "gc.collect(0) with the gc range",
+}
 
 
 def configurations(nsys: str | None) -> dict[str, tuple[list[str], dict[str, str]]]:
@@ -263,11 +294,10 @@ def bench_micro(nsys: str | None) -> None:
     os.environ.pop("DLPROF_LITE_NVTX", None)
     n = 200_000
     blocks = timeit.timeit(lambda: annotate.range("r").__enter__().__exit__(), number=n)
-    print(f"\nannotate.range block, annotation off:     {1e9 * blocks / n:8.0f} ns")
+    print(f"\n{'annotate.range block, annotation off:':<58} {1e9 * blocks / n:8.0f} ns")
     done = subprocess.run([sys.executable, "-c", MICRO], capture_output=True, text=True,
                           timeout=300)  # fmt: skip
-    for key, value in _MICRO.findall(done.stdout):
-        print(f"NVTX push+pop, no tool attached:          {float(value):8.0f} ns ({key})")
+    print_micro(done.stdout, "no tool attached")
     if nsys:
         with tempfile.TemporaryDirectory() as tmp:
             done = subprocess.run(
@@ -275,8 +305,12 @@ def bench_micro(nsys: str | None) -> None:
                  f"--output={tmp}/m", sys.executable, "-c", MICRO],
                 capture_output=True, text=True, timeout=600,
             )  # fmt: skip
-        for key, value in _MICRO.findall(done.stdout):
-            print(f"NVTX push+pop under nsys --trace=nvtx:    {float(value):8.0f} ns ({key})")
+        print_micro(done.stdout, "under nsys --trace=nvtx")
+
+
+def print_micro(stdout: str, where: str) -> None:
+    for key, value in _MICRO.findall(stdout):
+        print(f"{MICRO_LABELS[key] + ', ' + where + ':':<58} {float(value):8.0f} ns")
 
 
 def main() -> None:
@@ -287,6 +321,7 @@ def main() -> None:
     parser.add_argument("--no-nsys", action="store_true", help="skip the runs under nsys")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS (default 1)")
     parser.add_argument("--hooks-only", action="store_true", help="only the in-process hook cost")
+    parser.add_argument("--micro-only", action="store_true", help="only the NVTX and gc figures")
     args = parser.parse_args()
     THREADS["OMP_NUM_THREADS"] = str(args.threads)
     if args.hooks_only:
@@ -298,6 +333,8 @@ def main() -> None:
 
         nsys = find_nsys(args.nsys).path
     bench_micro(nsys)
+    if args.micro_only:
+        return
     bench_hook_cost(max(args.repeats, 5))
     bench_examples(args, nsys)
 

@@ -6,6 +6,7 @@ Under CI (``CI=true``) a missing corpus or a missing nsys fails instead of skipp
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
@@ -91,10 +92,18 @@ def recorder(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(backend_module, "_backend", rec)
     monkeypatch.setattr(backend_module, "_decided", True)
     monkeypatch.setattr(phases_module, "_shared", None)
-    yield rec
-    if hooks_module._installed is not None:
-        hooks_module._installed.remove()
-        hooks_module._installed = None
+    # No automatic collections: their gc:<n> ranges (annotate.gc_ranges) would land between
+    # the ticks the tests count. An explicit gc.collect() still records its range.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield rec
+    finally:
+        if collecting:
+            gc.enable()
+        if hooks_module._installed is not None:
+            hooks_module._installed.remove()
+            hooks_module._installed = None
 
 
 @pytest.fixture

@@ -65,6 +65,9 @@ class Recorder:
         self.clock += 1
         return self.clock
 
+    def prepare(self, *names: str) -> None:
+        """Backend.prepare: nothing to make ahead here."""
+
     def push(self, name: str) -> None:
         with self.lock:
             tid = threading.get_ident()

@@ -4,8 +4,9 @@
 hooks: module forward pre/post hooks (module ranges, root forwards), optimizer step pre/post
 hooks (the optimizer phase, the end of a training step; a closure passed to ``step`` is
 wrapped for that call so that its forward and backward are booked as such), Dynamo's compile
-start/end callbacks (the compile phase; registered once the script has imported Dynamo), and
-it wraps one method, the DataLoader iterator's ``__next__`` (the data phase, and one
+start/end callbacks (the compile phase; registered once the script has imported Dynamo), a
+``gc.callbacks`` entry (a ``gc:<generation>`` range per garbage collection, :mod:`.gc_ranges`),
+and it wraps one method, the DataLoader iterator's ``__next__`` (the data phase, and one
 ``dataloader`` fact per loader that fed a data phase).
 
 That wrapper is the one place a torch attribute is replaced. torch has no hook for "a batch
@@ -28,6 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dlprof_lite.annotate import gc_ranges
 from dlprof_lite.annotate.backend import get_backend
 from dlprof_lite.annotate.phases import PhaseTracker, shared_tracker
 
@@ -130,6 +132,7 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         undo.append(warmup.remove)
     undo.append(_wrap_dataloader_next(torch, tracker))
     undo.append(_watch_compilation(tracker))
+    undo.append(gc_ranges.install(tracker.backend))  # last in: the first hook removed
     _installed = Annotation(undo, tracker)
     _installed.on_exit.append(ranges.close)
     return _installed

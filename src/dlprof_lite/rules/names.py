@@ -44,7 +44,7 @@ How they are written (:mod:`dlprof_lite.annotate`):
   inside the backward pass; the ``ddp_bucket`` fact with that id says whose gradients it
   carries (:mod:`dlprof_lite.annotate.ddp`);
 - ``gc:<generation>``: a push/pop range around each collection of Python's garbage
-  collector, on the thread that runs it (``gc.callbacks``; :mod:`dlprof_lite.annotate.gc`);
+  collector, on the thread that runs it (``gc.callbacks``; :mod:`dlprof_lite.annotate.gc_ranges`);
   the idle partition books the time to ``gc`` (:mod:`dlprof_lite.rules.idle`);
 - ``update:<n>``: an NVTX mark at the end of each outermost ``optimizer.step()`` (the end of
   an update), ``n`` the optimizer's number (1, 2, ... in the order each first stepped);
