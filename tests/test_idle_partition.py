@@ -170,3 +170,14 @@ def test_causes_are_one_list() -> None:
     assert names == [cause_column(DEVICE, c) for c in DEVICE_CAUSES] + [
         cause_column(HOST, c) for c in HOST_CAUSES]
     assert np.all([c in DEVICE_CAUSES for c in HOST_CAUSES])
+
+
+def test_advice_names_the_cause_and_the_layer(report) -> None:
+    found = {a.metric: a for a in report.summary.advice}
+    layer = found["idle.step_pct[device layer]"]
+    assert layer.severity == "high" and layer.value == pytest.approx(29.0)  # 2900 of 10000 ns
+    assert "(most in fc)" in layer.problem and "conv1 (backward)" in layer.evidence
+    assert found["idle.step_pct[device optimizer]"].severity == "warn"
+    # below idle_cause_warn_pct (5 %): no finding; data and launch have findings of their own
+    assert {"idle.step_pct[device sync]", "idle.step_pct[device gc]",
+            "idle.step_pct[device data]"}.isdisjoint(found)  # fmt: skip

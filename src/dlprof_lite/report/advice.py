@@ -17,6 +17,7 @@ from dlprof_lite.durations import short
 from dlprof_lite.report.frames import ancestors
 from dlprof_lite.report.layers.memory import input_bytes
 from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.idle.advice import idle_advice
 from dlprof_lite.report.ranks.advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number
@@ -551,9 +552,14 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def advise(summary: Summary, layers: pd.DataFrame) -> list[Advice]:
-    """Every rule's finding, most severe first (rule order within a severity)."""
+def advise(
+    summary: Summary, layers: pd.DataFrame, idle: pd.DataFrame | None = None
+) -> list[Advice]:
+    """Every rule's finding, most severe first (rule order within a severity); ``idle``:
+    the idle table, whose causes have findings of their own (report/idle/advice.py)."""
     found = [a for rule in RULES if (a := rule(summary, layers)) is not None]
+    if idle is not None:
+        found += idle_advice(summary, idle)
     return sorted(found, key=lambda a: SEVERITY_ORDER[a.severity])
 
 

@@ -77,7 +77,8 @@ def build_report(
     )
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),
                     communication=communication)  # fmt: skip
-    summary = replace(found, advice=tuple(advise(found, layers)))
+    idle = idle_table(sums, iterations, devices)
+    summary = replace(found, advice=tuple(advise(found, layers, idle)))
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
     return Report(
@@ -89,5 +90,5 @@ def build_report(
         advice=advice,
         timeline=timeline,
         ranks=ranks,
-        idle=idle_table(sums, iterations, devices),
+        idle=idle,
     )

@@ -164,6 +164,13 @@ THRESHOLDS: dict[str, Threshold] = {
         f"10% is a {_CHOICE}",
     ),
     "exposed_comm_high_pct": Threshold(30.0, "% of step", "same, high", _CHOICE),
+    "idle_cause_warn_pct": Threshold(
+        5.0, "% of step", "device time per step idle for one cause of the idle partition "
+        "(sync, comm, compile, gc, host work in a layer, optimizer or other host work; a CPU run:"
+        " the main thread's time in sync, comm, compile or gc)",
+        "HTA idle time breakdown (host wait: the GPU idle because the CPU is busy); "
+        f"5% is a {_CHOICE}"),
+    "idle_cause_high_pct": Threshold(20.0, "% of step", "same, high", _CHOICE),
     "annotation_cost_warn_pct": Threshold(
         3.0, "% of step", "estimated host time the module annotation adds per step", _CHOICE
     ),
