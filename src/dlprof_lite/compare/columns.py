@@ -19,10 +19,11 @@ def _cols(*specs: tuple[str, str, str]) -> tuple[ReportColumn, ...]:
 
 
 COMPARE_REPORT = _cols(
-    ("section", "", "step (step-time statistics), phase, layer, kernel or summary (Tensor "
-     "Cores, launch overhead)"),
-    ("name", "", "what the row is about: 'step', a phase, a layer's qualified name, a kernel "
-     "name, or a summary field"),
+    ("section", "", "step (step-time statistics), phase, idle (device idle and main-thread "
+     "step time per cause; none when a side's runs predate it), layer, kernel or summary "
+     "(Tensor Cores, launch overhead)"),
+    ("name", "", "what the row is about: 'step', a phase, an idle cause, a layer's qualified "
+     "name, a kernel name, or a summary field"),
     ("direction", "", "forward or backward for layer rows, empty otherwise"),
     ("metric", "", "the figure compared (compare.json 'metrics' defines each); all per "
      "analysed step"),
@@ -73,6 +74,14 @@ COMPARE_METRICS = _cols(
      "phases are ranked by: a few slow steps do not move it)"),
     ("phase.wall_median_ns", "ns", "phase.wall_ns as the median over the analysed steps "
      "(ranked by too)"),
+    ("idle.device_ns", "ns", "device idle time booked to the cause (idle_<cause>_ns, summed "
+     "over the GPU timelines), mean " + _PER_STEP),
+    ("idle.host_ns", "ns", "the main thread's step time in the cause (host_<cause>_ns), mean "
+     + _PER_STEP + "; empty for a cause the host never has (launch, queued, unknown)"),
+    ("idle.device_median_ns", "ns", "idle.device_ns as the median over the analysed steps "
+     "(what idle causes are ranked by)"),
+    ("idle.host_median_ns", "ns", "idle.host_ns as the median over the analysed steps (ranked "
+     "by too)"),
     ("layer.self_wall_median_ns", "ns", "the direction's self range time per step, median "
      "over the steps (step_self_forward/backward_wall_median_ns); what layers are ranked by, "
      "so a few slow steps do not reorder them"),

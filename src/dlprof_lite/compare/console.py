@@ -14,7 +14,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from dlprof_lite.compare.comparison import Comparison, p_text, verdict_line
-from dlprof_lite.compare.deltas import KERNEL, LAYER, PHASE, SUMMARY, Delta
+from dlprof_lite.compare.deltas import IDLE, KERNEL, LAYER, PHASE, SUMMARY, Delta
 from dlprof_lite.compare.stats import FASTER, SLOWER, StepStats
 from dlprof_lite.durations import short, signed
 from dlprof_lite.narrow import print_fitting
@@ -22,6 +22,7 @@ from dlprof_lite.report.units import bytes_text, flops
 from dlprof_lite.safe_text import printable
 
 VERDICT_STYLE = {SLOWER: "bold red", FASTER: "bold green"}
+IDLE_SHOWN = 4  # causes per idle line: the rest are counted, the files hold them all
 
 
 def _t(text: object, style: str = "") -> Text:
@@ -166,6 +167,23 @@ def _simple_table(
     return title, table
 
 
+def _idle_lines(rows: Sequence[Delta], base: str, label: str) -> list[Text]:
+    """``GPU idle per step by cause, median over steps (B vs A): data +3.10 ms, sync -500.0
+    µs``, and the same for the main thread's step: the causes whose ranked figure moved,
+    largest change first (the section's rank breaks ties)."""
+    out = []
+    for metric, what in (("device_median_ns", "GPU idle"), ("host_median_ns", "host time")):
+        moved = sorted((r for r in rows if r.metric == metric and r.delta),
+                       key=lambda r: (-abs(r.delta or 0.0), r.rank))  # fmt: skip
+        if not moved:
+            continue
+        causes = ", ".join(f"{r.name} {signed(r.delta or 0.0)}" for r in moved[:IDLE_SHOWN])
+        more = f" (+{len(moved) - IDLE_SHOWN} more)" if len(moved) > IDLE_SHOWN else ""
+        out.append(_t(f"{what} per step by cause, median over steps ({label} vs {base}): "
+                      f"{causes}{more}"))  # fmt: skip
+    return out
+
+
 def _summary_lines(rows: Sequence[Delta]) -> list[Text]:
     out = []
     for row in rows:
@@ -214,6 +232,8 @@ def render_comparison(c: Comparison, console: Console, top: int = 10) -> None:
         for table in tables:
             if table is not None:
                 _print(console, table)
+        for line in _idle_lines(c.section(IDLE, label), base, label):
+            console.print(line)
         for line in _summary_lines(c.section(SUMMARY, label)):
             console.print(line)
     for warning in c.warnings:

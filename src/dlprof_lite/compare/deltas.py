@@ -1,20 +1,23 @@
-"""Where B's time changed against A's: phases, layers, kernels, Tensor Cores, launch overhead.
+"""Where B's time changed against A's: phases, idle causes, layers, kernels, Tensor Cores,
+launch overhead.
 
 Place in the pipeline: compare (pure). Every figure is per analysed step, so runs of
 different lengths compare: a phase's mean and median over the analysed steps
-(``RunRecord.phases()``); a layer's per-step self time as the median over the steps, and its
-window totals divided by the steps its table covers (the summary's ``window_steps``); a
-kernel's window total per step. A side of several runs pools them: each run's per-step
-figure weighted by its steps (a layer or kernel a run lacks counts 0 in that run).
+(``RunRecord.phases()``); an idle cause's device idle time and main-thread step time, mean
+and median over the analysed steps (``RunRecord.idle()``); a layer's per-step self time as
+the median over the steps, and its window totals divided by the steps its table covers (the
+summary's ``window_steps``); a kernel's window total per step. A side of several runs pools
+them: each run's per-step figure weighted by its steps (a layer or kernel a run lacks counts
+0 in that run).
 
 Each section is ranked by absolute change, largest first (``rank`` 1). Layers rank by their
 *self* time per step as a median over the steps (forward and backward apart: the larger of
 the self wall and self GPU change), so a layer that got slower comes before its parents,
 whose inclusive time rose with it, and a few slow steps (a loaded machine, a stall) do not
-reorder them; phases rank by their medians for the same reason. Means and inclusive per-step
-figures are kept as rows of their own. A report written before the median columns existed
-ranks by the means. A layer or kernel on one side
-only is ``added`` (only in B) or ``removed`` (only in A), its missing side 0.
+reorder them; phases and idle causes rank by their medians for the same reason. Means and
+inclusive per-step figures are kept as rows of their own. A report written before the
+median columns existed ranks by the means. A layer or kernel on one side only is ``added``
+(only in B) or ``removed`` (only in A), its missing side 0.
 
 Layers named before wrappers were seen through (``module.conv1`` under DDP,
 ``_lightning_module.conv1``, ``_orig_mod.``; :mod:`dlprof_lite.rules.wrappers`) are matched
@@ -46,7 +49,7 @@ from dlprof_lite.rules import compare as rules
 from dlprof_lite.rules.wrappers import adds_wrappers, without_wrappers
 from dlprof_lite.store.record import RunRecord
 
-PHASE, LAYER, KERNEL, SUMMARY = "phase", "layer", "kernel", "summary"
+PHASE, IDLE, LAYER, KERNEL, SUMMARY = "phase", "idle", "layer", "kernel", "summary"
 BOTH, ADDED, REMOVED = "both", "added", "removed"
 DIRECTIONS = ("forward", "backward")
 # Layer metrics per direction d: (metric, source column, divide by the window's steps).
@@ -65,6 +68,8 @@ _MEDIAN_FALLBACK = {"self_wall_median_ns": "self_wall_ns", "self_gpu_median_ns":
 PHASE_METRICS = ("gpu_ns", "wall_ns", "host_gap_ns")
 PHASE_MEDIANS = ("gpu_ns", "wall_ns")
 PHASE_RANKED_BY = ("gpu_median_ns", "wall_median_ns")
+IDLE_METRICS = ("device_ns", "host_ns")
+IDLE_RANKED_BY = ("device_median_ns", "host_median_ns")
 KERNEL_METRICS = ("gpu_ns", "instances")
 SUMMARY_METRICS = ("tc_share", "launch_overhead_pct", "model_flops_per_step", "mfu",
                    "memory_saved_bytes", "memory_gpu_peak_bytes")
@@ -166,6 +171,37 @@ def _phase_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
     medians = run.phases("median").set_index("phase")[list(PHASE_MEDIANS)].astype(float)
     medians.columns = [f"{c[:-3]}_median_ns" for c in PHASE_MEDIANS]
     return pd.concat([medians, means], axis=1).fillna(0.0), len(run.analysed())
+
+
+def _idle_frame(run: RunRecord) -> tuple[pd.DataFrame, int]:
+    """Medians, then means, per cause; NaN kept where a figure is unknown (see _idle_rows)."""
+    means = run.idle().set_index("cause")[list(IDLE_METRICS)].astype(float)
+    medians = run.idle("median").set_index("cause")[list(IDLE_METRICS)].astype(float)
+    medians.columns = list(IDLE_RANKED_BY)
+    return pd.concat([medians, means], axis=1), len(run.analysed())
+
+
+def _idle_rows(a: Side, b: Side, labels: tuple[str, str]) -> list[Delta]:
+    """The idle section: pooled like phases over the runs that have the partition (as summary
+    fields are); none when a side has no such run, since its 0s would read as a change. A
+    figure unknown on a side (the host is never ``queued``) is None, not 0."""
+    pooled = [_pooled([f for f in map(_idle_frame, side.runs) if not f[0].empty])
+              for side in (a, b)]  # fmt: skip
+    if any(frame.empty for frame in pooled):
+        return []
+    base, other = pooled
+    out = []
+    for row in _rows(IDLE, base, other, labels, IDLE_RANKED_BY):
+        was, now = (_known(f, row.name, row.metric) for f in (base, other))
+        if was is None or now is None:
+            row = replace(row, value=now, baseline_value=was, delta=None, delta_pct=None)
+        out.append(row)
+    return out
+
+
+def _known(frame: pd.DataFrame, name: str, metric: str) -> float | None:
+    value = frame[metric].get(name) if metric in frame else None
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def _summary_value(side: Side, field: str) -> float | None:
@@ -355,4 +391,5 @@ def side_deltas(a: Side, b: Side, renames: Mapping[str, str] | None = None) -> t
     layers = _rows(LAYER, _pooled(layer_a), _pooled(layer_b), labels, LAYER_RANKED_BY, tests)
     kernels = _rows(KERNEL, _pooled(frames(a, _kernel_frame)),
                     _pooled(frames(b, _kernel_frame)), labels, ("gpu_ns",))  # fmt: skip
-    return (*phases, *layers, *kernels, *_summary_rows(a, b))
+    idle = _idle_rows(a, b, labels)
+    return (*phases, *idle, *layers, *kernels, *_summary_rows(a, b))

@@ -15,9 +15,9 @@ import pandas as pd
 
 from dlprof_lite.durations import short
 from dlprof_lite.report.frames import ancestors
+from dlprof_lite.report.idle.advice import idle_advice
 from dlprof_lite.report.layers.memory import input_bytes
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.idle.advice import idle_advice
 from dlprof_lite.report.ranks.advice import exposed_text, straggler_data
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number

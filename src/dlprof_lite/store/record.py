@@ -3,8 +3,8 @@
 Place in the pipeline: store (right of report). A record is built from a finished
 :class:`~dlprof_lite.report.build.Report` plus the :class:`RunContext` only the command line
 knows (the command, its folder, the git state of the script, the tag); the store writes it and
-reads it back equal; ``compare`` reads step times, phases, layers and kernels from it and never
-needs to know how the Report was computed.
+reads it back equal; ``compare`` reads step times, phases, idle causes, layers and kernels from
+it and never needs to know how the Report was computed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pandas as pd
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.model import analysed
 from dlprof_lite.report.summary_types import Summary
+from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST, cause_column
 
 if TYPE_CHECKING:
     from dlprof_lite.report.model import Report
@@ -92,6 +93,26 @@ class RunRecord:
                 "host_gap_ns": _stat(steps, f"phase_{phase}_host_gap_ns", stat),
             })  # fmt: skip
         return pd.DataFrame(rows, columns=["phase", "gpu_ns", "wall_ns", "host_gap_ns"])
+
+    def idle(self, stat: str = "mean") -> pd.DataFrame:
+        """Each idle cause (:data:`~dlprof_lite.rules.idle.DEVICE_CAUSES`) per analysed step,
+        as the mean (or ``stat="median"``) over the steps: ``cause``, ``device_ns`` (device
+        idle time booked to it, summed over the GPU timelines: ``idle_<cause>_ns``),
+        ``host_ns`` (the main thread's step time in it: ``host_<cause>_ns``; None for a cause
+        the host never has, such as ``queued``). No rows for a run recorded before the idle
+        partition (its iterations lack the columns, or, read back from the store, hold them
+        empty), nor for one without analysed steps: 0 would claim a change."""
+        if stat not in ("mean", "median"):
+            raise ValueError(f"stat must be mean or median, not {stat!r}")
+        steps = self.analysed()
+        rows = [{
+            "cause": cause,
+            "device_ns": _stat(steps, cause_column(DEVICE, cause), stat),
+            "host_ns": _stat(steps, cause_column(HOST, cause), stat),  # None: no such column
+        } for cause in DEVICE_CAUSES]  # fmt: skip
+        if all(row["device_ns"] is None for row in rows):
+            rows = []
+        return pd.DataFrame(rows, columns=["cause", "device_ns", "host_ns"])
 
 
 def _stat(frame: pd.DataFrame, column: str, stat: str) -> float | None:

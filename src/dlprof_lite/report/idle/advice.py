@@ -110,9 +110,10 @@ def _places(rows: pd.DataFrame, count: int = 3) -> list[tuple[str, str, float]]:
     top = (rows.assign(layer=layer, phase=phase).groupby(["layer", "phase"], sort=False)
            ["step_mean_ns"].sum().sort_values(ascending=False).head(count))  # fmt: skip
     out = []
-    for (name, when), ns in top.items():
+    for key, ns in top.items():
+        name, when = str(key[0]), str(key[1])  # type: ignore[index]  # a 2-level index
         label = f"{name} ({when})" if name and when else name or (f"the {when} phase" if when
                                                                  else "")  # fmt: skip
         if label and ns > 0:
-            out.append((label, str(name), float(ns)))
+            out.append((label, name, float(ns)))
     return out
