@@ -463,10 +463,10 @@ def screenshot_problems(chromium: Chromium, page: Path) -> list[str]:
 # --- the pages of issue #15 ---------------------------------------------------------------
 
 # Report page sections in page order, and the chart each one draws (contract, issue #15).
-REPORT_SECTIONS = ("header", "steps", "layers", "cost", "memory", "iterations", "kernels",
-                   "ranks", "advice", "timeline")  # fmt: skip
-REPORT_CHARTS = {"steps": "chart-steps", "layers": "chart-layers", "cost": "chart-cost",
-                 "memory": "chart-memory",
+REPORT_SECTIONS = ("header", "steps", "idle", "layers", "cost", "memory", "iterations",
+                   "kernels", "ranks", "advice", "timeline")  # fmt: skip
+REPORT_CHARTS = {"steps": "chart-steps", "idle": "chart-idle", "layers": "chart-layers",
+                 "cost": "chart-cost", "memory": "chart-memory",
                  "iterations": "chart-iterations", "kernels": "chart-kernels",
                  "ranks": "chart-ranks", "timeline": "chart-timeline"}  # fmt: skip
 
@@ -520,13 +520,30 @@ def _has_memory(layers: Any) -> bool:
     return bool((own > 0).any())
 
 
+def _has_idle(report: Any) -> bool:
+    """An analysed step (in the window, not warm-up) with time of some cause: the GPU's idle
+    causes (idle_*_ns) on a run with GPU work, the main thread's (host_*_ns) on a CPU run."""
+    it, t = report.iterations, report.summary.totals
+    if rows(it) == 0 or "in_window" not in it.columns:
+        return False
+    from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST, HOST_CAUSES, cause_column
+
+    gpu = any((c or 0) > 0 for c in (t.kernel_count, t.memcpy_count, t.memset_count))
+    kind, causes = (DEVICE, DEVICE_CAUSES) if gpu else (HOST, HOST_CAUSES)
+    columns = [cause_column(kind, c) for c in causes if cause_column(kind, c) in it.columns]
+    steps = it[it["in_window"].astype(bool) & ~it["warmup"].astype(bool)]
+    return bool(columns) and bool((steps[columns].fillna(0).to_numpy(float) > 0).any())
+
+
 def expected_sections(report: Any) -> list[str]:
     """The report page's sections for ``report``, from its own tables: a section per table
-    with rows (kernels only with GPU work), the step breakdown with analysed steps."""
+    with rows (kernels only with GPU work), the step breakdown with analysed steps, the idle
+    chart with analysed steps that have time of some cause."""
     s = report.summary
     has = {
         "header": True,
         "steps": (s.window.iterations_analysed or 0) > 0,
+        "idle": _has_idle(report),
         "layers": rows(report.layers) > 0,
         "cost": _has_cost(report.layers),
         "memory": _has_memory(report.layers),

@@ -143,9 +143,9 @@ def example() -> Report:
 def test_example_page_has_every_section(example: Report) -> None:
     page = read(example)
     assert not example.timeline.empty  # the example's steady iteration (report/timeline.py)
-    assert page.sections == ["header", "steps", "layers", "iterations", "kernels", "advice",
-                             "timeline"]  # fmt: skip
-    assert set(page.charts) == {"chart-steps", "chart-layers", "chart-iterations",
+    assert page.sections == ["header", "steps", "idle", "layers", "iterations", "kernels",
+                             "advice", "timeline"]  # fmt: skip
+    assert set(page.charts) == {"chart-steps", "chart-idle", "chart-layers", "chart-iterations",
                                 "chart-kernels", "chart-timeline"}  # fmt: skip
     facts = dict(page.tables["run-facts"])
     # Analysed steps of 2000 and 3000 ns: median 2500, p10 2100, p90 2900 (linear).

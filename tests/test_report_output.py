@@ -76,7 +76,8 @@ def test_summary_json(report, tmp_path: Path) -> None:
         "launch_overhead_pct",
     ]
     assert "advice[].citation" in doc["definitions"] and "gpus[].sm_count" in doc["definitions"]
-    assert doc["advice_count"] == len(doc["advice"]) == 7
+    # 7, and the idle causes past 5 % of the step: the loop's code, fc1's host work, the optimizer
+    assert doc["advice_count"] == len(doc["advice"]) == 10
     # the fixture records no DataLoader length: the only warning says there is no projection
     assert doc["steady_start"] is None and [w.split(":")[0] for w in doc["warnings"]] == [
         "no projected training time"

@@ -49,9 +49,9 @@ import pandas as pd
 
 from dlprof_lite.ingest.columns import used_categorical
 from dlprof_lite.ingest.levels import accumulate_up, by_level, consistent_depth
-from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, range_positions, value_offsets
+from dlprof_lite.ingest.nvtx import PUSH_POP, pair_key, value_offsets
 from dlprof_lite.ingest.raw import LAUNCH_COLUMNS
-from dlprof_lite.numeric import sum_by
+from dlprof_lite.numeric import last_at_least, range_positions, sum_by
 from dlprof_lite.rules.apis import LAUNCH_API_PATTERN, VERSION_SUFFIX_PATTERN
 
 
@@ -317,48 +317,6 @@ def _innermost(push_pop: np.ndarray, start_end: np.ndarray) -> np.ndarray:
     return np.where(push_pop >= 0, push_pop, start_end)
 
 
-def innermost_at(ranges: pd.DataFrame, pid: int, tid: int, t: np.ndarray) -> np.ndarray:
-    """Per instant of thread ``(pid, tid)``, the position (row order of ``ranges``) of the
-    innermost range holding it, by the op rule above (push/pop on the thread first, else
-    start/end in the process), as a half-open ``[start, end)``: the range a launch starting
-    at ``t`` would get, except that an instant at a range's end is past it. -1 where no
-    range holds it.
-
-    The report's idle partition labels each stretch of a thread's time with this
-    (report/idle/): what holds the stretch's first nanosecond holds all of it there. One
-    thread, so no composite keys: its ranges alone are searched."""
-    t = np.asarray(t, dtype=np.int64)
-    if ranges.empty or t.size == 0:
-        return np.full(t.size, -1, dtype=np.int64)
-    start = ranges["start_ns"].to_numpy(dtype=np.int64)
-    end = ranges["end_ns"].to_numpy(dtype=np.int64)
-    ids = ranges["range_id"].to_numpy(dtype=np.int64)
-    same = ranges["pid"].to_numpy(dtype=np.int64) == pid
-    push_pop = (ranges["style"] == PUSH_POP).to_numpy(dtype=bool)
-    on_thread = same & push_pop & (ranges["tid"].to_numpy(dtype=np.int64) == tid)
-    inner = _latest_holding(np.flatnonzero(on_thread), start, end, ids, t)
-    missing = np.flatnonzero(inner < 0)
-    if missing.size:
-        found = _latest_holding(np.flatnonzero(same & ~push_pop), start, end, ids, t[missing])
-        inner[missing] = found
-    return inner
-
-
-def _latest_holding(
-    rows: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray, t: np.ndarray
-) -> np.ndarray:
-    """Of ``rows``, the last in range order with ``start <= t < end``, per instant; -1."""
-    if rows.size == 0:
-        return np.full(t.size, -1, dtype=np.int64)
-    s = start[rows]
-    if (np.diff(s) < 0).any() or (np.diff(ids[rows]) < 0).any():
-        order = np.lexsort((ids[rows], s))
-        rows, s = rows[order], s[order]
-    hi = np.searchsorted(s, t, side="right")
-    j = _last_at_least(end[rows], np.zeros(t.size, dtype=np.int64), hi, t + 1)
-    return np.where(j >= 0, rows[np.maximum(j, 0)], -1)
-
-
 def _innermost_by_style(
     q: _Launches, table: _RangeTable, n_ops: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -390,7 +348,7 @@ def _latest_containing(
     hi = np.searchsorted(r_comp, q_comp, side="right")  # ranges of the key starting <= t
     first = np.searchsorted(r_comp, np.arange(int(r_comp[-1] // scale) + 2) * scale)
     lo = first[np.minimum(q_comp // scale, first.size - 1)]  # the key's first range
-    j = _last_at_least(table.end[pos], lo, hi, t)
+    j = last_at_least(table.end[pos], lo, hi, t)
     return np.where(j >= 0, pos[np.maximum(j, 0)], -1)
 
 
@@ -474,44 +432,6 @@ def _encode(*pairs: tuple[np.ndarray, np.ndarray]) -> tuple[list[np.ndarray], in
     offset, scale = value_offsets(np.concatenate([v for _, v in pairs]), len(uniq))
     joint = codes.astype(np.int64) * scale + offset
     return np.split(joint, np.cumsum([k.size for k, _ in pairs])[:-1]), scale
-
-
-def _last_at_least(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each query, the largest ``j`` in ``[lo, hi)`` with ``a[j] >= t``, else -1.
-
-    Finds the largest ``j < hi`` with ``a[j] >= t`` over block maxima of aligned
-    power-of-two blocks (2n values in all): climb left from ``hi`` over whole blocks whose
-    maximum is below ``t`` (Fenwick-style, growing blocks), then descend inside the block
-    that stopped the climb; a ``j`` below ``lo`` (another key's range) means none. O(log n)
-    vectorised passes over the queries; no per-query loop.
-    """
-    found = np.full(t.size, -1, dtype=np.int64)
-    last = np.maximum(hi - 1, 0)
-    direct = (hi > lo) & (a[last] >= t)  # the usual case: the last range contains t
-    found[direct] = last[direct]
-    rest = np.flatnonzero((hi > lo) & ~direct)
-    if rest.size == 0:
-        return found
-    maxima = [a]
-    while maxima[-1].size > 1:
-        m = maxima[-1]
-        maxima.append(np.maximum(m[0 : m.size - 1 : 2], m[1 : m.size : 2]))
-    # pos: every a[pos:hi] is below t (a[hi - 1] is, or the direct case took it)
-    pos, need = hi[rest] - 1, t[rest]
-    stop = np.full(rest.size, -1, dtype=np.int64)
-    for k in range(len(maxima)):  # climb: the block [pos - 2**k, pos) when pos has bit k
-        i = np.flatnonzero((stop < 0) & ((pos >> k) & 1 == 1))
-        skip = maxima[k][(pos[i] >> k) - 1] < need[i]
-        pos[i[skip]] -= 1 << k
-        stop[i[~skip]] = k
-    for k in range(len(maxima) - 2, -1, -1):  # descend: right half first, then left
-        i = np.flatnonzero(stop > k)
-        skip = maxima[k][(pos[i] >> k) - 1] < need[i]
-        pos[i[skip]] -= 1 << k
-    j = pos - 1
-    ok = (j >= lo[rest]) & (a[np.maximum(j, 0)] >= need)
-    found[rest[ok]] = j[ok]
-    return found
 
 
 def _take(values: np.ndarray, index: np.ndarray, fill: int) -> np.ndarray:

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.levels import by_level, range_positions
+from dlprof_lite.ingest.levels import by_level
+from dlprof_lite.numeric import range_positions
 from dlprof_lite.rules.names import DOMAIN, MODULE_RANGE_RE, PHASES
 from dlprof_lite.rules.steps import MAYBE_STEP_RE, OP_MARKER_RE, step_key
 

@@ -48,7 +48,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dlprof_lite.ingest.columns import categorical_from_codes, used_categorical
-from dlprof_lite.ingest.nvtx import range_positions
+from dlprof_lite.numeric import range_positions
 from dlprof_lite.rules.names import DDP_BUCKET_RE, DIRECTIONS, DOMAIN, PHASES, parse_module_range
 from dlprof_lite.rules.payloads import payload_layer
 

@@ -65,20 +65,3 @@ def accumulate_up(
             np.add.at(column, up, column[rows])
         np.minimum.at(low, up, low[rows])
         np.maximum.at(high, up, high[rows])
-
-
-def range_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Row position of each ``wanted`` range id in ``ids``; -1 where absent or negative.
-
-    :func:`~dlprof_lite.ingest.nvtx.build_ranges` numbers ranges 0..n-1 in row order, where
-    an id is its position: that common case needs no sort or hash table over millions of ids.
-    """
-    wanted = np.asarray(wanted, dtype=np.int64)
-    if np.array_equal(ids, np.arange(len(ids))):
-        return np.where((wanted >= 0) & (wanted < len(ids)), wanted, -1)
-    if len(ids) == 0:
-        return np.full(len(wanted), -1, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
-    at = np.minimum(np.searchsorted(ids[order], wanted), len(ids) - 1)
-    found = (wanted >= 0) & (ids[order][at] == wanted)
-    return np.where(found, order[at], -1)

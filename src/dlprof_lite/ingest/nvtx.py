@@ -47,11 +47,10 @@ import numpy.typing as npt
 import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce, empty_frame
-from dlprof_lite.ingest.levels import range_positions
 from dlprof_lite.ingest.paths import PATH_SEP, path_labels, with_path_ids
+from dlprof_lite.numeric import range_positions
+from dlprof_lite.rules.names import PUSH_POP, START_END
 
-PUSH_POP = "push_pop"
-START_END = "start_end"
 __all__ = [
     "PATH_SEP",
     "PUSH_POP",

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.levels import by_level, consistent_depth, range_positions
+from dlprof_lite.ingest.levels import by_level, consistent_depth
+from dlprof_lite.numeric import range_positions
 
 PATH_SEP = "/"
 ELISION = "…"

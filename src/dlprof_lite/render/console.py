@@ -17,6 +17,8 @@ from rich.text import Text
 from dlprof_lite.durations import long, span
 from dlprof_lite.narrow import distinct_short
 from dlprof_lite.render.page.cost_chart import cost_layers
+from dlprof_lite.render.page.html import has_gpu
+from dlprof_lite.render.page.idle_chart import CAUSE_WORDS
 from dlprof_lite.render.page.memory_chart import MEMORY_COLUMNS, own_bytes
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.metrics import PHASE_COLUMNS
@@ -25,10 +27,13 @@ from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import bytes_text, flops
 from dlprof_lite.report.units import duration as _t
 from dlprof_lite.report.units import percent as _pct
+from dlprof_lite.rules.idle import DEVICE, HOST
 from dlprof_lite.rules.payloads import display_name
 from dlprof_lite.safe_text import printable
 
 TOP = 5
+IDLE_FLOOR_PCT = 1.0  # a cause under this share of the step is not listed: noise to a reader
+IDLE_LAYERS = 2  # layers named beside a cause
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 
 
@@ -163,6 +168,53 @@ def _step_lines(s: Summary) -> list[str]:
         held = [(p, v) for p, v in host if _nonzero(v)]
         lines.append("step (mean, host): " + " · ".join(f"{p} {_t(v)}" for p, v in held))
     return lines
+
+
+def _idle_lines(report: Report, top: int = TOP) -> list[Text]:
+    """Why the GPU waits (a GPU run; a CPU run: where the main thread's step goes): the causes
+    of the idle table (report/idle/table.py) with at least ``IDLE_FLOOR_PCT`` of the step,
+    largest first, each with its mean per analysed step and the layers the table names for
+    it. Nothing without analysed steps: the table is empty then."""
+    gpu = has_gpu(report.summary)
+    idle = report.idle
+    rows = idle[(idle["kind"] == (DEVICE if gpu else HOST)).to_numpy(bool)]
+    if rows.empty:
+        return []
+    causes = rows.groupby("cause", sort=False)[["step_mean_ns", "step_pct"]].sum()
+    causes = causes.sort_values("step_mean_ns", ascending=False, kind="stable")
+    total, share = causes["step_mean_ns"].sum(), causes["step_pct"].sum()
+    what = (f"idle {_t(total)} per step ({_pct(share, 1)} of the step's device time)" if gpu
+            else f"{_t(total)} per step")  # fmt: skip
+    lines = [_text(("Why the GPU waits" if gpu else "Where the step goes (host)", "bold"),
+                   f": {what}, by cause (mean per analysed step)")]  # fmt: skip
+    shown = causes[(causes["step_pct"] >= IDLE_FLOOR_PCT).to_numpy(bool)]
+    for cause, row in shown.head(top).iterrows():
+        lines.append(_text(
+            f"  {cause} — {CAUSE_WORDS.get(str(cause), str(cause))}: "
+            f"{_t(row['step_mean_ns'])}/step ({_pct(row['step_pct'], 1)} of the step)",
+            _idle_layers(rows[(rows["cause"] == cause).to_numpy(bool)]),
+        ))  # fmt: skip
+    left = len(causes) - min(len(shown), top)
+    if left:
+        below = "" if len(shown) > top else f", each under {IDLE_FLOOR_PCT:g}% of the step"
+        lines.append(_text(f"  +{left} smaller cause{'s' if left > 1 else ''}{below} (idle.csv)"))
+    return lines
+
+
+def _idle_layers(rows: pd.DataFrame) -> str:
+    """``, in conv1 (forward)``: the layers with most of one cause (its rows of the idle
+    table), each with its time unless it holds all of the cause; empty when none is named."""
+    layer = rows["layer"].astype(object)
+    named = rows[(layer.notna() & (layer.astype(str) != "")).to_numpy(bool)]
+    if named.empty:
+        return ""
+    named = named.sort_values("step_mean_ns", ascending=False, kind="stable").head(IDLE_LAYERS)
+    places = [f"{r['layer']}" + (f" ({r['phase']})" if isinstance(r["phase"], str) and r["phase"]
+                                 else "") for r in named.to_dict("records")]  # fmt: skip
+    if len(rows) == 1:  # the one layer holds all of it
+        return f", in {places[0]}"
+    return ", in " + ", ".join(f"{p} {_t(ns)}" for p, ns in zip(places, named["step_mean_ns"],
+                                                                 strict=True))  # fmt: skip
 
 
 def _nonzero(value: object) -> bool:
@@ -322,9 +374,15 @@ def _ranges_table(ranges: pd.DataFrame, width: int) -> RichTable | None:
 
 
 def render(report: Report, out_dir: Path | None, console: Console, *, top: int = TOP) -> None:
-    """Print the summary of one report (``top``: layers in the top-layers list)."""
+    """Print the summary of one report (``top``: rows of each top list: layers, cost, memory,
+    the idle causes)."""
     for line in _header_lines(report.summary):
         console.print(line if isinstance(line, Text) else _text(line), highlight=False)
+    idle = _idle_lines(report, top)
+    if idle:
+        console.print()
+        for line in idle:
+            console.print(line, highlight=False)
     tables = (
         _layers_table(report.layers, console.width, top),
         _table(

@@ -62,6 +62,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+# NVTX range styles as ``ranges.style`` holds them: push/pop (one thread, nested) or start/end.
+PUSH_POP, START_END = "push_pop", "start_end"
 PROG = "dlprof-lite"  # the command's name, in usage lines and messages
 DOMAIN = "dlprof-lite"  # the NVTX domain of every range the annotation opens
 ITERATION = "iteration"

@@ -3,7 +3,8 @@
 Place in the pipeline: report (rendering; the CLI writes the page into the report folder).
 Sections, each ``<section id=...>`` with an ``<h2>``, left out when the report has nothing
 for them: ``header`` (source, GPUs, versions, window, step time and its spread, projection,
-annotation cost), ``steps`` (step breakdown), ``layers`` (chart and sortable table),
+annotation cost), ``steps`` (step breakdown), ``idle`` (why the GPU waits, or where a CPU
+run's host time goes, step by step), ``layers`` (chart and sortable table),
 ``iterations``, ``kernels``, ``advice``, ``timeline``. On a CPU-only run the GPU parts are
 hidden, not drawn as zeros. Charts: render/page/charts.py; tables: render/page/html_tables.py; the
 page frame and plotly.js: render/page/plotly_bundle.py.
@@ -29,6 +30,7 @@ from dlprof_lite.render.page.html_tables import (
     layer_table,
     plain,
 )
+from dlprof_lite.render.page.idle_chart import idle_figure
 from dlprof_lite.render.page.memory_chart import memory_figure
 from dlprof_lite.render.page.plotly_bundle import Chart, document, esc, section
 from dlprof_lite.render.page.timeline_chart import timeline_figure
@@ -144,6 +146,25 @@ def _steps(report: Report, gpu: bool) -> str | None:
         else ""
     )
     return section("steps", "Step breakdown", [Chart("steps", fig).html(), note])
+
+
+def _idle(report: Report, gpu: bool) -> str | None:
+    fig = idle_figure(report.iterations, gpu=gpu)
+    if fig is None:
+        return None
+    if gpu:
+        title = "Why the GPU waits"
+        what = ("Each analysed step's GPU idle time (every device's, summed), split by what "
+                "the thread that launched the next GPU work was doing (queued: that work was "
+                "launched already): the causes add up to the step's idle time (iterations.csv "
+                "idle_<cause>_ns; idle.csv names the layers).")
+    else:
+        title = "Where the step goes (host)"
+        what = ("No GPU work: each analysed step's time on the main thread, split by what it "
+                "was doing: the causes add up to the step's time (iterations.csv "
+                "host_<cause>_ns; idle.csv names the layers).")
+    note = f'<p class="note">{esc(what)}</p>'
+    return section("idle", title, [Chart("idle", fig).html(), note])
 
 
 def _layers(report: Report, gpu: bool) -> str | None:
@@ -274,6 +295,7 @@ def report_page(report: Report) -> str:
     parts = [
         _header(report),
         _steps(report, gpu),
+        _idle(report, gpu),
         _layers(report, gpu),
         _cost(report),
         _memory(report),

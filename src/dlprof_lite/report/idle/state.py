@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.ingest.correlate import innermost_at
-from dlprof_lite.ingest.levels import range_positions
-from dlprof_lite.numeric import cat_mask
+from dlprof_lite.numeric import cat_mask, range_positions
+from dlprof_lite.report.idle.lookup import innermost_at
 from dlprof_lite.report.intervals import Segments, merge
 from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN, LAUNCH_API_PATTERN
 from dlprof_lite.rules.comm import COMM_DOMAINS, is_comm_range
 from dlprof_lite.rules.idle import DEVICE_CAUSES
-from dlprof_lite.rules.names import DOMAIN, GC_RANGE_PREFIX, PHASES
+from dlprof_lite.rules.names import DOMAIN, GC_RANGE_PREFIX, PHASES, PUSH_POP
 
 PHASE_VALUES = (*PHASES, "other")
 _CAUSE = {c: np.int8(i) for i, c in enumerate(DEVICE_CAUSES)}
@@ -95,7 +94,7 @@ class Threads:
                                  r["parent_id"].to_numpy(dtype=np.int64))  # fmt: skip
         up = np.maximum(parent, 0)
         same = (self._layer == self._layer[up]) & (self._phase == self._phase[up])
-        out: np.ndarray = (parent >= 0) & (r["style"] == "push_pop").to_numpy(dtype=bool) & same
+        out: np.ndarray = (parent >= 0) & (r["style"] == PUSH_POP).to_numpy(dtype=bool) & same
         return out
 
     # -- what a thread does -------------------------------------------------------------
@@ -117,7 +116,7 @@ class Threads:
         whose edges change no label."""
         r = self.ranges
         same = r["pid"].to_numpy() == thread[0]
-        on = (r["tid"].to_numpy() == thread[1]) | (r["style"] != "push_pop").to_numpy(dtype=bool)
+        on = (r["tid"].to_numpy() == thread[1]) | (r["style"] != PUSH_POP).to_numpy(dtype=bool)
         return np.flatnonzero(same & on & ~self._quiet)
 
     def cut(self, thread: Thread, start: np.ndarray, end: np.ndarray, *, launch: bool) -> Labels:
