@@ -5,11 +5,11 @@ command (``dlprof-lite -o OUT script.py ...``): as is, with a sleep in
 ``Dataset.__getitem__``, with a ``gc.collect()`` in each step, and with a sleep in one
 module's forward (``slow``). Against the plain run, at least 90 % of what the script itself
 timed for each delay (an oracle independent of the profiler) lands on its cause, ``data``,
-``gc`` or the layer ``slow``, and no other cause grows as much. A sleep adds nothing else,
-so at least 90 % of the time it adds to the median step lands there too; a full collection
-also slows the code after it (its freed memory is handed back and faulted in again: the
-script's own step time shows it without any profiler), which is that code's time, not
-the collector's. Medians over the steps: a step a busy machine slowed does not decide.
+``gc`` or the layer ``slow``, and no other cause grows as much; and at least 90 % of the
+time the delay adds to the median step lands there too. Medians over the steps: a step a
+busy machine slowed does not decide (on a machine busy with other work, a full collection
+also slows the code after it, by the script's own timing without any profiler: that is
+the code's time, not the collector's).
 """
 
 from __future__ import annotations
@@ -91,8 +91,7 @@ def test_a_planted_delay_lands_on_its_cause(
     added, timed = _added(runs, name), _timed(runs, name, key)
     assert timed > 1e6  # the delay is real: at least a millisecond per step
     assert moved >= SHARE * timed, (name, moved, timed)
-    if name != "gc":
-        assert moved >= SHARE * added, (name, moved, added)
+    assert moved >= SHARE * added, (name, moved, added)
     for other in ("data", "sync", "comm", "compile", "gc", "layer", "optimizer", "other"):
         if other != cause:
             grew = _median(runs[name][0], other) - _median(runs["plain"][0], other)
