@@ -48,6 +48,11 @@ def build_report(
     meta = profile.meta
     window = choose_window(profile.iterations, (meta.session_start_ns, meta.session_end_ns),
                            all_iterations=all_iterations)  # fmt: skip
+    # First, while no table's copy of the ops is held: its transient arrays then raise the
+    # peak least (the window's cut of the kernels below is a copy).
+    sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
+                     profile.iterations, devices)  # fmt: skip
+    between_tables()
     kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
     ranges = cut_ranges(
         profile.ranges, step_of(profile.ranges["start_ns"].to_numpy(), profile.iterations), window
@@ -56,8 +61,6 @@ def build_report(
     layers = layers_table(kernels, ranges, profile.iterations, window,
                           facts=profile.facts, gpus=profile.gpus)  # fmt: skip
     between_tables()
-    sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
-                     profile.iterations, devices)  # fmt: skip
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices, idle=sums
     )

@@ -21,38 +21,47 @@ def innermost_at(ranges: pd.DataFrame, pid: int, tid: int, t: np.ndarray) -> np.
     innermost range holding it, by the op rule above (push/pop on the thread first, else
     start/end in the process), as a half-open ``[start, end)``: the range a launch starting
     at ``t`` would get, except that an instant at a range's end is past it. -1 where no
-    range holds it.
-
-    The report's idle partition labels each stretch of a thread's time with this
-    (report/idle/): what holds the stretch's first nanosecond holds all of it there. One
-    thread, so no composite keys: its ranges alone are searched."""
-    t = np.asarray(t, dtype=np.int64)
-    if ranges.empty or t.size == 0:
-        return np.full(t.size, -1, dtype=np.int64)
-    start = ranges["start_ns"].to_numpy(dtype=np.int64)
-    end = ranges["end_ns"].to_numpy(dtype=np.int64)
-    ids = ranges["range_id"].to_numpy(dtype=np.int64)
-    same = ranges["pid"].to_numpy(dtype=np.int64) == pid
-    push_pop = (ranges["style"] == PUSH_POP).to_numpy(dtype=bool)
-    on_thread = same & push_pop & (ranges["tid"].to_numpy(dtype=np.int64) == tid)
-    inner = _latest_holding(np.flatnonzero(on_thread), start, end, ids, t)
-    missing = np.flatnonzero(inner < 0)
-    if missing.size:
-        found = _latest_holding(np.flatnonzero(same & ~push_pop), start, end, ids, t[missing])
-        inner[missing] = found
-    return inner
+    range holds it."""
+    return RangeLookup(ranges, pid, tid).at(t)
 
 
-def _latest_holding(
-    rows: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray, t: np.ndarray
-) -> np.ndarray:
-    """Of ``rows``, the last in range order with ``start <= t < end``, per instant; -1."""
-    if rows.size == 0:
-        return np.full(t.size, -1, dtype=np.int64)
-    s = start[rows]
-    if (np.diff(s) < 0).any() or (np.diff(ids[rows]) < 0).any():
-        order = np.lexsort((ids[rows], s))
-        rows, s = rows[order], s[order]
-    hi = np.searchsorted(s, t, side="right")
-    j = last_at_least(end[rows], np.zeros(t.size, dtype=np.int64), hi, t + 1)
-    return np.where(j >= 0, rows[np.maximum(j, 0)], -1)
+class RangeLookup:
+    """:func:`innermost_at` for one thread, its ranges found and ordered once (the idle
+    partition asks it chunk after chunk). One thread, so no composite keys."""
+
+    def __init__(self, ranges: pd.DataFrame, pid: int, tid: int) -> None:
+        start = ranges["start_ns"].to_numpy(dtype=np.int64)
+        end = ranges["end_ns"].to_numpy(dtype=np.int64)
+        ids = ranges["range_id"].to_numpy(dtype=np.int64)
+        same = ranges["pid"].to_numpy(dtype=np.int64) == pid
+        push_pop = (ranges["style"] == PUSH_POP).to_numpy(dtype=bool)
+        on_thread = same & push_pop & (ranges["tid"].to_numpy(dtype=np.int64) == tid)
+        self._pushed = _Ordered(np.flatnonzero(on_thread), start, end, ids)
+        self._started = _Ordered(np.flatnonzero(same & ~push_pop), start, end, ids)
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=np.int64)
+        inner = self._pushed.latest_holding(t)
+        missing = np.flatnonzero(inner < 0)
+        if missing.size:
+            inner[missing] = self._started.latest_holding(t[missing])
+        return inner
+
+
+class _Ordered:
+    """Some ranges in range order (start, then id), with their starts and ends."""
+
+    def __init__(self, rows: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray):
+        s = start[rows]
+        if (np.diff(s) < 0).any() or (np.diff(ids[rows]) < 0).any():
+            order = np.lexsort((ids[rows], s))
+            rows, s = rows[order], s[order]
+        self.rows, self.start, self.end = rows, s, end[rows]
+
+    def latest_holding(self, t: np.ndarray) -> np.ndarray:
+        """The last range with ``start <= t < end``, per instant; -1 where none."""
+        if self.rows.size == 0:
+            return np.full(t.size, -1, dtype=np.int64)
+        hi = np.searchsorted(self.start, t, side="right")
+        j = last_at_least(self.end, np.zeros(t.size, dtype=np.int64), hi, t + 1)
+        return np.where(j >= 0, self.rows[np.maximum(j, 0)], -1)

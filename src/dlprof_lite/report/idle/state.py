@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.numeric import cat_mask, range_positions
-from dlprof_lite.report.idle.lookup import innermost_at
+from dlprof_lite.report.idle.lookup import RangeLookup
 from dlprof_lite.report.intervals import Segments, merge
 from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN, LAUNCH_API_PATTERN
 from dlprof_lite.rules.comm import COMM_DOMAINS, is_comm_range
@@ -59,6 +59,9 @@ class Threads:
     _layer: np.ndarray = field(init=False)
     _phase: np.ndarray = field(init=False)
     _quiet: np.ndarray = field(init=False)  # entering or leaving it changes no label
+    _states: dict[tuple[Thread, bool], _State] = field(init=False, default_factory=dict)
+    _lookups: dict[Thread, RangeLookup] = field(init=False, default_factory=dict)
+    _spans: dict[int, tuple[RangeLookup, np.ndarray]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         api, ranges = self.api, self.ranges
@@ -119,37 +122,66 @@ class Threads:
         on = (r["tid"].to_numpy() == thread[1]) | (r["style"] != PUSH_POP).to_numpy(dtype=bool)
         return np.flatnonzero(same & on & ~self._quiet)
 
-    def cut(self, thread: Thread, start: np.ndarray, end: np.ndarray, *, launch: bool) -> Labels:
-        """``[start, end)`` pieces of time the thread explains, cut where its state changes,
-        each labelled. ``launch``: launch calls are a cause of their own (the device's
-        partition); else they are the work of the layer that makes them (the host's)."""
+    def prepare(self, thread: Thread, start: np.ndarray, end: np.ndarray, *, launch: bool) -> None:
+        """Find what the thread does during the stretches ``[start, end)`` it explains (all
+        of them, before :meth:`cut` takes them a chunk at a time): only what meets them is
+        kept (a million launch calls are mostly inside busy device time). ``launch``: launch
+        calls are a cause of their own (the device's partition); else they are the work of
+        the layer that makes them (the host's)."""
+        union = merge(start, end)
         rows = self._thread_rows(thread)
-        sync, comm = self._api_of(thread, 1), self._ranges_of(rows[self._comm[rows]])
         process = self.ranges["pid"].to_numpy() == thread[0]
-        gc = self._ranges_of(np.flatnonzero(self._gc & process))
-        # The data and compile phases hold the whole process whatever range is innermost:
-        # Dynamo compiles inside the model's own call (its module range).
-        data, compiling = (self._ranges_of(np.flatnonzero(self._named(n) & process))
-                           for n in ("data", "compile"))  # fmt: skip
-        calls = self._api_of(thread, 2) if launch else _none()
+
+        def meeting(segments: Segments) -> Segments:
+            return _meeting(union, segments)
+
         r = self.ranges
-        edges = _sorted(r["start_ns"].to_numpy()[rows], r["end_ns"].to_numpy()[rows], *sync,
-                        *comm, *gc, *calls, *data, *compiling)  # fmt: skip
+        bounds = np.concatenate([r["start_ns"].to_numpy()[rows], r["end_ns"].to_numpy()[rows]])
+        state = _State(
+            sync=meeting(self._api_of(thread, 1)),
+            comm=meeting(self._ranges_of(rows[self._comm[rows]])),
+            gc=meeting(self._ranges_of(np.flatnonzero(self._gc & process))),
+            # The data and compile phases hold the whole process whatever range is
+            # innermost: Dynamo compiles inside the model's own call (its module range).
+            data=meeting(self._ranges_of(np.flatnonzero(self._named("data") & process))),
+            compiling=meeting(self._ranges_of(np.flatnonzero(self._named("compile") & process))),
+            calls=meeting(self._api_of(thread, 2)) if launch else _none(),
+            bounds=_sorted(bounds[_inside(union, bounds)]),
+            lookup=self._lookup(thread),
+        )
+        self._states[(thread, launch)] = state
+
+    def cut(self, thread: Thread, start: np.ndarray, end: np.ndarray, *, launch: bool) -> Labels:
+        """``[start, end)`` pieces of time the thread explains (some of those it was
+        :meth:`prepare`-d for, else all of them), cut where its state changes, each labelled."""
+        if (thread, launch) not in self._states:
+            self.prepare(thread, start, end, launch=launch)
+        st = self._states[(thread, launch)]
+        lo = int(start.min()) if start.size else 0
+        hi = int(end.max()) if end.size else 0
+        near = [_between(seg, lo, hi) for seg in st.segments()]
+        edges = _sorted(st.bounds[np.searchsorted(st.bounds, lo):np.searchsorted(st.bounds, hi)],
+                        *(x for seg in near for x in seg))  # fmt: skip
         s, e, source = _split(start, end, edges)
-        at = innermost_at(r, thread[0], thread[1], s)
+        at = st.lookup.at(s)
         layer, phase = self._of_range(self._layer, at), self._of_range(self._phase, at)
         phase = np.where(phase >= 0, phase, self._span_phase(thread[0], s))
         cause = np.full(s.size, _CAUSE["other"], dtype=np.int8)
         # Lowest precedence first: each later rule overwrites what it holds.
         cause[phase == _PHASE["optimizer"]] = _CAUSE["optimizer"]
         cause[layer >= 0] = _CAUSE["layer"]
-        cause[_inside(calls, s)] = _CAUSE["launch"]
-        cause[_inside(gc, s)] = _CAUSE["gc"]
-        cause[(phase == _PHASE["compile"]) | _inside(compiling, s)] = _CAUSE["compile"]
-        cause[_inside(comm, s)] = _CAUSE["comm"]
-        cause[_inside(sync, s)] = _CAUSE["sync"]
-        cause[(phase == _PHASE["data"]) | _inside(data, s)] = _CAUSE["data"]
+        cause[_inside(st.calls, s)] = _CAUSE["launch"]
+        cause[_inside(st.gc, s)] = _CAUSE["gc"]
+        cause[(phase == _PHASE["compile"]) | _inside(st.compiling, s)] = _CAUSE["compile"]
+        cause[_inside(st.comm, s)] = _CAUSE["comm"]
+        cause[_inside(st.sync, s)] = _CAUSE["sync"]
+        cause[(phase == _PHASE["data"]) | _inside(st.data, s)] = _CAUSE["data"]
         return Labels(s, e, source, cause, layer, phase)
+
+    def _lookup(self, thread: Thread) -> RangeLookup:
+        if thread not in self._lookups:
+            self._lookups[thread] = RangeLookup(self.ranges, thread[0], thread[1])
+        return self._lookups[thread]
 
     def _named(self, phase: str) -> np.ndarray:
         """Our phase ranges of one name."""
@@ -169,15 +201,43 @@ class Threads:
     def _span_phase(self, pid: int, t: np.ndarray) -> np.ndarray:
         """The innermost phase range of the process holding each instant, else other."""
         out = np.full(t.size, _PHASE["other"], dtype=np.int64)
-        rows = self._phase_rows
-        if rows.size == 0 or t.size == 0:
+        if self._phase_rows.size == 0 or t.size == 0:
             return out
-        phases = self.ranges.iloc[rows]
-        at = innermost_at(phases, pid, -1, t)
-        names = phases["name"].astype(str).to_numpy()
+        if pid not in self._spans:
+            phases = self.ranges.iloc[self._phase_rows]
+            codes = np.array([_PHASE[str(n)] for n in phases["name"]], dtype=np.int64)
+            self._spans[pid] = (RangeLookup(phases, pid, -1), codes)
+        lookup, codes = self._spans[pid]
+        at = lookup.at(t)
         found = at >= 0
-        out[found] = [_PHASE[n] for n in names[at[found]]]
+        out[found] = codes[at[found]]
         return out
+
+
+@dataclass(frozen=True)
+class _State:
+    """What one thread does during the stretches it explains: sorted, disjoint segments of
+    each state, the sorted edges of its ranges, and its range lookup."""
+
+    sync: Segments
+    comm: Segments
+    gc: Segments
+    data: Segments
+    compiling: Segments
+    calls: Segments
+    bounds: np.ndarray
+    lookup: RangeLookup
+
+    def segments(self) -> tuple[Segments, ...]:
+        return self.sync, self.comm, self.gc, self.data, self.compiling, self.calls
+
+
+def _between(segments: Segments, lo: int, hi: int) -> Segments:
+    """The sorted, disjoint segments that overlap ``[lo, hi]`` (views)."""
+    seg_s, seg_e = segments
+    a = int(np.searchsorted(seg_e, lo, side="right"))
+    b = int(np.searchsorted(seg_s, hi, side="right"))
+    return seg_s[a:b], seg_e[a:b]
 
 
 def _comm_rows(name: pd.Series, domain: pd.Series) -> np.ndarray:
@@ -198,6 +258,17 @@ def _sorted(*parts: np.ndarray) -> np.ndarray:
     np.not_equal(edges[1:], edges[:-1], out=keep[1:])
     out: np.ndarray = edges[keep]
     return out
+
+
+def _meeting(union: Segments, segments: Segments) -> Segments:
+    """The sorted, disjoint ``segments`` that overlap the sorted, disjoint ``union``."""
+    seg_s, seg_e = segments
+    if seg_s.size == 0 or union[0].size == 0:
+        return _none()
+    k = np.searchsorted(union[1], seg_s, side="right")  # the first union part ending later
+    keep = k < union[0].size
+    keep[keep] = union[0][k[keep]] < seg_e[keep]
+    return seg_s[keep], seg_e[keep]
 
 
 def _none() -> Segments:

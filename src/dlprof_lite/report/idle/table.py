@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import ordered
 from dlprof_lite.report.model import analysed, empty_report
 from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST, HOST_CAUSES, cause_column
@@ -22,18 +23,24 @@ _KEYS = ["kind", "cause", "layer", "phase"]
 def cause_columns(sums: pd.DataFrame, iterations: pd.Series) -> pd.DataFrame:
     """Per iteration (``iterations``: their numbers, in the table's order), the nanoseconds of
     each cause: ``idle_<cause>_ns`` (devices) and ``host_<cause>_ns`` (the main thread)."""
-    out = pd.DataFrame(0, index=range(len(iterations)), columns=list(CAUSE_COLUMNS),
-                       dtype=np.int64)  # fmt: skip
-    if sums.empty:
-        return out
-    column = [cause_column(k, c) for k, c in zip(sums["kind"], sums["cause"], strict=True)]
-    wide = (pd.DataFrame({"iteration": sums["iteration"].to_numpy(dtype=np.int64),
-                          "column": column, "ns": sums["ns"].to_numpy(dtype=np.int64)})
-            .groupby(["iteration", "column"])["ns"].sum().unstack(fill_value=0))  # fmt: skip
-    found = wide.reindex(index=iterations.to_numpy(dtype=np.int64), columns=list(CAUSE_COLUMNS),
-                         fill_value=0)  # fmt: skip
-    out[:] = found.fillna(0).to_numpy(dtype=np.int64)
-    return out
+    out = np.zeros((len(iterations), len(CAUSE_COLUMNS)), dtype=np.int64)
+    if len(sums):
+        # On the sums' category codes: naming each of a quarter of a million rows' column
+        # took 0.4 s at a million kernels.
+        kind = pd.Categorical(sums["kind"], categories=list(KIND_CAUSES))
+        cause = pd.Categorical(sums["cause"], categories=list(DEVICE_CAUSES))
+        column = np.full((len(KIND_CAUSES), len(DEVICE_CAUSES)), -1, dtype=np.int64)
+        for k, (name, causes) in enumerate(KIND_CAUSES.items()):
+            for c in causes:
+                column[k, DEVICE_CAUSES.index(c)] = CAUSE_COLUMNS.index(cause_column(name, c))
+        col = column[np.asarray(kind.codes), np.asarray(cause.codes)]
+        row = pd.Index(iterations.to_numpy(dtype=np.int64)).get_indexer(
+            sums["iteration"].to_numpy(dtype=np.int64))
+        keep = (row >= 0) & (col >= 0)
+        cells = sum_by(row[keep] * len(CAUSE_COLUMNS) + col[keep],
+                       sums["ns"].to_numpy(dtype=np.int64)[keep], out.size)  # fmt: skip
+        out = cells.reshape(out.shape)
+    return pd.DataFrame(out, columns=list(CAUSE_COLUMNS))
 
 
 def idle_table(sums: pd.DataFrame, iterations: pd.DataFrame, devices: int) -> pd.DataFrame:
@@ -47,7 +54,7 @@ def idle_table(sums: pd.DataFrame, iterations: pd.DataFrame, devices: int) -> pd
     mine = sums[np.isin(sums["iteration"].to_numpy(dtype=np.int64), numbers)]
     if mine.empty:
         return empty_report("idle")
-    keyed = mine.assign(layer=mine["layer"].fillna(""), phase=mine["phase"].fillna(""))
+    keyed = mine.assign(**{k: mine[k].astype(object).fillna("") for k in _KEYS})
     grid = (keyed.groupby([*_KEYS, "iteration"], sort=False)["ns"].sum()
             .unstack("iteration", fill_value=0)
             .reindex(columns=numbers, fill_value=0))  # fmt: skip
