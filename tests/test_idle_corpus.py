@@ -89,3 +89,27 @@ def test_causes_add_up_to_the_idle_time_on_real_exports(corpus_dir: Path, path: 
             checked += 1
     if not checked:
         pytest.skip("no steps and no repeated top-level range in this export")
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["YoonKyonghwan__EfficientCenterFormer__baseline.sqlite",
+                                  "hpcgroup__pipit__pipit_tests_data_saxpy-mpi-cuda_nsys_"
+                                  "perlmutter0.sqlite"])  # fmt: skip
+def test_labelling_a_chunk_at_a_time_changes_nothing(
+    corpus_dir: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The partition labels long runs a chunk of stretches (and of steps) at a time; chunks
+    of 3 stretches and 1 step give every figure the one-chunk run gives (a CPU-side export
+    of 304 steps; a GPU one of 5 steps and hundreds of idle stretches)."""
+    from dlprof_lite.report.idle import partition
+
+    path = corpus_dir / name
+    columns = [cause_column(DEVICE, c) for c in DEVICE_CAUSES] + [
+        cause_column(HOST, c) for c in HOST_CAUSES]
+    whole = dlprof_lite.analyze(path)
+    monkeypatch.setattr(partition, "CHUNK", 3)
+    monkeypatch.setattr(partition, "CHUNK_STEPS", 1)
+    chunked = dlprof_lite.analyze(path)
+    assert len(whole.iterations) >= 5
+    pd.testing.assert_frame_equal(whole.iterations[columns], chunked.iterations[columns])
+    pd.testing.assert_frame_equal(whole.idle, chunked.idle)
