@@ -179,3 +179,15 @@ def test_real_backend_has_the_names_ready_before_any_collection() -> None:
     worker.start()
     worker.join(timeout=10)
     assert not worker.is_alive(), "the gc range waited on the backend's lock"
+
+
+def test_collections_after_the_run_are_not_recorded(rec: Recorder) -> None:
+    """At exit (Annotation.close) the callback goes first: the FLOP count, the hook cost's
+    calibration and the interpreter's shutdown collect garbage that is not the program's
+    (it stretched the run's recorded end by half a second on a real CPU run)."""
+    annotation = install("phases")
+    assert len(ours()) == 1
+    annotation.close()
+    assert not ours()
+    gc.collect()
+    assert not gc_ranges(rec)

@@ -98,9 +98,14 @@ def test_advice_on_the_training_profile(report) -> None:
         ("eligible_non_tc_share", "high"),  # 54 % >= 25 %
         ("launch_overhead_pct", "high"),  # 51.6 % >= 15 %
         ("step_utilization", "high"),  # 15.6 % < 20 %
+        # the GPU idle 24 + 16 + 12 % of the step for code outside phases, and in the forward
+        # and backward outside layers: the loop's own code (>= 20 %)
+        ("idle.step_pct[device other]", "high"),
         ("step_data_wall_pct", "warn"),  # 8 % >= 5 %
         ("sync_memcpy_count", "warn"),
         ("pageable_async_count", "warn"),
+        ("idle.step_pct[device layer]", "warn"),  # 7.2 + 3.6 + 1.2 % in fc1 and act
+        ("idle.step_pct[device optimizer]", "warn"),  # 7.2 % >= 5 %
         ("sync_api_pct", "info"),  # 2 % < 5 %
     ]
     tc = advice.iloc[0]
@@ -207,8 +212,9 @@ def test_sync_memcpy_selection_follows_the_nsys_rule() -> None:
 
 def test_every_threshold_is_cited_and_used() -> None:
     from dlprof_lite.report import denominators, facts, summary
+    from dlprof_lite.report.idle import advice as idle_rules
 
-    modules = (rules, facts, summary, denominators)
+    modules = (rules, facts, summary, denominators, idle_rules)
     source = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in modules)
     for key, t in THRESHOLDS.items():
         assert t.citation and t.rule, key

@@ -132,8 +132,12 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         undo.append(warmup.remove)
     undo.append(_wrap_dataloader_next(torch, tracker))
     undo.append(_watch_compilation(tracker))
-    undo.append(gc_ranges.install(tracker.backend))  # last in: the first hook removed
+    stop_gc = gc_ranges.install(tracker.backend)
+    undo.append(stop_gc)  # last in: the first hook removed
     _installed = Annotation(undo, tracker)
+    # The program's run ends at exit: collections after it (the FLOP count's, the hook cost's
+    # calibration, the interpreter's shutdown) are not its time, and would stretch its end.
+    _installed.on_exit.append(stop_gc)
     _installed.on_exit.append(ranges.close)
     return _installed
 

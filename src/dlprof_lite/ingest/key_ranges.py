@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.levels import by_level
-from dlprof_lite.numeric import range_positions
-from dlprof_lite.rules.names import DOMAIN, MODULE_RANGE_RE, PHASES
+from dlprof_lite.numeric import cat_mask, range_positions
+from dlprof_lite.rules.names import DOMAIN, GC_RANGE_PREFIX, MODULE_RANGE_RE, PHASES
 from dlprof_lite.rules.steps import MAYBE_STEP_RE, OP_MARKER_RE, step_key
 
 # A key must repeat on one thread at least this often: one instance is no loop.
@@ -166,7 +166,8 @@ def repeated_names(
     ``limit`` names: the most-repeated rule's candidates, in the order it tries them.
 
     Names in the default NVTX domain come first: libraries such as cuBLAS or NCCL push their
-    own repeated ranges in their own domains. Op markers never count.
+    own repeated ranges in their own domains. Op markers and the annotation's garbage
+    collections (``gc:<generation>``, repeated wherever the program allocates) never count.
     """
     top = ranges[
         _closed(ranges)
@@ -174,11 +175,19 @@ def repeated_names(
         & (ranges["style"] == "push_pop").to_numpy()
     ]
     marker = _per_name(top["name"], lambda n: True, OP_MARKER_RE)
-    top = top[pd.isna(marker)]
+    top = top[pd.isna(marker) & ~collections(top)]
     default = (top["domain"].astype("object") == "").to_numpy()
     names = [*_ranked_names(top[default]), *_ranked_names(top[~default])]
     for name in list(dict.fromkeys(names))[:limit]:
         yield top[(top["name"] == name).to_numpy()], name
+
+
+def collections(ranges: pd.DataFrame) -> np.ndarray:
+    """The annotation's ``gc:<generation>`` ranges: no step, and none of the program's own
+    structure (a collection runs wherever the program happens to allocate)."""
+    ours = (ranges["domain"] == DOMAIN).to_numpy(dtype=bool)
+    found: np.ndarray = ours & cat_mask(ranges["name"], lambda s: s.str.startswith(GC_RANGE_PREFIX))
+    return found
 
 
 def most_repeated(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:

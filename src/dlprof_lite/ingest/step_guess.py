@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.durations import coarse
+from dlprof_lite.ingest.key_ranges import collections
 from dlprof_lite.rules.iterations import (
     GUESS_MAX_CV,
     GUESS_MIN_COVERAGE,
@@ -87,7 +88,8 @@ class Work:
 
     def _main_thread(self) -> Segments:
         r = self._ranges
-        top = r[(r["depth"] == 0).to_numpy(dtype=bool) & r["closed"].to_numpy(dtype=bool)]
+        top = r[(r["depth"] == 0).to_numpy(dtype=bool) & r["closed"].to_numpy(dtype=bool)
+                & ~collections(r)]  # fmt: skip
         best: Segments = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         for _, g in top.groupby(["pid", "tid"], sort=True):
             found = union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
