@@ -227,7 +227,7 @@ def test_long_durations_reach_hours() -> None:
 
 
 def test_console_text_acts_on_no_markup_or_emoji_code() -> None:
-    from dlprof_lite.render.console import _text
+    from dlprof_lite.render.console_lines import line_text as _text
 
     buffer = io.StringIO()
     Console(file=buffer, width=200, force_terminal=True).print(

@@ -30,7 +30,7 @@ from builders import build_marks, fact_mark
 from conftest import corpus_files
 from dlprof_lite.annotate import bootstrap
 from dlprof_lite.ingest.facts import facts_of
-from dlprof_lite.render.console import _header_lines
+from dlprof_lite.render.console_lines import header_lines as _header_lines
 from dlprof_lite.report.run_facts import process_summary, read_run_facts
 
 FIELDS = {"Hostname": "host", "OsDescription": "os", "NvDriverVersion": "driver_version",
