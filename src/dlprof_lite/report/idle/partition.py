@@ -26,8 +26,9 @@ import pandas as pd
 
 from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.frames import gpu_ops
-from dlprof_lite.report.idle.state import PHASE_VALUES, Labels, Thread, Threads
+from dlprof_lite.report.idle.state import Labels, Thread, Threads
 from dlprof_lite.report.intervals import merge
+from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST
 from dlprof_lite.rules.names import DOMAIN, ITERATION, PHASES
 
@@ -248,7 +249,7 @@ def _host(
         labels = threads.cut(main, t0[steps], t1[steps], launch=False)
         win = steps[labels.source]
         other = labels.cause == DEVICE_CAUSES.index("other")
-        waiting = other & (labels.phase == PHASE_VALUES.index("backward")) & (labels.layer < 0)
+        waiting = other & (labels.phase == PHASE_COLUMNS.index("backward")) & (labels.layer < 0)
         if worker is None or not waiting.any():
             sums.add(labels, win)
             continue
@@ -307,7 +308,7 @@ class _Sums:
 
     def __init__(self, kind: str, threads: Threads) -> None:
         self.kind, self.threads = kind, threads
-        self.sizes = (len(DEVICE_CAUSES), threads.layers.size + 1, len(PHASE_VALUES) + 1)
+        self.sizes = (len(DEVICE_CAUSES), threads.layers.size + 1, len(PHASE_COLUMNS) + 1)
         self.keys: list[np.ndarray] = []
         self.totals: list[np.ndarray] = []
 
@@ -347,6 +348,6 @@ class _Sums:
             "iteration": numbers[win_of],
             "cause": pd.Categorical.from_codes(cause_of, categories=pd.Index(DEVICE_CAUSES)),
             "layer": pd.Categorical.from_codes(layer_of, categories=self.threads.layers),
-            "phase": pd.Categorical.from_codes(phase_of, categories=pd.Index(PHASE_VALUES)),
+            "phase": pd.Categorical.from_codes(phase_of, categories=pd.Index(PHASE_COLUMNS)),
             "ns": total,
         })  # fmt: skip

@@ -21,21 +21,21 @@ import pandas as pd
 from dlprof_lite.numeric import cat_mask, range_positions
 from dlprof_lite.report.idle.lookup import RangeLookup
 from dlprof_lite.report.intervals import Segments, merge
+from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN, LAUNCH_API_PATTERN
 from dlprof_lite.rules.comm import COMM_DOMAINS, is_comm_range
 from dlprof_lite.rules.idle import DEVICE_CAUSES
 from dlprof_lite.rules.names import DOMAIN, GC_RANGE_PREFIX, PHASES, PUSH_POP
 
-PHASE_VALUES = (*PHASES, "other")
 _CAUSE = {c: np.int8(i) for i, c in enumerate(DEVICE_CAUSES)}
-_PHASE = {p: i for i, p in enumerate(PHASE_VALUES)}
+_PHASE = {p: i for i, p in enumerate(PHASE_COLUMNS)}
 Thread = tuple[int, int]  # (pid, tid)
 
 
 @dataclass(frozen=True)
 class Labels:
     """Pieces of time and what held them: cause codes into DEVICE_CAUSES, layer codes into
-    ``Threads.layers`` (-1: none), phase codes into PHASE_VALUES."""
+    ``Threads.layers`` (-1: none), phase codes into PHASE_COLUMNS."""
 
     start: np.ndarray
     end: np.ndarray
