@@ -20,10 +20,17 @@ from rich.console import Console
 from builders import R, make_profile, phase
 from dlprof_lite.durations import short
 from dlprof_lite.render.console import render
-from dlprof_lite.render.page.idle_chart import CAUSE_WORDS, IDLE_BARS, idle_figure
+from dlprof_lite.render.page.idle_chart import IDLE_BARS, idle_figure
 from dlprof_lite.report.build import build_report
 from dlprof_lite.report.model import Report, empty_idle
-from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST, HOST_CAUSES, cause_column
+from dlprof_lite.rules.idle import (
+    CAUSE_WORDS,
+    DEVICE,
+    DEVICE_CAUSES,
+    HOST,
+    HOST_CAUSES,
+    cause_column,
+)
 from test_html_page import assert_plotly_figure, read
 from test_idle_partition import DEVICE_PLANTED, planted
 

@@ -13,14 +13,13 @@ from rich.text import Text
 
 from dlprof_lite.durations import long, span
 from dlprof_lite.render.page.html import has_gpu
-from dlprof_lite.render.page.idle_chart import CAUSE_WORDS
 from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import duration as _t
 from dlprof_lite.report.units import percent as _pct
-from dlprof_lite.rules.idle import DEVICE, HOST
+from dlprof_lite.rules.idle import CAUSE_WORDS, DEVICE, HOST
 from dlprof_lite.safe_text import printable
 
 TOP = 5

@@ -45,7 +45,3 @@ def is_comm_kernel(name: str) -> bool:
 # collectives whatever their name.
 COMM_RANGE_RE = re.compile(r"^(?:nccl(?::|[A-Z])|gloo:|ucc:|c10d::|MPI_|ddp:bucket:\d)")
 COMM_DOMAINS = ("NCCL", "MPI")
-
-
-def is_comm_range(name: str, domain: str) -> bool:
-    return domain in COMM_DOMAINS or COMM_RANGE_RE.match(name) is not None

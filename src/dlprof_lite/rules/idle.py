@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 class Cause(NamedTuple):
     name: str
+    words: str  # what it means in a newcomer's words: the console and the page say these
     doc: str
 
 
@@ -31,27 +32,39 @@ DEVICE = "device"
 HOST = "host"
 
 _CAUSES = (
-    Cause("data", "waiting for the next batch: the data phase (DataLoader, transfers it makes)"),
-    Cause("sync", "host synchronisation: inside a synchronising CUDA call (cudaStreamSynchronize "
+    Cause("data", "waiting for data",
+          "waiting for the next batch: the data phase (DataLoader, transfers it makes)"),
+    Cause("sync", "host synchronisation (.item()/.cpu(), synchronize)",
+          "host synchronisation: inside a synchronising CUDA call (cudaStreamSynchronize "
           "from .item()/.cpu(), cudaDeviceSynchronize, blocking copies, cudaFree); the layer "
           "or phase that called it beside it"),
-    Cause("comm", "inside a collective call on the host (a DDP bucket's all-reduce, NCCL/gloo "
+    Cause("comm", "collective calls on the host (all-reduce)",
+          "inside a collective call on the host (a DDP bucket's all-reduce, NCCL/gloo "
           "ranges)"),
-    Cause("compile", "torch.compile (Dynamo/Inductor) compiling: the compile phase"),
-    Cause("gc", "Python's garbage collector running (any thread of the process: it holds the "
+    Cause("compile", "torch.compile compiling",
+          "torch.compile (Dynamo/Inductor) compiling: the compile phase"),
+    Cause("gc", "Python's garbage collector",
+          "Python's garbage collector running (any thread of the process: it holds the "
           "interpreter)"),
-    Cause("launch", "launch-bound: inside a launch call (kernel, graph, copy, memset) while the "
+    Cause("launch", "launch-bound (the host launching work)",
+          "launch-bound: inside a launch call (kernel, graph, copy, memset) while the "
           "device has nothing queued"),
-    Cause("layer", "host work in the layer named beside it: inside its module range, in no "
+    Cause("layer", "host work in layers",
+          "host work in the layer named beside it: inside its module range, in no "
           "call above"),
-    Cause("optimizer", "optimizer host work: in the optimizer phase, in no layer"),
-    Cause("other", "other host work inside the step (the training loop's own code, logging, "
+    Cause("optimizer", "optimizer host work",
+          "optimizer host work: in the optimizer phase, in no layer"),
+    Cause("other", "other host work (the training loop, the loss, logging)",
+          "other host work inside the step (the training loop's own code, logging, "
           "the loss outside every module)"),
-    Cause("queued", "the next work was already launched: it waited for another stream, an "
+    Cause("queued", "queued behind other work (streams, events, launch latency)",
+          "the next work was already launched: it waited for another stream, an "
           "event or the device's own launch latency, not for the host"),
-    Cause("unknown", "no thread explains it: the next work's launch call is not in the export"),
+    Cause("unknown", "unknown (the launch call is not in the export)",
+          "no thread explains it: the next work's launch call is not in the export"),
 )
 CAUSE_DOCS = {c.name: c.doc for c in _CAUSES}
+CAUSE_WORDS = {c.name: c.words for c in _CAUSES}
 # The device partition: every cause, in precedence order.
 DEVICE_CAUSES = tuple(c.name for c in _CAUSES)
 # The main thread's partition: the host's own states (a launch call is its layer's work;

@@ -1,7 +1,7 @@
 """The idle chart: each analysed step's GPU idle time (a CPU run: its host time) by cause.
 
-Place in the pipeline: render (for render/page/html.py; the console's "Why the GPU waits"
-takes its words from here). One stacked bar per analysed step, one trace per cause in
+Place in the pipeline: render (for render/page/html.py; the causes' words, which the
+console says too, are rules/idle.py's). One stacked bar per analysed step, one trace per cause in
 rules/idle.py's order (its precedence), read from the iterations' ``idle_<cause>_ns`` on a
 GPU run (they add up to the step's ``phase_idle_ns``) or ``host_<cause>_ns`` on a CPU run
 (the main thread's; they add up to ``wall_ns``). A cause no charted step has gets no trace.
@@ -17,23 +17,16 @@ import pandas as pd
 from dlprof_lite.render.page.charts import PHASE_COLORS, base_layout, scaled, unit_for, whole_step
 from dlprof_lite.render.page.figures import Figure, figure, marker, text
 from dlprof_lite.report.model import analysed
-from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST, HOST_CAUSES, cause_column
+from dlprof_lite.rules.idle import (
+    CAUSE_WORDS,
+    DEVICE,
+    DEVICE_CAUSES,
+    HOST,
+    HOST_CAUSES,
+    cause_column,
+)
 
 IDLE_BARS = 500  # bars at most; more steps are averaged in runs of consecutive steps
-# What each cause means, in a newcomer's words (rules/idle.py has the exact definitions).
-CAUSE_WORDS = {
-    "data": "waiting for data",
-    "sync": "host synchronisation (.item()/.cpu(), synchronize)",
-    "comm": "collective calls on the host (all-reduce)",
-    "compile": "torch.compile compiling",
-    "gc": "Python's garbage collector",
-    "launch": "launch-bound (the host launching work)",
-    "layer": "host work in layers",
-    "optimizer": "optimizer host work",
-    "other": "other host work (the training loop, the loss, logging)",
-    "queued": "queued behind other work (streams, events, launch latency)",
-    "unknown": "unknown (the launch call is not in the export)",
-}
 # The phases' colours where a cause is a phase, so the step breakdown and this chart agree.
 CAUSE_COLORS = {
     "data": PHASE_COLORS["data"], "sync": "#e53935", "comm": "#00897b",

@@ -20,10 +20,10 @@ import pandas as pd
 
 from dlprof_lite.numeric import cat_mask, range_positions
 from dlprof_lite.report.idle.lookup import RangeLookup
-from dlprof_lite.report.intervals import Segments, merge
+from dlprof_lite.report.intervals import Segments, in_windows, merge
 from dlprof_lite.report.metrics import PHASE_COLUMNS
 from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN, LAUNCH_API_PATTERN
-from dlprof_lite.rules.comm import COMM_DOMAINS, is_comm_range
+from dlprof_lite.rules.comm import COMM_DOMAINS, COMM_RANGE_RE
 from dlprof_lite.rules.idle import DEVICE_CAUSES
 from dlprof_lite.rules.names import DOMAIN, GC_RANGE_PREFIX, PHASES, PUSH_POP
 
@@ -146,7 +146,7 @@ class Threads:
             data=meeting(self._ranges_of(np.flatnonzero(self._named("data") & process))),
             compiling=meeting(self._ranges_of(np.flatnonzero(self._named("compile") & process))),
             calls=meeting(self._api_of(thread, 2)) if launch else _none(),
-            bounds=_sorted(bounds[_inside(union, bounds)]),
+            bounds=_sorted(bounds[in_windows(bounds, *union)]),
             lookup=self._lookup(thread),
         )
         self._states[(thread, launch)] = state
@@ -170,12 +170,12 @@ class Threads:
         # Lowest precedence first: each later rule overwrites what it holds.
         cause[phase == _PHASE["optimizer"]] = _CAUSE["optimizer"]
         cause[layer >= 0] = _CAUSE["layer"]
-        cause[_inside(st.calls, s)] = _CAUSE["launch"]
-        cause[_inside(st.gc, s)] = _CAUSE["gc"]
-        cause[(phase == _PHASE["compile"]) | _inside(st.compiling, s)] = _CAUSE["compile"]
-        cause[_inside(st.comm, s)] = _CAUSE["comm"]
-        cause[_inside(st.sync, s)] = _CAUSE["sync"]
-        cause[(phase == _PHASE["data"]) | _inside(st.data, s)] = _CAUSE["data"]
+        cause[in_windows(s, *st.calls)] = _CAUSE["launch"]
+        cause[in_windows(s, *st.gc)] = _CAUSE["gc"]
+        cause[(phase == _PHASE["compile"]) | in_windows(s, *st.compiling)] = _CAUSE["compile"]
+        cause[in_windows(s, *st.comm)] = _CAUSE["comm"]
+        cause[in_windows(s, *st.sync)] = _CAUSE["sync"]
+        cause[(phase == _PHASE["data"]) | in_windows(s, *st.data)] = _CAUSE["data"]
         return Labels(s, e, source, cause, layer, phase)
 
     def _lookup(self, thread: Thread) -> RangeLookup:
@@ -243,7 +243,7 @@ def _between(segments: Segments, lo: int, hi: int) -> Segments:
 def _comm_rows(name: pd.Series, domain: pd.Series) -> np.ndarray:
     """Ranges that wrap a collective call (rules/comm.py), tested once per distinct name
     and once per distinct domain."""
-    by_name = cat_mask(name, lambda s: s.map(lambda n: is_comm_range(str(n), "")).astype(bool))
+    by_name = cat_mask(name, lambda s: s.str.contains(COMM_RANGE_RE))
     by_domain = cat_mask(domain, lambda s: s.isin(COMM_DOMAINS))
     out: np.ndarray = by_name | by_domain
     return out
@@ -274,16 +274,6 @@ def _meeting(union: Segments, segments: Segments) -> Segments:
 def _none() -> Segments:
     empty = np.empty(0, dtype=np.int64)
     return empty, empty
-
-
-def _inside(segments: Segments, t: np.ndarray) -> np.ndarray:
-    """Whether each instant lies in one of the sorted, disjoint segments."""
-    seg_s, seg_e = segments
-    if seg_s.size == 0:
-        return np.zeros(t.size, dtype=bool)
-    k = np.searchsorted(seg_s, t, side="right") - 1
-    out: np.ndarray = (k >= 0) & (t < seg_e[np.maximum(k, 0)])
-    return out
 
 
 def _split(

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.numeric import sum_by
-from dlprof_lite.report.frames import ordered
+from dlprof_lite.report.frames import ordered, share
 from dlprof_lite.report.model import analysed, empty_report
 from dlprof_lite.rules.idle import DEVICE, DEVICE_CAUSES, HOST, HOST_CAUSES, cause_column
 
@@ -68,8 +68,8 @@ def idle_table(sums: pd.DataFrame, iterations: pd.DataFrame, devices: int) -> pd
     step = {DEVICE: wall * devices, HOST: wall}
     kind = out["kind"].to_numpy(dtype=object)
     total = out["total_ns"].to_numpy(dtype=float)
-    out["share_pct"] = _pct(total, np.array([whole[k] for k in kind]))
-    out["step_pct"] = _pct(total, np.array([step[k] for k in kind]))
+    out["share_pct"] = share(total, np.array([whole[k] for k in kind])) * 100.0
+    out["step_pct"] = share(total, np.array([step[k] for k in kind])) * 100.0
     out = out[out["total_ns"] > 0]
     rank = {(k, c): i for i, (k, c) in enumerate(
         (k, c) for k, causes in KIND_CAUSES.items() for c in causes)}  # fmt: skip
@@ -77,12 +77,6 @@ def idle_table(sums: pd.DataFrame, iterations: pd.DataFrame, devices: int) -> pd
     out = out.sort_values(["_rank", "total_ns", "layer", "phase"],
                           ascending=[True, False, True, True]).drop(columns="_rank")  # fmt: skip
     return ordered(out.reset_index(drop=True), "idle")
-
-
-def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out: np.ndarray = np.where(whole > 0, part / np.where(whole > 0, whole, 1) * 100.0, np.nan)
-    return out
 
 
 def idle_summary(iterations: pd.DataFrame) -> dict[str, float | None]:
