@@ -31,8 +31,11 @@ REPORT_MODEL = {"dlprof_lite.report",  # the package itself: its __init__ import
 # The imports against the order on purpose: ``Report.save`` writes and ``Report.open`` reads
 # through render (a lazy import inside each method), so that a notebook's
 # ``report.save(folder)`` and ``Report.open(folder)`` work.
+# ``Report.what_if`` reads the report's profile again through the top-level what-if (ingest,
+# then report's replay), lazily too.
 ON_PURPOSE = {("dlprof_lite.report.model", "dlprof_lite.render.output"),
-              ("dlprof_lite.report.model", "dlprof_lite.render.reader")}  # fmt: skip
+              ("dlprof_lite.report.model", "dlprof_lite.render.reader"),
+              ("dlprof_lite.report.model", "dlprof_lite.whatif")}  # fmt: skip
 
 # Imports against the order that are still there, each with what it waits for. The list may
 # only shrink: a test fails when an entry is no longer needed, so it cannot go stale.

@@ -178,6 +178,7 @@ COMMANDS = {
     "report": "print or re-render a report folder (console, --html)",
     "compare": "compare two runs (folders, run ids or tags), with statistics",
     "runs": "the run store: list, show, export, rm recorded runs",
+    "whatif": "predict the step time with some work scaled (layer=NAME:0.5, phase=data:0)",
 }
 ALIASES = {"analyse": "analyze"}
 
@@ -267,6 +268,12 @@ def _compare() -> tuple[argparse.ArgumentParser, Handler]:
     return build_compare_parser(), cmd_compare
 
 
+def _whatif() -> tuple[argparse.ArgumentParser, Handler]:
+    from dlprof_lite.cli_whatif import build_whatif_parser, cmd_whatif
+
+    return build_whatif_parser(), cmd_whatif
+
+
 def _run() -> tuple[argparse.ArgumentParser, Handler]:
     from dlprof_lite.cli_run import cmd_run
     from dlprof_lite.launch.signals import signals_as_interrupts
@@ -282,6 +289,7 @@ def _run() -> tuple[argparse.ArgumentParser, Handler]:
 # anything else is the run form.
 HANDLERS: dict[str, Callable[[], tuple[argparse.ArgumentParser, Handler]]] = {
     "analyze": _analyze, "report": _report, "runs": _runs, "compare": _compare,
+    "whatif": _whatif,
 }  # fmt: skip
 
 

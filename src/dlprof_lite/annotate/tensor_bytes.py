@@ -31,6 +31,7 @@ Cost: nothing per call outside the measured step; in it, a dict update per saved
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -140,6 +141,7 @@ class SavedBytes:
         self.bytes = Bytes()
         self._param_keys: set[Key] | None = None
         self._context: Any = None
+        self._thread = 0
 
     def start(self) -> bool:
         """Push the saved-tensor hooks (False where torch refuses them)."""
@@ -153,13 +155,16 @@ class SavedBytes:
             context.__enter__()
         except RuntimeError:
             return False
-        self._context = context
+        self._context, self._thread = context, threading.get_ident()
         return True
 
     def stop(self) -> None:
+        """Pop the hooks, on the thread that pushed them: torch keeps them per thread, and a
+        module a model runs on a thread of its own (a pool) is a root call there too."""
+        if self._context is None or threading.get_ident() != self._thread:
+            return
         context, self._context = self._context, None
-        if context is not None:
-            context.__exit__(None, None, None)
+        context.__exit__(None, None, None)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         layer = self._innermost()

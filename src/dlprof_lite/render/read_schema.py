@@ -76,6 +76,7 @@ TEXT_COLUMNS = frozenset({
     "problem", "severity", "evidence", "recommendation", "metric", "citation",  # advice
     "kind", "full_name", "phase", "track",  # timeline
     "cause",  # idle (kind, layer, phase: above)
+    "part",  # critical, critical_path (track, name: above)
 })  # fmt: skip
 BOOL_COLUMNS = frozenset({"uses_tensor_cores", "warmup", "in_window", "tc_eligible", "straggler"})
 # Numbers that may be below 0: an id meaning "none" (-1), advice values and thresholds, and

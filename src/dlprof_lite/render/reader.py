@@ -31,6 +31,8 @@ from dlprof_lite.report.metrics import SCHEMA
 from dlprof_lite.report.model import (
     TABLES,
     Report,
+    empty_critical,
+    empty_critical_path,
     empty_idle,
     empty_ranks,
     empty_report,
@@ -39,9 +41,10 @@ from dlprof_lite.report.model import (
 from dlprof_lite.report.summary_types import Summary
 
 # Tables a report folder may lack (written by an older dlprof-lite): how to read their absence.
-OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {"timeline": empty_timeline,
-                                                   "ranks": empty_ranks,
-                                                   "idle": empty_idle}  # fmt: skip
+OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {
+    "timeline": empty_timeline, "ranks": empty_ranks, "idle": empty_idle,
+    "critical": empty_critical, "critical_path": empty_critical_path,
+}  # fmt: skip
 # The keys of a table's JSON document besides the summary's fields (writers.JsonWriter).
 HEAD = ("schema", "table", "definitions", "window")
 TABLE_KEYS = frozenset({*HEAD, "dtypes", "categories", "rows"})

@@ -14,6 +14,9 @@ import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
+from dlprof_lite.report.critical.graph import build_graph
+from dlprof_lite.report.critical.path import critical_paths
+from dlprof_lite.report.critical.table import critical_table, path_pieces
 from dlprof_lite.report.denominators import share_span
 from dlprof_lite.report.idle.partition import idle_sums
 from dlprof_lite.report.idle.table import idle_table
@@ -52,6 +55,10 @@ def build_report(
     # peak least (the window's cut of the kernels below is a copy).
     sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
                      profile.iterations, devices)  # fmt: skip
+    between_tables()
+    graph = build_graph(profile.kernels, profile.memops, profile.api, profile.ranges,
+                        profile.iterations, span=(meta.session_start_ns, meta.session_end_ns))
+    path = critical_paths(graph)
     between_tables()
     kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
     ranges = cut_ranges(
@@ -94,4 +101,6 @@ def build_report(
         timeline=timeline,
         ranks=ranks,
         idle=idle,
+        critical=critical_table(graph, path),
+        critical_path=path_pieces(graph, path, shown),
     )

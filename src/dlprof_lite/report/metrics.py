@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dlprof_lite.report.summary_types import SUMMARY_COLUMNS
 from dlprof_lite.rules.advice import THRESHOLDS
+from dlprof_lite.rules.critical import PART_DOCS
 from dlprof_lite.rules.idle import (
     CAUSE_DOCS,
     DEVICE,
@@ -346,6 +347,29 @@ IDLE_REPORT = _cols(
     ("step_pct", "%", "total_ns / the step's time x 100: device, wall x devices; host, wall"),
 )
 
+# The critical path of the analysed steps (report/critical/): one row per part, layer, phase.
+CRITICAL_REPORT = _cols(
+    ("part", "", "what held the path: " + "; ".join(f"{p}: {d}" for p, d in PART_DOCS.items())),
+    ("layer", "", "the layer of the node on the path (for a latency or wait: the node that "
+     "waited), empty if none"),
+    ("phase", "", "its phase: data, forward, backward, optimizer, compile or other"),
+    ("total_ns", "ns", "nanoseconds of the analysed steps' critical paths"),
+    ("step_mean_ns", "ns", "total_ns / analysed steps"),
+    ("share_pct", "%", "total_ns / the paths' whole x 100 (a step's path is its time: from "
+     "the previous step's completion, or its start if later, to its own completion)"),
+)
+
+# The path of the timeline's iteration, piece by piece, in time order (trace.json, the page).
+CRITICAL_PATH_REPORT = _cols(
+    ("start_ns", "ns", "piece start (session clock)"),
+    ("end_ns", "ns", "piece end"),
+    ("part", "", "host, device, latency or wait (as critical.csv)"),
+    ("track", "", "where the piece ran: 'thread <tid>' or 'GPU <id> stream <id>'"),
+    ("layer", "", "its layer, empty if none"),
+    ("phase", "", "its phase"),
+    ("name", "", "the kernel's name, or the host's state (rules/idle.py causes)"),
+)
+
 ADVICE_REPORT = _cols(
     ("problem", "", "what was found, in a few words"),
     ("severity", "", "high, warn or info"),
@@ -451,6 +475,8 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "timeline": TIMELINE_REPORT,
     "ranks": RANKS_REPORT,
     "idle": IDLE_REPORT,
+    "critical": CRITICAL_REPORT,
+    "critical_path": CRITICAL_PATH_REPORT,
     "runs": RUNS_REPORT,
 }
 

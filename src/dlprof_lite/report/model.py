@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,9 @@ from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.summary_types import Summary
 from dlprof_lite.report.units import of_scope
 from dlprof_lite.rules.outputs import FORMATS
+
+if TYPE_CHECKING:
+    from dlprof_lite.report.critical.prediction import Prediction
 
 RANK_INTS = ("rank", "pid", "device_id", "steps", "compute_ns", "comm_ns", "exposed_comm_ns",
              "comm_kernels", "data_ns", "kernels", "kernel_ns")  # fmt: skip
@@ -83,6 +87,28 @@ def typed_idle(frame: pd.DataFrame) -> pd.DataFrame:
     return typed
 
 
+CRITICAL_TEXT = ("part", "layer", "phase", "track", "name")
+
+
+def empty_critical() -> pd.DataFrame:
+    return typed_critical(empty_report("critical"), "critical")
+
+
+def empty_critical_path() -> pd.DataFrame:
+    return typed_critical(empty_report("critical_path"), "critical_path")
+
+
+def typed_critical(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """The critical or critical_path table's declared column order and dtypes."""
+    out = frame.reindex(columns=column_names(table)).reset_index(drop=True)
+    types: dict[str, object] = {}
+    for c in out.columns:
+        types[c] = object if c in CRITICAL_TEXT else (
+            "float64" if c in ("step_mean_ns", "share_pct") else "int64")
+    typed: pd.DataFrame = out.astype(types)  # type: ignore[arg-type]
+    return typed
+
+
 def empty_timeline() -> pd.DataFrame:
     """The timeline table with no rows, typed as a filled one."""
     return typed_timeline(empty_report("timeline"))
@@ -105,7 +131,7 @@ def typed_timeline(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
-          "ranks", "idle")  # fmt: skip
+          "ranks", "idle", "critical", "critical_path")  # fmt: skip
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/steps/window.py)
 
 
@@ -133,6 +159,10 @@ class Report:
     # Why the devices wait and where the main thread's step goes, per cause, layer and phase
     # (report/idle/); a folder written before it existed reads back with none.
     idle: pd.DataFrame = field(default_factory=empty_idle)
+    # The critical path: its parts over the analysed steps, and the timeline iteration's
+    # path piece by piece (report/critical/); a folder written before them reads back empty.
+    critical: pd.DataFrame = field(default_factory=empty_critical)
+    critical_path: pd.DataFrame = field(default_factory=empty_critical_path)
 
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""
@@ -164,6 +194,14 @@ class Report:
         from dlprof_lite.render.reader import open_report  # the one way back (render)
 
         return open_report(folder)
+
+    def what_if(self, *scales: str, nsys: str | None = None) -> Prediction:
+        """The predicted step time with some work scaled, e.g. ``report.what_if(
+        "layer=conv2:0.5", "phase=data:0")``: the profile this report was analysed from is
+        read again and its steps' graph replayed (docs/critical-path.md)."""
+        from dlprof_lite.whatif import predict_from
+
+        return predict_from(self, scales, nsys=nsys)
 
     def __repr__(self) -> str:
         return "\n".join(describe(self))

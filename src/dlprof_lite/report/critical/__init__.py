@@ -1,0 +1,1 @@
+"""The critical path of each step and what-if replay (docs/critical-path.md)."""

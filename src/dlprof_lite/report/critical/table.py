@@ -1,0 +1,71 @@
+"""The critical path's views: the ``critical`` table (parts of the analysed steps' paths by
+layer and phase) and ``critical_path`` (the timeline iteration's path, piece by piece).
+
+Place in the pipeline: report, from :mod:`~dlprof_lite.report.critical.path`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.numeric import sum_by
+from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
+from dlprof_lite.report.critical.path import Path
+from dlprof_lite.report.frames import share
+from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.model import typed_critical
+from dlprof_lite.rules.critical import PARTS
+from dlprof_lite.rules.idle import DEVICE_CAUSES
+
+
+def critical_table(g: Graph, path: Path) -> pd.DataFrame:
+    """Nanoseconds of the paths per (part, layer, phase), over the analysed steps."""
+    steps = g.step_start.size
+    if path.node.size == 0 or steps == 0:
+        return typed_critical(pd.DataFrame(), "critical")
+    n_layer, n_phase = g.layers.size + 1, len(PHASE_COLUMNS) + 1
+    layer, phase = g.layer[path.node] + 1, g.phase[path.node] + 1
+    key = (path.part * n_layer + layer) * n_phase + phase
+    codes, uniq = pd.factorize(key)
+    total = sum_by(codes, path.t1 - path.t0, len(uniq))
+    uniq = np.asarray(uniq, dtype=np.int64)
+    phase_of, rest = uniq % n_phase - 1, uniq // n_phase
+    layer_of, part_of = rest % n_layer - 1, rest // n_layer
+    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), "")
+    phases = np.array([*PHASE_COLUMNS, ""], dtype=object)
+    out = pd.DataFrame({
+        "part": np.array(PARTS, dtype=object)[part_of],
+        "layer": layers[layer_of], "phase": phases[phase_of],
+        "total_ns": total, "step_mean_ns": total / steps,
+        "share_pct": share(total.astype(float), np.full(total.size, float(path.length.sum())))
+        * 100.0,
+    })  # fmt: skip
+    out = out.sort_values(["total_ns", "part", "layer", "phase"],
+                          ascending=[False, True, True, True])  # fmt: skip
+    return typed_critical(out, "critical")
+
+
+def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
+    """The path of iteration ``iteration`` (its number), piece by piece in time order."""
+    where = (np.flatnonzero(g.step_number == iteration) if iteration is not None
+             else np.empty(0, dtype=np.int64))  # fmt: skip
+    if len(where) == 0 or path.node.size == 0:
+        return typed_critical(pd.DataFrame(), "critical_path")
+    mine = path.step == int(where[0])
+    node = path.node[mine]
+    order = np.lexsort((path.t1[mine], path.t0[mine]))
+    node = node[order]
+    device = g.side[node] == DEVICE_SIDE
+    kernel = np.append(g.names.astype(str).to_numpy(dtype=object), "")
+    causes = np.array([*DEVICE_CAUSES, ""], dtype=object)
+    name = np.where(device, kernel[g.name[node]], causes[g.cause[node]])
+    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), "")
+    phases = np.array([*PHASE_COLUMNS, ""], dtype=object)
+    out = pd.DataFrame({
+        "start_ns": path.t0[mine][order], "end_ns": path.t1[mine][order],
+        "part": np.array(PARTS, dtype=object)[path.part[mine][order]],
+        "track": np.array(g.tracks, dtype=object)[g.track[node]],
+        "layer": layers[g.layer[node]], "phase": phases[g.phase[node]], "name": name,
+    })  # fmt: skip
+    return typed_critical(out, "critical_path")
