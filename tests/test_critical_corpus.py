@@ -1,0 +1,47 @@
+"""The critical path on every real export of the corpus: replaying the graph unchanged gives
+the export's times back exactly, and each step's path adds up to its time, never more.
+
+A step's time (report/critical/path.py) runs from the previous step's completion, or its
+start if later, to its own completion: the path ends on the step's last dependency by
+construction, so it equals the step there, and it never starts before the step does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import corpus_files
+from dlprof_lite.ingest.load import load
+from dlprof_lite.report.critical.graph import build_graph
+from dlprof_lite.report.critical.path import critical_paths
+from dlprof_lite.report.critical.replay import replay
+
+pytestmark = pytest.mark.corpus
+CORPUS = corpus_files()
+
+
+def test_the_corpus_is_there(corpus_dir) -> None:
+    """The corpus fixture: a skip with its reason on a user's clone, a failure under CI."""
+    assert list(corpus_dir.glob("*.sqlite"))
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
+def test_path_and_replay_on_real_exports(path) -> None:
+    p = load(path)
+    g = build_graph(p.kernels, p.memops, p.api, p.ranges, p.iterations,
+                    span=(p.meta.session_start_ns, p.meta.session_end_ns))  # fmt: skip
+    if g.size == 0:
+        pytest.skip("no main thread: no ranges, no launch calls")
+    again = replay(g, np.ones(g.size))
+    assert np.array_equal(again.start, g.start) and np.array_equal(again.end, g.end)
+    assert (g.slack >= -1).all()
+    path_ = critical_paths(g)
+    per_step = np.bincount(path_.step, weights=path_.t1 - path_.t0,
+                           minlength=g.step_start.size).astype(np.int64)  # fmt: skip
+    assert np.array_equal(per_step, path_.length)
+    assert (path_.t1 > path_.t0).all()
+    # never before the step's start, never after its completion
+    assert (path_.t0 >= path_.begin[path_.step]).all()
+    assert (path_.t1 <= path_.completion[path_.step]).all()
+    assert (path_.begin >= g.step_start).all()
