@@ -56,9 +56,8 @@ def build_report(
     sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
                      profile.iterations, devices)  # fmt: skip
     between_tables()
-    graph = build_graph(profile.kernels, profile.memops, profile.api, profile.ranges,
-                        profile.iterations, span=(meta.session_start_ns, meta.session_end_ns))
-    path = critical_paths(graph)
+    timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
+    critical, critical_path = _critical(profile, shown)
     between_tables()
     kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
     ranges = cut_ranges(
@@ -72,7 +71,6 @@ def build_report(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices, idle=sums
     )
     between_tables()
-    timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
     shown_from, shown_to = timeline_bounds(timeline)
     fields = {**window.fields(), "window_kernel_ns": int(kernels["dur_ns"].sum()),
               "timeline_iteration": shown, "timeline_start_ns": shown_from,
@@ -101,6 +99,16 @@ def build_report(
         timeline=timeline,
         ranks=ranks,
         idle=idle,
-        critical=critical_table(graph, path),
-        critical_path=path_pieces(graph, path, shown),
+        critical=critical,
+        critical_path=critical_path,
     )
+
+
+def _critical(profile: Profile, shown: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The critical table and the shown iteration's path; the graph is let go here (a
+    million kernels' graph is 85 MB)."""
+    meta = profile.meta
+    graph = build_graph(profile.kernels, profile.memops, profile.api, profile.ranges,
+                        profile.iterations, span=(meta.session_start_ns, meta.session_end_ns))
+    path = critical_paths(graph)
+    return critical_table(graph, path), path_pieces(graph, path, shown)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
-from dlprof_lite.rules.critical import EDGE, PARTS
+from dlprof_lite.rules.critical import PARTS
 
 _I64 = np.int64
 HOST_PART, DEVICE_PART, LATENCY, WAIT = (PARTS.index(p) for p in PARTS)
@@ -31,40 +31,43 @@ _MIN = np.iinfo(_I64).min
 
 @dataclass(frozen=True)
 class Binding:
-    """Per node, the dependency that held it: start edge position (-1: a root) and end edge
-    position (-1: its own work ended it); ``run_start``: the first node of the run of nodes
-    on its track each held by the one before."""
+    """Per node, the dependency that held its start (``code``: -1 none, a root; 0 the node
+    before it on its track; 1 its launch; 2 the explicit edge ``extra``) and the end edge
+    that held its end (-1: its own work ended it); ``run_start``: the first node of the run
+    of nodes on its track each held by the one before."""
 
-    start_edge: np.ndarray
+    code: np.ndarray
+    extra: np.ndarray
     end_edge: np.ndarray
     run_start: np.ndarray
 
 
 def binding(g: Graph) -> Binding:
     n = g.size
-    start_edge = _argmax_per_dst(n, g.starts.dst, g.starts.anchor(g.start, g.end) + g.starts.lag,
-                                 g.starts.kind)  # fmt: skip
+    chain, launch = g.held_by_chain(), g.held_by_launch()
+    extra = _argmax_per_dst(n, g.extra.dst, g.extra.held(g.start, g.end), g.extra.kind)
+    by_extra = np.full(n, _MIN, dtype=_I64)
+    has = extra >= 0
+    by_extra[has] = g.extra.held(g.start, g.end)[extra[has]]
+    best = np.maximum(np.maximum(chain, launch), by_extra)
+    # rules/critical.py's order on a tie: the track's own order, the launch, the others
+    code = np.where(chain == best, 0, np.where(launch == best, 1, 2)).astype(np.int8)
+    code[best == _MIN] = -1
     end_edge = np.full(n, -1, dtype=_I64)
-    if g.ends.src.size:
+    if g.ends.size:
         value = g.end[g.ends.src] + g.ends.lag
-        best = _argmax_per_dst(n, g.ends.dst, value, g.ends.kind)
-        has = best >= 0
+        top = _argmax_per_dst(n, g.ends.dst, value, g.ends.kind)
+        got = top >= 0
         hold = np.zeros(n, dtype=bool)
-        hold[has] = g.end[g.ends.src[best[has]]] + g.ends.lag[best[has]] >= g.end[has]
-        end_edge = np.where(hold, best, -1)
-    # Node k continues a run when its start is held by node k - 1's end through a thread or
-    # stream edge, and node k - 1's own end is its work's (no end edge took it elsewhere).
-    follows = np.zeros(n, dtype=bool)
-    rows = np.flatnonzero(start_edge >= 0)
-    e = start_edge[rows]
-    kind = g.starts.kind[e]
-    same = ((g.starts.src[e] == rows - 1) & (g.starts.offset[e] < 0)
-            & ((kind == EDGE["thread"]) | (kind == EDGE["stream"])))  # fmt: skip
-    follows[rows[same]] = True
+        hold[got] = value[top[got]] >= g.end[got]
+        end_edge = np.where(hold, top, -1)
+    # Node k continues a run when the node before it on its track holds its start, and
+    # that node's own end is its work's (no end edge took it elsewhere).
+    follows = code == 0
     follows[1:] &= end_edge[:-1] < 0
     idx = np.arange(n, dtype=_I64)
     run_start = np.maximum.accumulate(np.where(follows, 0, idx)) if n else idx
-    return Binding(start_edge, end_edge, run_start)
+    return Binding(code, extra, end_edge, run_start)
 
 
 def _argmax_per_dst(n: int, dst: np.ndarray, value: np.ndarray, kind: np.ndarray) -> np.ndarray:
@@ -147,15 +150,16 @@ class _Ints:
 class _Walk:
     def __init__(self, g: Graph, bind: Binding) -> None:
         self.g, self.bind = g, bind
-        self.anchor = g.starts.anchor(g.start, g.end)
         # Read a value at a time (the walk steps between tracks only: thousands of reads,
         # where lists of a million nodes' values took 0.2 s to make).
         self.start, self.end = _Ints(g.start), _Ints(g.end)
-        self.start_edge, self.end_edge = _Ints(bind.start_edge), _Ints(bind.end_edge)
-        self.run = _Ints(bind.run_start)
-        self.src, self.anchors = _Ints(g.starts.src), _Ints(self.anchor)
-        self.lag = _Ints(g.starts.lag)
-        self.end_src, self.end_lag = _Ints(g.ends.src), _Ints(g.ends.lag)
+        self.code, self.extra = _Ints(bind.code), _Ints(bind.extra)
+        self.end_edge, self.run = _Ints(bind.end_edge), _Ints(bind.run_start)
+        self.launch_src, self.launch_off = _Ints(g.launch_src), _Ints(g.launch_off)
+        self.launch_lag = _Ints(g.launch_lag)
+        self.x_src, self.x_off = _Ints(g.extra.src), _Ints(g.extra.offset)
+        self.x_lag = _Ints(g.extra.lag)
+        self.end_src = _Ints(g.ends.src)
         self.blocks: list[tuple[int, int, int, int, int]] = []  # first, last, exit, begin, step
         self.single: list[tuple[int, int, int, int, int]] = []  # node, t0, t1, part, step
 
@@ -176,16 +180,31 @@ class _Walk:
             s = start[first]
             if s <= begin:
                 return
-            se = self.start_edge[first]
-            if se < 0:
+            src, anchor, lag = self._held_by(first)
+            if src < 0:
                 single.append((first, begin, s, WAIT, i))
                 return
-            held = self.anchors[se] + self.lag[se]
+            held = anchor + lag
             if s > held:
                 single.append((first, max(held, begin), s, WAIT, i))
-            if held > self.anchors[se] and held > begin:
-                single.append((first, max(self.anchors[se], begin), min(held, s), LATENCY, i))
-            node, t = self.src[se], min(self.anchors[se], s)
+            if held > anchor and held > begin:
+                single.append((first, max(anchor, begin), min(held, s), LATENCY, i))
+            node, t = src, min(anchor, s)
+
+    def _held_by(self, node: int) -> tuple[int, int, int]:
+        """The source, anchor and lag of the dependency that held the node's start (source
+        -1: none)."""
+        code = self.code[node]
+        if code == 0:
+            return node - 1, self.end[node - 1], 0
+        if code == 1:
+            src = self.launch_src[node]
+            return src, self.start[src] + self.launch_off[node], self.launch_lag[node]
+        if code == 2:
+            k = self.extra[node]
+            src, off = self.x_src[k], self.x_off[k]
+            return src, (self.end[src] if off < 0 else self.start[src] + off), self.x_lag[k]
+        return -1, 0, 0
 
     def _inside(self, first: int, last: int, begin: int) -> int:
         """How many nodes of the run ``first..last`` before ``last`` end after ``begin``."""

@@ -35,9 +35,9 @@ def replay(g: Graph, scale: np.ndarray) -> Replayed:
     """Start and end of every node with its work multiplied by ``scale`` (per node)."""
     n = g.size
     work = np.round(g.work * scale).astype(_I64)
-    s_ptr, s_src, s_off, s_lag = _by_dst(n, g.starts.dst, g.starts.src,
-                                         g.starts.offset, g.starts.lag)  # fmt: skip
-    e_ptr, e_src, _, e_lag = _by_dst(n, g.ends.dst, g.ends.src, g.ends.offset, g.ends.lag)
+    x_ptr, x_src, x_off, x_lag = _by_dst(n, g.extra.dst, g.extra.src, g.extra.offset,
+                                         g.extra.lag)  # fmt: skip
+    e_ptr, e_src, e_lag = _by_dst(n, g.ends.dst, g.ends.src, g.ends.lag)
     has_end = np.diff(e_ptr) > 0
     # Events in the export's time order: a node's start, and the end of one that waits at an
     # end edge; at one instant ends first, then by end and node order.
@@ -46,26 +46,31 @@ def replay(g: Graph, scale: np.ndarray) -> Replayed:
     ev_node = np.r_[np.arange(n, dtype=_I64), np.flatnonzero(has_end)]
     order = np.lexsort((ev_node, g.end[ev_node], ev_type, ev_time))
     events = np.where(ev_type[order] == 1, ev_node[order], -1 - ev_node[order]).tolist()
+    del ev_time, ev_type, ev_node, order
 
     start, end = g.start.tolist(), g.end.tolist()  # unreached anchors read the export's
-    slack, w = g.slack.tolist(), work.tolist()
-    sp, ss, so, sl = s_ptr.tolist(), s_src.tolist(), s_off.tolist(), s_lag.tolist()
+    slack, w, ratio = g.slack.tolist(), work.tolist(), scale.tolist()
+    chained, waits = g.chained.tolist(), has_end.tolist()
+    l_src, l_off, l_lag = g.launch_src.tolist(), g.launch_off.tolist(), g.launch_lag.tolist()
+    xp, xs, xo, xl = x_ptr.tolist(), x_src.tolist(), x_off.tolist(), x_lag.tolist()
     ep, es, el = e_ptr.tolist(), e_src.tolist(), e_lag.tolist()
-    ratio = scale.tolist()
-    waits = has_end.tolist()
     for ev in events:
         if ev >= 0:
             i = ev
-            lo, hi = sp[i], sp[i + 1]
-            if lo < hi:
-                best = _MIN
-                for k in range(lo, hi):
-                    p = ss[k]
-                    off = so[k]
-                    a = end[p] if off < 0 else start[p] + round(off * ratio[p])
-                    v = a + sl[k]
-                    if v > best:
-                        best = v
+            best = end[i - 1] if chained[i] else _MIN
+            p = l_src[i]
+            if p >= 0:
+                r = ratio[p]
+                v = start[p] + (l_off[i] if r == 1.0 else round(l_off[i] * r)) + l_lag[i]
+                if v > best:
+                    best = v
+            for k in range(xp[i], xp[i + 1]):
+                p = xs[k]
+                off = xo[k]
+                v = (end[p] if off < 0 else start[p] + round(off * ratio[p])) + xl[k]
+                if v > best:
+                    best = v
+            if best != _MIN:
                 start[i] = best + slack[i]
             if not waits[i]:
                 end[i] = start[i] + w[i]

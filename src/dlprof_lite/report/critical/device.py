@@ -1,0 +1,281 @@
+"""The device side of a step's graph: the process's GPU ops and the edges that reach them.
+
+Place in the pipeline: report, under :mod:`dlprof_lite.report.critical.graph`. Ops are
+grouped by stream (a track), each stream's in start order; an op follows the one before it
+on its stream (implicit), starts after its launch call (implicit, one per op), may wait for
+another stream's op (an inferred event edge), and a sync call waits for one (an end edge).
+Built column by column, each at once in its final order: a million ops' columns are 8 MB
+each, and no stacked copy of them all is ever made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.numeric import cat_mask
+from dlprof_lite.report.critical.edges import Edges
+from dlprof_lite.report.critical.host import Host
+from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN
+from dlprof_lite.rules.critical import (
+    EDGE,
+    EVENT_GAP_NS,
+    EVENT_SLACK_NS,
+    LAUNCH_LATENCY_PERCENTILE,
+)
+
+_I64 = np.int64
+_PHASE = {p: i for i, p in enumerate(PHASE_COLUMNS)}
+
+
+@dataclass
+class Ops:
+    s: np.ndarray
+    e: np.ndarray
+    track: np.ndarray  # int32
+    device: np.ndarray  # int32
+    tid: np.ndarray  # int32, -1 unknown
+    api_s: np.ndarray  # -1 unknown
+    layer: np.ndarray  # int32 into ``layers``
+    phase: np.ndarray  # int8 into PHASE_COLUMNS
+    name: np.ndarray  # int32 into ``names``, -1 for memops
+    track_names: list[str]
+    layers: pd.Index
+    names: pd.Index
+
+    @property
+    def size(self) -> int:
+        return int(self.s.size)
+
+    @property
+    def launched(self) -> np.ndarray:
+        """The launch call's start, else the op's own."""
+        out: np.ndarray = np.where(self.api_s >= 0, self.api_s, self.s)
+        return out
+
+    @staticmethod
+    def of(kernels: pd.DataFrame, memops: pd.DataFrame, pid: int, w0: int, w1: int,
+           host_layers: pd.Index) -> Ops:  # fmt: skip
+        frames = [f for f in (kernels, memops) if len(f)]
+        names = (pd.Index(kernels["name"].cat.categories.astype(str)) if len(kernels)
+                 else pd.Index([], dtype=object))  # fmt: skip
+        layers = host_layers.append([pd.Index(f["layer"].astype("category").cat.categories
+                                               .astype(str)) for f in frames]).unique()
+        cols = _Columns(frames, pid, w0, w1)
+        if cols.size == 0:
+            e = np.empty(0, dtype=_I64)
+            i = e.astype(np.int32)
+            return Ops(e, e, i, i, i, e, i, e.astype(np.int8), i, [], layers, names)
+        key = ((cols.int64("device_id") << 40) | (cols.int64("context_id") << 24)
+               | cols.int64("stream_id"))  # fmt: skip
+        uniq, track = np.unique(key, return_inverse=True)
+        del key
+        s, e = cols.int64("start_ns"), cols.int64("end_ns")
+        order = None
+        if uniq.size > 1 or len(cols.frames) > 1 or (s[1:] < s[:-1]).any():
+            order = np.lexsort((e, s, track))
+            s, e, track = s[order], e[order], track[order]
+        cols.order = order
+        return Ops(
+            s=s, e=e, track=track.astype(np.int32),
+            device=cols.int64("device_id").astype(np.int32),
+            tid=cols.int64("tid", na=-1).astype(np.int32),
+            api_s=cols.int64("api_start_ns", na=-1),
+            layer=cols.recoded("layer", layers),
+            phase=cols.phases(),
+            name=cols.kernel_names(),
+            track_names=[f"GPU {k >> 40} stream {k & ((1 << 24) - 1)}" for k in uniq.tolist()],
+            layers=layers, names=names,
+        )  # fmt: skip
+
+
+class _Columns:
+    """The selected ops' columns over both frames, each read once, in ``order``."""
+
+    def __init__(self, frames: list[pd.DataFrame], pid: int, w0: int, w1: int) -> None:
+        self.frames = frames
+        self.rows: list[np.ndarray | None] = []
+        for f in frames:
+            api_s = f["api_start_ns"].to_numpy(dtype=_I64, na_value=-1)
+            start = f["start_ns"].to_numpy(dtype=_I64)
+            launched = np.where(api_s >= 0, api_s, start)
+            m = (f["pid"].to_numpy() == pid) & (launched >= w0) & (launched < w1)
+            self.rows.append(None if m.all() else np.flatnonzero(m))
+        self.size = sum(len(f) if r is None else r.size for f, r in zip(frames, self.rows,
+                                                                          strict=True))
+        self.order: np.ndarray | None = None
+
+    def _joined(self, parts: list[np.ndarray]) -> np.ndarray:
+        whole = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return whole if self.order is None else whole[self.order]
+
+    def _picked(self, values: np.ndarray, k: int) -> np.ndarray:
+        rows = self.rows[k]
+        return values if rows is None else values[rows]
+
+    def int64(self, column: str, na: int | None = None) -> np.ndarray:
+        parts = []
+        for k, f in enumerate(self.frames):
+            values = (f[column].to_numpy(dtype=_I64) if na is None
+                      else f[column].to_numpy(dtype=_I64, na_value=na))  # fmt: skip
+            parts.append(self._picked(values, k))
+        return self._joined(parts)
+
+    def recoded(self, column: str, to: pd.Index) -> np.ndarray:
+        """A categorical column's codes into ``to`` (-1: missing), int32."""
+        parts = []
+        for k, f in enumerate(self.frames):
+            cat = f[column].astype("category")
+            table = np.append(to.get_indexer(cat.cat.categories.astype(str)), -1)
+            parts.append(table.astype(np.int32)[self._picked(cat.cat.codes.to_numpy(), k)])
+        return self._joined(parts)
+
+    def phases(self) -> np.ndarray:
+        parts = []
+        for k, f in enumerate(self.frames):
+            cat = f["phase"].astype("category")
+            table = np.array([_PHASE.get(str(p), _PHASE["other"]) for p in cat.cat.categories]
+                             + [_PHASE["other"]], dtype=np.int8)  # fmt: skip
+            parts.append(table[self._picked(cat.cat.codes.to_numpy(), k)])
+        return self._joined(parts)
+
+    def kernel_names(self) -> np.ndarray:
+        """Kernels' name codes (their frame's categories), -1 for memops."""
+        parts = []
+        for k, f in enumerate(self.frames):
+            if "short_name" in f.columns:  # kernels
+                codes = f["name"].cat.codes.to_numpy().astype(np.int32)
+                parts.append(self._picked(codes, k))
+            else:
+                n = len(f) if self.rows[k] is None else self.rows[k].size  # type: ignore[union-attr]
+                parts.append(np.full(n, -1, dtype=np.int32))
+        return self._joined(parts)
+
+
+def stream_chained(ops: Ops) -> np.ndarray:
+    """Each op after the one before it on its stream (when it started after that one ended:
+    concurrent ops of one stream are none of each other's dependency)."""
+    out = np.zeros(ops.size, dtype=bool)
+    out[1:] = (ops.track[1:] == ops.track[:-1]) & (ops.e[:-1] <= ops.s[1:])
+    return out
+
+
+def launch_edges(host: Host, ops: Ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per op, the host piece holding its launch call's start (-1: none modelled), the
+    offset of that start in the piece, and the launch latency: a low percentile of the
+    process's delays (launch start -> op start) of ops launched onto an idle stream, capped
+    by the op's own delay."""
+    src = np.full(ops.size, -1, dtype=np.int32)
+    off = np.zeros(ops.size, dtype=_I64)
+    lag = np.zeros(ops.size, dtype=_I64)
+    if ops.size == 0:
+        return src, off, lag
+    known = ops.api_s >= 0
+    free = np.ones(ops.size, dtype=bool)
+    free[1:] = (ops.track[1:] != ops.track[:-1]) | (ops.e[:-1] <= ops.api_s[1:])
+    bound = free & known
+    delay = ops.s - ops.api_s
+    latency = (int(np.percentile(np.maximum(delay[bound], 0), LAUNCH_LATENCY_PERCENTILE))
+               if bound.any() else 0)  # fmt: skip
+    for k, thread in enumerate(host.threads):
+        mask = known & (ops.tid == thread[1])
+        if not mask.any():
+            continue
+        whole = bool(mask.all())  # one launching thread: no gather, no scatter
+        rows = host.rows(k)
+        s, e = host.s[rows], host.e[rows]
+        op_s = ops.s if whole else ops.s[mask]
+        at = np.minimum(ops.api_s if whole else ops.api_s[mask], op_s)
+        piece = np.searchsorted(s, at, side="right") - 1
+        ok = (piece >= 0) & (at < e[np.maximum(piece, 0)])
+        mine_src = np.where(ok, piece + rows.start, -1).astype(np.int32)
+        mine_off = np.where(ok, at - s[np.maximum(piece, 0)], 0)
+        mine_lag = np.where(ok, np.minimum(op_s - at, latency), 0)
+        if whole:
+            src, off, lag = mine_src, mine_off, mine_lag
+        else:
+            src[mask], off[mask], lag[mask] = mine_src, mine_off, mine_lag
+    return src, off, lag
+
+
+def event_edges(ops: Ops, base: int, slack: np.ndarray) -> Edges:
+    """An op that started well after its known dependencies (``slack``, per op) waited for
+    the op of another stream of its device that ended last before it, if that was just
+    before (rules/critical.py)."""
+    late = np.flatnonzero(slack > EVENT_SLACK_NS)
+    if late.size == 0:
+        return Edges.of([])
+    order = np.lexsort((ops.e, ops.device))
+    dev, ends = ops.device[order], ops.e[order]
+    pos = _last_before(dev, ends, ops.device[late], ops.s[late])
+    src = np.full(late.size, -1, dtype=_I64)
+    for back in range(3):  # the latest op ending before, else one of the two before it
+        p = np.maximum(pos - back, 0)
+        cand = order[p]
+        ok = (src < 0) & (pos - back >= 0) & (dev[p] == ops.device[late])
+        ok &= (ops.track[cand] != ops.track[late]) & (ops.s[late] - ops.e[cand] <= EVENT_GAP_NS)
+        src[ok] = cand[ok]
+    keep = src >= 0
+    src, dst = src[keep], late[keep]
+    lag = ops.s[dst] - ops.e[src]
+    return Edges.of([(src + base, dst + base, np.full(dst.size, -1, _I64), lag,
+                      np.full(dst.size, EDGE["event"]))])  # fmt: skip
+
+
+def _last_before(dev: np.ndarray, ends: np.ndarray, key: np.ndarray, t: np.ndarray
+                 ) -> np.ndarray:  # fmt: skip
+    """Position (in ``(dev, ends)`` order) of the last op of device ``key`` ending at or
+    before ``t``; may land on another device (checked by the caller)."""
+    out = np.full(t.size, -1, dtype=_I64)
+    for d in np.unique(key):
+        m = key == d
+        a = int(np.searchsorted(dev, d, side="left"))
+        b = int(np.searchsorted(dev, d, side="right"))
+        found = a + np.searchsorted(ends[a:b], t[m], side="right") - 1
+        out[m] = np.where(found >= a, found, -1)
+    return out
+
+
+def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int,
+               work: np.ndarray) -> Edges:  # fmt: skip
+    """A synchronising call ends after the GPU op that ended last before it returned: the
+    call's last piece waits for it (its own work: the return after it); a call the GPU had
+    already caught up with returns its own duration after that op, if that ends later."""
+    if ops.size == 0 or api.empty:
+        return Edges.of([])
+    is_sync = cat_mask(api["name"].astype("category"),
+                       lambda s: s.str.contains(HOST_WAIT_API_PATTERN))  # fmt: skip
+    is_sync &= api["pid"].to_numpy() == pid
+    if not is_sync.any():
+        return Edges.of([])
+    by_end: np.ndarray | None = None
+    if (ops.e[1:] < ops.e[:-1]).any():
+        by_end = np.argsort(ops.e, kind="stable")
+    ends = ops.e if by_end is None else ops.e[by_end]
+    out: list[tuple[np.ndarray, ...]] = []
+    tids = api["tid"].to_numpy()
+    starts, stops = api["start_ns"].to_numpy(dtype=_I64), api["end_ns"].to_numpy(dtype=_I64)
+    for k, thread in enumerate(host.threads):
+        m = is_sync & (tids == thread[1])
+        if not m.any():
+            continue
+        cs, ce = starts[m], stops[m]
+        rows = host.rows(k)
+        n = rows.stop - rows.start
+        piece = np.minimum(np.searchsorted(host.e[rows], ce, side="left"), max(n - 1, 0))
+        dst = piece + rows.start
+        ok = (host.e[dst] == ce) & (host.e[dst] > host.s[dst])
+        pos = np.searchsorted(ends, ce, side="right") - 1
+        ok &= pos >= 0
+        src = np.maximum(pos, 0) if by_end is None else by_end[np.maximum(pos, 0)]
+        ok &= ops.s[src] < ce
+        dst, src, cs, ce = dst[ok], src[ok], cs[ok], ce[ok]
+        waited = ops.e[src] >= cs
+        lag = np.where(waited, ce - ops.e[src], ce - cs)
+        work[dst] = np.where(waited, np.minimum(work[dst], lag), work[dst])
+        out.append((src + base, dst, np.full(dst.size, -1, _I64), lag,
+                    np.full(dst.size, EDGE["sync"])))  # fmt: skip
+    return Edges.of(out)
