@@ -36,12 +36,16 @@ def test_path_and_replay_on_real_exports(path) -> None:
     again = replay(g, np.ones(g.size))
     assert np.array_equal(again.start, g.start) and np.array_equal(again.end, g.end)
     assert (g.slack >= -1).all()
-    path_ = critical_paths(g)
-    per_step = np.bincount(path_.step, weights=path_.t1 - path_.t0,
+    path = critical_paths(g)
+    p = path.pieces(g)
+    per_step = np.bincount(p.step, weights=p.t1 - p.t0,
                            minlength=g.step_start.size).astype(np.int64)  # fmt: skip
-    assert np.array_equal(per_step, path_.length)
-    assert (path_.t1 > path_.t0).all()
+    assert np.array_equal(per_step, path.length)
+    assert (p.t1 > p.t0).all()
     # never before the step's start, never after its completion
-    assert (path_.t0 >= path_.begin[path_.step]).all()
-    assert (path_.t1 <= path_.completion[path_.step]).all()
-    assert (path_.begin >= g.step_start).all()
+    assert (p.t0 >= path.begin[p.step]).all()
+    assert (p.t1 <= path.completion[p.step]).all()
+    assert (path.begin >= g.step_start).all()
+    # the chunks the table sums are the same pieces
+    chunked = sum(int((c.t1 - c.t0).sum()) for c in path.chunks(g))
+    assert chunked == int(path.length.sum())

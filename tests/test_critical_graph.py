@@ -43,8 +43,9 @@ def _graph(kernels: list[dict], layers: list[R], api: tuple[dict, ...] = (), dat
 
 def _parts(g) -> dict[str, int]:
     path = critical_paths(g)
+    pieces = path.pieces(g)
     out = dict.fromkeys(PARTS, 0)
-    for part, lo, hi in zip(path.part, path.t0, path.t1, strict=True):
+    for part, lo, hi in zip(pieces.part, pieces.t0, pieces.t1, strict=True):
         out[PARTS[part]] += int(hi - lo)
     assert sum(out.values()) == int(path.length.sum())
     return out

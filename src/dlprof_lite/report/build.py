@@ -57,7 +57,7 @@ def build_report(
                      profile.iterations, devices)  # fmt: skip
     between_tables()
     timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
-    critical, critical_path = _critical(profile, shown)
+    critical, critical_path = _critical(profile, shown, between_tables)
     between_tables()
     kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
     ranges = cut_ranges(
@@ -104,11 +104,15 @@ def build_report(
     )
 
 
-def _critical(profile: Profile, shown: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _critical(
+    profile: Profile, shown: int | None, between: Callable[[], object] = lambda: None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The critical table and the shown iteration's path; the graph is let go here (a
-    million kernels' graph is 85 MB)."""
+    million kernels' graph is 76 MB). ``between``: called after the graph is built (its
+    transients are the stage's largest)."""
     meta = profile.meta
     graph = build_graph(profile.kernels, profile.memops, profile.api, profile.ranges,
                         profile.iterations, span=(meta.session_start_ns, meta.session_end_ns))
+    between()
     path = critical_paths(graph)
     return critical_table(graph, path), path_pieces(graph, path, shown)

@@ -69,20 +69,29 @@ class Ops:
             e = np.empty(0, dtype=_I64)
             i = e.astype(np.int32)
             return Ops(e, e, i, i, i, e, i, e.astype(np.int8), i, [], layers, names)
-        key = ((cols.int64("device_id") << 40) | (cols.int64("context_id") << 24)
-               | cols.int64("stream_id"))  # fmt: skip
-        uniq, track = np.unique(key, return_inverse=True)
+        key = cols.int64("device_id") << 40
+        key |= cols.int64("context_id") << 24
+        key |= cols.int64("stream_id")
+        if key.min() == key.max():  # one stream: no sort
+            uniq, track = key[:1], np.zeros(key.size, dtype=np.int32)
+        else:
+            uniq, inverse = np.unique(key, return_inverse=True)
+            track = inverse.astype(np.int32)
+            del inverse
         del key
         s, e = cols.int64("start_ns"), cols.int64("end_ns")
         order = None
-        if uniq.size > 1 or len(cols.frames) > 1 or (s[1:] < s[:-1]).any():
+        if uniq.size > 1:
             order = np.lexsort((e, s, track))
+        elif (s[1:] < s[:-1]).any():  # one stream, kernels then memops: two sorted runs
+            order = np.argsort(s, kind="stable")
+        if order is not None:
             s, e, track = s[order], e[order], track[order]
         cols.order = order
         return Ops(
-            s=s, e=e, track=track.astype(np.int32),
-            device=cols.int64("device_id").astype(np.int32),
-            tid=cols.int64("tid", na=-1).astype(np.int32),
+            s=s, e=e, track=track,
+            device=cols.int64("device_id", dtype=np.int32),
+            tid=cols.int64("tid", na=-1, dtype=np.int32),
             api_s=cols.int64("api_start_ns", na=-1),
             layer=cols.recoded("layer", layers),
             phase=cols.phases(),
@@ -116,11 +125,12 @@ class _Columns:
         rows = self.rows[k]
         return values if rows is None else values[rows]
 
-    def int64(self, column: str, na: int | None = None) -> np.ndarray:
+    def int64(self, column: str, na: int | None = None, dtype: type = _I64) -> np.ndarray:
+        """An integer column (``na``: what a missing value reads as), of ``dtype``."""
         parts = []
         for k, f in enumerate(self.frames):
-            values = (f[column].to_numpy(dtype=_I64) if na is None
-                      else f[column].to_numpy(dtype=_I64, na_value=na))  # fmt: skip
+            values = (f[column].to_numpy(dtype=dtype) if na is None
+                      else f[column].to_numpy(dtype=dtype, na_value=na))  # fmt: skip
             parts.append(self._picked(values, k))
         return self._joined(parts)
 
@@ -163,23 +173,23 @@ def stream_chained(ops: Ops) -> np.ndarray:
     return out
 
 
-def launch_edges(host: Host, ops: Ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per op, the host piece holding its launch call's start (-1: none modelled), the
-    offset of that start in the piece, and the launch latency: a low percentile of the
-    process's delays (launch start -> op start) of ops launched onto an idle stream, capped
-    by the op's own delay."""
-    src = np.full(ops.size, -1, dtype=np.int32)
-    off = np.zeros(ops.size, dtype=_I64)
-    lag = np.zeros(ops.size, dtype=_I64)
+def launch_edges(host: Host, ops: Ops, src: np.ndarray, off: np.ndarray, lag: np.ndarray
+                 ) -> None:  # fmt: skip
+    """Per op, into ``src``, ``off`` and ``lag`` (one slot per op, filled with -1, 0, 0):
+    the host piece holding its launch call's start (-1: none modelled), the offset of that
+    start in the piece, and the launch latency: a low percentile of the process's delays
+    (launch start -> op start) of ops launched onto an idle stream, capped by the op's own
+    delay. Computed in place, a thread at a time: a million ops' temporaries are 8 MB each."""
     if ops.size == 0:
-        return src, off, lag
+        return
     known = ops.api_s >= 0
     free = np.ones(ops.size, dtype=bool)
     free[1:] = (ops.track[1:] != ops.track[:-1]) | (ops.e[:-1] <= ops.api_s[1:])
-    bound = free & known
-    delay = ops.s - ops.api_s
-    latency = (int(np.percentile(np.maximum(delay[bound], 0), LAUNCH_LATENCY_PERCENTILE))
-               if bound.any() else 0)  # fmt: skip
+    free &= known
+    delay = ops.s[free] - ops.api_s[free]
+    latency = (int(np.percentile(np.maximum(delay, 0), LAUNCH_LATENCY_PERCENTILE))
+               if delay.size else 0)  # fmt: skip
+    del free, delay
     for k, thread in enumerate(host.threads):
         mask = known & (ops.tid == thread[1])
         if not mask.any():
@@ -189,16 +199,23 @@ def launch_edges(host: Host, ops: Ops) -> tuple[np.ndarray, np.ndarray, np.ndarr
         s, e = host.s[rows], host.e[rows]
         op_s = ops.s if whole else ops.s[mask]
         at = np.minimum(ops.api_s if whole else ops.api_s[mask], op_s)
-        piece = np.searchsorted(s, at, side="right") - 1
-        ok = (piece >= 0) & (at < e[np.maximum(piece, 0)])
-        mine_src = np.where(ok, piece + rows.start, -1).astype(np.int32)
-        mine_off = np.where(ok, at - s[np.maximum(piece, 0)], 0)
-        mine_lag = np.where(ok, np.minimum(op_s - at, latency), 0)
+        piece = np.searchsorted(s, at, side="right")
+        piece -= 1
+        ok = piece >= 0
+        np.maximum(piece, 0, out=piece)
+        ok &= at < e[piece]
+        held_off = s[piece]
+        np.subtract(at, held_off, out=held_off)  # the launch's offset in its piece
+        piece += rows.start
+        np.subtract(op_s, at, out=at)  # at becomes the lag
+        np.minimum(at, latency, out=at)
         if whole:
-            src, off, lag = mine_src, mine_off, mine_lag
+            np.copyto(src, piece, where=ok)
+            np.copyto(off, held_off, where=ok)
+            np.copyto(lag, at, where=ok)
         else:
-            src[mask], off[mask], lag[mask] = mine_src, mine_off, mine_lag
-    return src, off, lag
+            where = np.flatnonzero(mask)[ok]
+            src[where], off[where], lag[where] = piece[ok], held_off[ok], at[ok]
 
 
 def event_edges(ops: Ops, base: int, slack: np.ndarray) -> Edges:
@@ -239,23 +256,26 @@ def _last_before(dev: np.ndarray, ends: np.ndarray, key: np.ndarray, t: np.ndarr
     return out
 
 
-def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int,
-               work: np.ndarray) -> Edges:  # fmt: skip
+def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
+               ) -> tuple[Edges, np.ndarray]:  # fmt: skip
     """A synchronising call ends after the GPU op that ended last before it returned: the
-    call's last piece waits for it (its own work: the return after it); a call the GPU had
-    already caught up with returns its own duration after that op, if that ends later."""
+    call's last piece waits for it (its own work, returned beside the edges: the return
+    after it); a call the GPU had already caught up with returns its own duration after that
+    op, if that ends later."""
+    none = Edges.of([]), np.empty(0, dtype=_I64)
     if ops.size == 0 or api.empty:
-        return Edges.of([])
+        return none
     is_sync = cat_mask(api["name"].astype("category"),
                        lambda s: s.str.contains(HOST_WAIT_API_PATTERN))  # fmt: skip
     is_sync &= api["pid"].to_numpy() == pid
     if not is_sync.any():
-        return Edges.of([])
+        return none
     by_end: np.ndarray | None = None
     if (ops.e[1:] < ops.e[:-1]).any():
         by_end = np.argsort(ops.e, kind="stable")
     ends = ops.e if by_end is None else ops.e[by_end]
     out: list[tuple[np.ndarray, ...]] = []
+    own: list[np.ndarray] = []
     tids = api["tid"].to_numpy()
     starts, stops = api["start_ns"].to_numpy(dtype=_I64), api["end_ns"].to_numpy(dtype=_I64)
     for k, thread in enumerate(host.threads):
@@ -275,7 +295,8 @@ def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int,
         dst, src, cs, ce = dst[ok], src[ok], cs[ok], ce[ok]
         waited = ops.e[src] >= cs
         lag = np.where(waited, ce - ops.e[src], ce - cs)
-        work[dst] = np.where(waited, np.minimum(work[dst], lag), work[dst])
+        whole = host.e[dst] - host.s[dst]
+        own.append(np.where(waited, np.minimum(whole, lag), whole))
         out.append((src + base, dst, np.full(dst.size, -1, _I64), lag,
                     np.full(dst.size, EDGE["sync"])))  # fmt: skip
-    return Edges.of(out)
+    return Edges.of(out), (np.concatenate(own) if own else none[1])

@@ -46,15 +46,14 @@ _MIN = np.iinfo(_I64).min
 class Graph:
     """Nodes (host pieces, then GPU ops) with their observed times, labels and dependencies.
 
-    ``work`` is what a what-if scales: the node's own duration (a waiting sync or join: the
-    part after what it waited for). ``step`` is the node's analysed step (position in
+    :meth:`work` is what a what-if scales: the node's own duration (a waiting sync or join:
+    the part after what it waited for). ``step`` is the node's analysed step (position in
     ``step_start``), -1 between steps. ``chained``: the node follows node ``k - 1`` on its
     track; ``launch_src``/``launch_off``/``launch_lag``: an op's launch edge (source -1:
     none). ``extra`` start edges and ``ends`` (end edges of waiting nodes) are explicit."""
 
     start: np.ndarray
     end: np.ndarray
-    work: np.ndarray
     side: np.ndarray
     cause: np.ndarray
     phase: np.ndarray
@@ -69,6 +68,8 @@ class Graph:
     extra: Edges
     ends: Edges
     slack: np.ndarray  # -1: a root, its start fixed
+    wait_node: np.ndarray  # nodes waiting at an end edge ...
+    wait_own: np.ndarray  # ... and their own work: the part after what they waited for
     tracks: tuple[str, ...]
     layers: pd.Index
     names: pd.Index
@@ -80,19 +81,11 @@ class Graph:
     def size(self) -> int:
         return int(self.start.size)
 
-    def held_by_chain(self) -> np.ndarray:
-        """What each node's track order allows it (the end of the node before), or MIN."""
-        before = np.empty_like(self.end)
-        before[:1] = _MIN
-        before[1:] = self.end[:-1]
-        out: np.ndarray = np.where(self.chained, before, _MIN)
-        return out
-
-    def held_by_launch(self) -> np.ndarray:
-        """What each op's launch allows it (launch call start + latency), or MIN."""
-        out = np.full(self.size, _MIN, dtype=_I64)
-        k = np.flatnonzero(self.launch_src >= 0)
-        out[k] = self.start[self.launch_src[k]] + self.launch_off[k] + self.launch_lag[k]
+    def work(self) -> np.ndarray:
+        """Each node's own duration: end - start, less for a node waiting at an end edge."""
+        out: np.ndarray = self.end - self.start
+        if self.wait_node.size:
+            np.minimum.at(out, self.wait_node, self.wait_own)
         return out
 
 
@@ -101,7 +94,7 @@ def empty_graph() -> Graph:
     i, b = e.astype(np.int32), e.astype(np.int8)
     none = Edges.of([])
     empty = pd.Index([], dtype=object)
-    return Graph(e, e, e, b, b, b, i, i, i, i, e.astype(bool), i, e, e, none, none, e, (),
+    return Graph(e, e, b, b, b, i, i, i, i, e.astype(bool), i, e, e, none, none, e, e, e, (),
                  empty, empty, e, e, e)  # fmt: skip
 
 
@@ -127,56 +120,98 @@ def build_graph(
     threads = threads if threads is not None else Threads(api, ranges)
     host = Host.of(threads, main, api, ranges, np.unique(np.r_[t0, t1]))
     ops = Ops.of(kernels, memops, main[0], int(t0.min()), int(t1.max()), threads.layers)
-    n_host, n = host.size, host.size + ops.size
-
-    start = np.concatenate([host.s, ops.s])
-    end = np.concatenate([host.e, ops.e])
-    work = end - start
-    src, off, lag = launch_edges(host, ops)
+    n_host = host.size
     graph = Graph(
-        start=start, end=end, work=work,
+        start=_stack(host.s, ops, "s"), end=_stack(host.e, ops, "e"),
+        # first: their temporaries meet fewer of the other columns, and after them the
+        # ops' launch calls are let go
+        **_launches(host, ops), step=_step_holding(host, ops, t0, t1, let_go=True),
         side=np.r_[np.full(n_host, HOST_SIDE, np.int8), np.full(ops.size, DEVICE_SIDE, np.int8)],
         cause=np.r_[host.cause, np.full(ops.size, -1, np.int8)],
-        phase=np.concatenate([host.phase, ops.phase]),
-        track=np.concatenate([host.track, ops.track + np.int32(len(host.threads))]),
-        layer=np.concatenate([_recode(host.layer, threads.layers, ops.layers), ops.layer]),
-        name=np.r_[np.full(n_host, -1, np.int32), ops.name],
-        step=_step_holding(np.r_[host.s, ops.launched], t0, t1),
+        phase=_stack(host.phase, ops, "phase"),
+        track=_stack(host.track, ops, "track", shift=len(host.threads)),
+        layer=_stack(_recode(host.layer, threads.layers, ops.layers), ops, "layer"),
+        name=_stack(np.full(n_host, -1, np.int32), ops, "name"),
         chained=np.r_[host.chained(), stream_chained(ops)],
-        launch_src=np.r_[np.full(n_host, -1, np.int32), src],
-        launch_off=np.r_[np.zeros(n_host, _I64), off],
-        launch_lag=np.r_[np.zeros(n_host, _I64), lag],
         extra=host.wake_edges(), ends=Edges.of([]), slack=np.empty(0, dtype=_I64),
+        wait_node=np.empty(0, dtype=_I64), wait_own=np.empty(0, dtype=_I64),
         tracks=(*(f"thread {t[1]}" for t in host.threads), *ops.track_names),
         layers=ops.layers, names=ops.names, step_number=numbers, step_start=t0, step_end=t1,
     )  # fmt: skip
-    del src, off, lag
-    held = _held(graph)
+    start, end = graph.start, graph.end
+    slack = _held(graph)  # what the edges allow, turned into the slack in place
+    root = slack == _MIN
+    np.subtract(start, slack, out=slack)
+    np.maximum(slack, 0, out=slack)  # below 0: clock skew, no wait
+    slack[root] = -1
+    del root
     # An op held back well beyond its launch and its stream waited for another stream.
-    events = event_edges(ops, n_host, np.where(held[n_host:] > _MIN,
-                                               start[n_host:] - held[n_host:], -1))
-    np.maximum.at(held, events.dst, events.held(start, end))
-    ends = Edges.join(host.join_edges(work), sync_edges(host, ops, n_host, api, main[0], work))
-    slack = np.where(held == _MIN, -1, np.maximum(start - held, 0))
-    del held
-    assert slack.size == n
-    return replace(graph, extra=Edges.join(graph.extra, events), ends=ends, slack=slack)
+    events = event_edges(ops, n_host, slack[n_host:])
+    if events.size:
+        np.minimum.at(slack, events.dst, start[events.dst] - events.held(start, end))
+    joins, join_own = host.join_edges()
+    syncs, sync_own = sync_edges(host, ops, n_host, api, main[0])
+    del ops
+    return replace(graph, extra=Edges.join(graph.extra, events), ends=Edges.join(joins, syncs),
+                   slack=slack, wait_node=np.r_[joins.dst, syncs.dst],
+                   wait_own=np.r_[join_own, sync_own])  # fmt: skip
+
+
+def _stack(host_part: np.ndarray, ops: Ops, name: str, shift: int = 0) -> np.ndarray:
+    """A node column: the host pieces', then the ops' plus ``shift`` (whose own copy becomes
+    a view of it, less the shift: a column at a time is ever held twice)."""
+    mine = getattr(ops, name)
+    out = np.concatenate([host_part, mine])
+    del mine
+    if shift:
+        out[host_part.size:] += shift
+        setattr(ops, name, out[host_part.size:] - shift)
+    else:
+        setattr(ops, name, out[host_part.size:])
+    return out
+
+
+def _launches(host: Host, ops: Ops) -> dict[str, np.ndarray]:
+    """The launch columns of every node (a host piece has none)."""
+    n = host.size + ops.size
+    src = np.full(n, -1, dtype=np.int32)
+    off, lag = np.zeros(n, dtype=_I64), np.zeros(n, dtype=_I64)
+    h = host.size
+    launch_edges(host, ops, src[h:], off[h:], lag[h:])
+    return {"launch_src": src, "launch_off": off, "launch_lag": lag}
 
 
 def _held(g: Graph) -> np.ndarray:
-    """The latest each node's start edges allow it (MIN: none, a root)."""
-    held: np.ndarray = np.maximum(g.held_by_chain(), g.held_by_launch())
+    """The latest each node's start edges allow it (MIN: none, a root), built in place."""
+    held = np.full(g.size, _MIN, dtype=_I64)
+    np.copyto(held[1:], g.end[:-1], where=g.chained[1:])
+    ops = int(np.argmax(g.side == DEVICE_SIDE)) if g.size and g.side[-1] == DEVICE_SIDE \
+        else g.size  # the first op: launch edges are the ops'
+    src = g.launch_src[ops:]
+    by_launch = g.start[np.maximum(src, 0)]
+    by_launch += g.launch_off[ops:]
+    by_launch += g.launch_lag[ops:]
+    np.maximum(held[ops:], by_launch, out=held[ops:], where=src >= 0)
+    del by_launch
     if g.extra.size:
         np.maximum.at(held, g.extra.dst, g.extra.held(g.start, g.end))
     return held
 
 
-def _step_holding(t: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """The position of the step ``[t0, t1)`` holding each instant (a host piece's start, an
-    op's launch), -1 for none."""
-    k = np.searchsorted(t0, t, side="right") - 1
-    kk = np.maximum(k, 0)
-    out: np.ndarray = np.where((k >= 0) & (t < t1[kk]), kk, -1).astype(np.int32)
+def _step_holding(host: Host, ops: Ops, t0: np.ndarray, t1: np.ndarray, *, let_go: bool
+                  ) -> np.ndarray:  # fmt: skip
+    """The position of the step ``[t0, t1)`` holding each node's instant (a host piece's
+    start, an op's launch), -1 for none; ``let_go``: the ops' launch columns are not needed
+    after this."""
+    out = np.empty(host.size + ops.size, dtype=np.int32)
+    for at, t in ((0, host.s), (host.size, ops.launched)):
+        k = np.searchsorted(t0, t, side="right") - 1
+        inside = k >= 0
+        inside &= t < t1[np.maximum(k, 0)]
+        k[~inside] = -1
+        out[at : at + t.size] = k
+    if let_go:
+        ops.api_s = ops.tid = np.empty(0, dtype=_I64)
     return out
 
 

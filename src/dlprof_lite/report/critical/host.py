@@ -113,13 +113,13 @@ class Host:
         return Edges.of([(src, dst, offset, np.zeros(dst.size, dtype=_I64),
                           np.full(dst.size, EDGE["wake"]))])  # fmt: skip
 
-    def join_edges(self, work: np.ndarray) -> Edges:
+    def join_edges(self) -> tuple[Edges, np.ndarray]:
         """The main thread's piece that waited for an island resumes after it (the island
         ending last in the piece, if it ended near the piece's end and covered half of it);
-        the piece's own work is what the island did not cover."""
+        the piece's own work (returned beside the edges) is what the island did not cover."""
         firsts, lasts = self._island_ends()
         if lasts.size == 0:
-            return Edges.of([])
+            return Edges.of([]), np.empty(0, dtype=_I64)
         island_s, island_e = self.s[firsts], self.e[lasts]
         k = self._main_piece(island_e, at_end=True)
         ok = k >= 0
@@ -128,24 +128,27 @@ class Host:
         cover = np.minimum(island_e, pe) - np.maximum(island_s, ps)
         ok &= (pe - island_e <= JOIN_GAP_NS) & (2 * cover >= pe - ps) & (pe > ps)
         if not ok.any():
-            return Edges.of([])
+            return Edges.of([]), np.empty(0, dtype=_I64)
         dst, src, cover = kk[ok], lasts[ok], cover[ok]
         order = np.lexsort((self.e[src], dst))  # per piece, the island ending last wins
         last = np.r_[dst[order][1:] != dst[order][:-1], True]
         pick = order[last]
         dst, src, cover = dst[pick], src[pick], cover[pick]
         lag = self.e[dst] - self.e[src]
-        work[dst] = np.maximum(self.e[dst] - self.s[dst] - cover, lag)
+        own = np.maximum(self.e[dst] - self.s[dst] - cover, lag)
         return Edges.of([(src, dst, np.full(dst.size, -1, _I64), lag,
-                          np.full(dst.size, EDGE["join"]))])  # fmt: skip
+                          np.full(dst.size, EDGE["join"]))]), own  # fmt: skip
 
 
 def other_threads(main: Thread, api: pd.DataFrame, ranges: pd.DataFrame) -> list[Thread]:
     """The main process's other threads with push/pop ranges or CUDA calls."""
     pid = main[0]
     tids: set[int] = set()
-    if len(api):
-        tids |= set(np.unique(api["tid"].to_numpy(dtype=_I64)[api["pid"].to_numpy() == pid]))
+    if len(api):  # hashed, on the column itself: a million calls' tids were 30 MB to sort
+        tid = api["tid"].to_numpy()
+        pids = api["pid"].to_numpy()
+        mine = tid if (pids == pid).all() else tid[pids == pid]
+        tids |= {int(t) for t in pd.unique(mine)}
     if len(ranges):
         mine = (ranges["pid"].to_numpy() == pid) & (ranges["style"] == PUSH_POP).to_numpy(bool)
         tids |= set(np.unique(ranges["tid"].to_numpy(dtype=_I64)[mine]))

@@ -17,6 +17,7 @@ A run of nodes on one thread or stream, each held by the one before it, is taken
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,64 +33,108 @@ _MIN = np.iinfo(_I64).min
 @dataclass(frozen=True)
 class Binding:
     """Per node, the dependency that held its start (``code``: -1 none, a root; 0 the node
-    before it on its track; 1 its launch; 2 the explicit edge ``extra``) and the end edge
-    that held its end (-1: its own work ended it); ``run_start``: the first node of the run
-    of nodes on its track each held by the one before."""
+    before it on its track; 1 its launch; 2 an explicit edge: ``extra_node`` (sorted) and
+    ``extra_edge``), the end edge that held the end of a waiting node (``end_node``, sorted,
+    and ``end_edge``; others ended on their own work), and ``run_start``: the first node of
+    the run of nodes on its track each held by the one before."""
 
     code: np.ndarray
-    extra: np.ndarray
+    extra_node: np.ndarray
+    extra_edge: np.ndarray
+    end_node: np.ndarray
     end_edge: np.ndarray
     run_start: np.ndarray
 
+    def extra_of(self, node: int) -> int:
+        return int(self.extra_edge[np.searchsorted(self.extra_node, node)])
+
+    def end_of(self, node: int) -> int:
+        """The end edge that held ``node``'s end, -1 for none."""
+        k = int(np.searchsorted(self.end_node, node))
+        return int(self.end_edge[k]) if k < self.end_node.size and self.end_node[k] == node else -1
+
 
 def binding(g: Graph) -> Binding:
+    """Which dependency held each node: the one whose anchor plus lag is its start less its
+    slack (rules/critical.py's order on a tie: the track's own order, the launch, the rest)."""
     n = g.size
-    chain, launch = g.held_by_chain(), g.held_by_launch()
-    extra = _argmax_per_dst(n, g.extra.dst, g.extra.held(g.start, g.end), g.extra.kind)
-    by_extra = np.full(n, _MIN, dtype=_I64)
-    has = extra >= 0
-    by_extra[has] = g.extra.held(g.start, g.end)[extra[has]]
-    best = np.maximum(np.maximum(chain, launch), by_extra)
-    # rules/critical.py's order on a tie: the track's own order, the launch, the others
-    code = np.where(chain == best, 0, np.where(launch == best, 1, 2)).astype(np.int8)
-    code[best == _MIN] = -1
-    end_edge = np.full(n, -1, dtype=_I64)
+    held = g.start - np.maximum(g.slack, 0)
+    code = np.full(n, 2, dtype=np.int8)
+    by_launch = g.start[np.maximum(g.launch_src, 0)]
+    by_launch += g.launch_off
+    by_launch += g.launch_lag
+    launched = g.launch_src >= 0
+    code[launched & (by_launch == held)] = 1
+    del by_launch
+    chain = g.chained.copy()
+    chain[1:] &= g.end[:-1] == held[1:]
+    code[chain] = 0
+    extra_node = np.empty(0, dtype=_I64)
+    extra_edge = np.empty(0, dtype=_I64)
+    if g.extra.size:
+        value = g.extra.held(g.start, g.end)
+        top = _argmax_per_dst(g.extra.dst, value, g.extra.kind)
+        extra_node, extra_edge = top
+        hit = value[extra_edge] == held[extra_node]
+        extra_node, extra_edge = extra_node[hit], extra_edge[hit]
+    # code 2 without an explicit edge that held it (clock skew): the likeliest of the rest
+    other = code == 2
+    other[extra_node] = False
+    code[other & launched] = 1
+    code[other & g.chained] = 0
+    code[other & ~launched & ~g.chained] = -1
+    code[g.slack < 0] = -1
+    del held, chain, other
+    end_node = np.empty(0, dtype=_I64)
+    end_edge = np.empty(0, dtype=_I64)
     if g.ends.size:
         value = g.end[g.ends.src] + g.ends.lag
-        top = _argmax_per_dst(n, g.ends.dst, value, g.ends.kind)
-        got = top >= 0
-        hold = np.zeros(n, dtype=bool)
-        hold[got] = value[top[got]] >= g.end[got]
-        end_edge = np.where(hold, top, -1)
+        end_node, end_edge = _argmax_per_dst(g.ends.dst, value, g.ends.kind)
+        hit = value[end_edge] >= g.end[end_node]
+        end_node, end_edge = end_node[hit], end_edge[hit]
     # Node k continues a run when the node before it on its track holds its start, and
     # that node's own end is its work's (no end edge took it elsewhere).
     follows = code == 0
-    follows[1:] &= end_edge[:-1] < 0
-    idx = np.arange(n, dtype=_I64)
-    run_start = np.maximum.accumulate(np.where(follows, 0, idx)) if n else idx
-    return Binding(code, extra, end_edge, run_start)
+    after = end_node + 1
+    follows[after[after < n]] = False
+    idx = np.arange(n, dtype=np.int32)
+    idx[follows] = 0
+    run_start = np.maximum.accumulate(idx) if n else idx
+    return Binding(code, extra_node, extra_edge, end_node, end_edge, run_start)
 
 
-def _argmax_per_dst(n: int, dst: np.ndarray, value: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """Per node, the position of its edge with the largest value (lowest kind on a tie)."""
-    out = np.full(n, -1, dtype=_I64)
-    if dst.size == 0:
-        return out
+def _argmax_per_dst(dst: np.ndarray, value: np.ndarray, kind: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per destination (sorted), the position of its edge with the largest value (the
+    lowest kind on a tie)."""
     order = np.lexsort((kind, -value, dst))
     first = np.r_[True, dst[order][1:] != dst[order][:-1]]
-    out[dst[order][first]] = order[first]
-    return out
+    return dst[order][first], order[first]
 
 
 @dataclass(frozen=True)
-class Path:
-    """The analysed steps' paths as pieces: node, from, to, part (PARTS), step position."""
+class Pieces:
+    """Pieces of paths: node, from, to, part (PARTS), step position."""
 
     node: np.ndarray
     t0: np.ndarray
     t1: np.ndarray
     part: np.ndarray
     step: np.ndarray
+
+
+CHUNK = 1 << 16  # nodes of runs expanded into pieces at once
+
+
+@dataclass(frozen=True)
+class Path:
+    """The analysed steps' paths, as the walk found them: runs of nodes on one track
+    (``blocks``: first, last, exit time, the step's begin, step) and single pieces
+    (``singles``: node, from, to, part, step), expanded on demand a chunk at a time (a
+    million kernels' path is a third of a million pieces)."""
+
+    blocks: np.ndarray
+    singles: np.ndarray
     completion: np.ndarray  # per step
     begin: np.ndarray  # per step: where its time starts
 
@@ -98,19 +143,59 @@ class Path:
         out: np.ndarray = self.completion - self.begin
         return out
 
+    def chunks(self, g: Graph) -> Iterator[Pieces]:
+        """Every piece, in bounded chunks."""
+        counts = self.blocks[:, 1] - self.blocks[:, 0] + 1
+        cut = np.searchsorted(np.cumsum(counts), np.arange(CHUNK, counts.sum() + CHUNK, CHUNK))
+        lo = 0
+        for hi in np.unique(np.r_[cut + 1, counts.size]).tolist():
+            if hi > lo:
+                yield _expand(g, self.blocks[lo:hi])
+                lo = hi
+        if self.singles.size:
+            yield Pieces(*(self.singles[:, k] for k in range(5)))
+
+    def pieces(self, g: Graph, step: int | None = None) -> Pieces:
+        """The pieces of every step, or of one (its position)."""
+        blocks, singles = self.blocks, self.singles
+        if step is not None:
+            blocks, singles = blocks[blocks[:, 4] == step], singles[singles[:, 4] == step]
+        parts = [_expand(g, blocks), Pieces(*(singles[:, k] for k in range(5)))]
+        return Pieces(*(np.concatenate([getattr(p, f) for p in parts]).astype(_I64)
+                        for f in ("node", "t0", "t1", "part", "step")))  # fmt: skip
+
+
+def _expand(g: Graph, blocks: np.ndarray) -> Pieces:
+    """Runs of nodes into pieces: each node's own work, and inside a run the gap before
+    each node but the first (a wait)."""
+    first, last, exit_, begin, step = (blocks[:, k] for k in range(5))
+    count = last - first + 1
+    rep = np.repeat(np.arange(first.size), count)
+    node = first[rep] + np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)
+    lo = np.maximum(g.start[node], begin[rep])
+    hi = np.where(node == last[rep], exit_[rep], g.end[node])
+    work = np.where(g.side[node] == DEVICE_SIDE, DEVICE_PART, HOST_PART)
+    inner = node != first[rep]
+    gap_lo = np.maximum(g.end[np.maximum(node - 1, 0)], begin[rep])[inner]
+    out = Pieces(np.r_[node, node[inner]], np.r_[lo, gap_lo], np.r_[hi, g.start[node[inner]]],
+                 np.r_[work, np.full(gap_lo.size, WAIT)], np.r_[step[rep], step[rep][inner]])
+    keep = out.t1 > out.t0
+    return Pieces(*(getattr(out, f)[keep] for f in ("node", "t0", "t1", "part", "step")))
+
 
 def completions(g: Graph, end: np.ndarray, start: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Per analysed step, the node that ends last and its end, never before the step's
     start (``start``: the steps' starts, replayed); -1 for a step without nodes."""
     steps = g.step_start.size
+    shifted = g.step + np.int32(1)  # a bin of its own for nodes outside every step
+    top = np.full(steps + 1, _MIN, dtype=_I64)
+    np.maximum.at(top, shifted, end)
+    # the last node (in node order) of each step that ends there
+    at = np.flatnonzero((end == top[shifted]) & (shifted > 0))
+    del shifted
     last = np.full(steps, -1, dtype=_I64)
-    mine = np.flatnonzero(g.step >= 0)
-    if mine.size:
-        order = np.lexsort((end[mine], g.step[mine]))
-        ordered = mine[order]
-        tail = np.r_[g.step[ordered][1:] != g.step[ordered][:-1], True]
-        last[g.step[ordered[tail]]] = ordered[tail]
+    np.maximum.at(last, g.step[at], at)
     own = g.step_start if start is None else start
     done = np.where(last >= 0, end[np.maximum(last, 0)], own)
     return last, np.maximum(done, own)
@@ -133,8 +218,7 @@ def critical_paths(g: Graph, bind: Binding | None = None) -> Path:
     for i in range(sink.size):
         if sink[i] >= 0 and done[i] > begin[i]:
             walk.step(i, int(sink[i]), int(done[i]), int(begin[i]))
-    node, t0, t1, part, step = walk.pieces()
-    return Path(node, t0, t1, part, step, done, begin)
+    return Path(walk.block_array(), walk.single_array(), done, begin)
 
 
 class _Ints:
@@ -153,8 +237,7 @@ class _Walk:
         # Read a value at a time (the walk steps between tracks only: thousands of reads,
         # where lists of a million nodes' values took 0.2 s to make).
         self.start, self.end = _Ints(g.start), _Ints(g.end)
-        self.code, self.extra = _Ints(bind.code), _Ints(bind.extra)
-        self.end_edge, self.run = _Ints(bind.end_edge), _Ints(bind.run_start)
+        self.code, self.run = _Ints(bind.code), _Ints(bind.run_start)
         self.launch_src, self.launch_off = _Ints(g.launch_src), _Ints(g.launch_off)
         self.launch_lag = _Ints(g.launch_lag)
         self.x_src, self.x_off = _Ints(g.extra.src), _Ints(g.extra.offset)
@@ -166,8 +249,8 @@ class _Walk:
     def step(self, i: int, node: int, t: int, begin: int) -> None:
         start, end, single = self.start, self.end, self.single
         while t > begin:
-            ee = self.end_edge[node]
-            if ee >= 0 and t == end[node]:
+            ee = self.bind.end_of(node) if t == end[node] else -1
+            if ee >= 0:
                 src = self.end_src[ee]
                 back = max(end[src], begin)
                 single.append((node, back, t, LATENCY, i))
@@ -201,7 +284,7 @@ class _Walk:
             src = self.launch_src[node]
             return src, self.start[src] + self.launch_off[node], self.launch_lag[node]
         if code == 2:
-            k = self.extra[node]
+            k = self.bind.extra_of(node)
             src, off = self.x_src[k], self.x_off[k]
             return src, (self.end[src] if off < 0 else self.start[src] + off), self.x_lag[k]
         return -1, 0, 0
@@ -212,31 +295,10 @@ class _Walk:
         k = int(np.searchsorted(ends[:-1], begin, side="right"))
         return last - first - k
 
-    def pieces(self) -> tuple[np.ndarray, ...]:
-        g = self.g
-        parts = []
-        if self.blocks:
-            b = np.array(self.blocks, dtype=_I64)
-            first, last, exit_, begin, step = b.T
-            count = last - first + 1
-            rep = np.repeat(np.arange(b.shape[0]), count)
-            node = first[rep] + np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)
-            is_last = node == last[rep]
-            lo = np.maximum(g.start[node], begin[rep])
-            hi = np.where(is_last, exit_[rep], g.end[node])
-            work = np.where(g.side[node] == DEVICE_SIDE, DEVICE_PART, HOST_PART)
-            parts.append((node, lo, hi, work, step[rep]))
-            # Inside a run, the gap before each node but the first: a wait.
-            inner = node != first[rep]
-            gap_lo = np.maximum(g.end[np.maximum(node - 1, 0)], begin[rep])
-            parts.append((node[inner], gap_lo[inner], g.start[node][inner],
-                          np.full(int(inner.sum()), WAIT), step[rep][inner]))  # fmt: skip
-        if self.single:
-            s = np.array(self.single, dtype=_I64)
-            parts.append(tuple(s.T))
-        if not parts:
-            e = np.empty(0, dtype=_I64)
-            return e, e, e, e, e
-        cols = [np.concatenate([np.asarray(p[k], dtype=_I64) for p in parts]) for k in range(5)]
-        keep = cols[2] > cols[1]
-        return tuple(c[keep] for c in cols)
+    def block_array(self) -> np.ndarray:
+        return np.array(self.blocks, dtype=_I64).reshape(-1, 5)
+
+    def single_array(self) -> np.ndarray:
+        out = np.array(self.single, dtype=_I64).reshape(-1, 5)
+        keep = out[:, 2] > out[:, 1]
+        return out[keep]

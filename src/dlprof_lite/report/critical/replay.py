@@ -34,7 +34,7 @@ class Replayed:
 def replay(g: Graph, scale: np.ndarray) -> Replayed:
     """Start and end of every node with its work multiplied by ``scale`` (per node)."""
     n = g.size
-    work = np.round(g.work * scale).astype(_I64)
+    work = np.round(g.work() * scale).astype(_I64)
     x_ptr, x_src, x_off, x_lag = _by_dst(n, g.extra.dst, g.extra.src, g.extra.offset,
                                          g.extra.lag)  # fmt: skip
     e_ptr, e_src, e_lag = _by_dst(n, g.ends.dst, g.ends.src, g.ends.lag)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.numeric import sum_by
 from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
 from dlprof_lite.report.critical.path import Path
 from dlprof_lite.report.frames import share
@@ -22,14 +21,15 @@ from dlprof_lite.rules.idle import DEVICE_CAUSES
 def critical_table(g: Graph, path: Path) -> pd.DataFrame:
     """Nanoseconds of the paths per (part, layer, phase), over the analysed steps."""
     steps = g.step_start.size
-    if path.node.size == 0 or steps == 0:
+    if steps == 0 or (path.blocks.size == 0 and path.singles.size == 0):
         return typed_critical(pd.DataFrame(), "critical")
     n_layer, n_phase = g.layers.size + 1, len(PHASE_COLUMNS) + 1
-    layer, phase = g.layer[path.node] + 1, g.phase[path.node] + 1
-    key = (path.part * n_layer + layer) * n_phase + phase
-    codes, uniq = pd.factorize(key)
-    total = sum_by(codes, path.t1 - path.t0, len(uniq))
-    uniq = np.asarray(uniq, dtype=np.int64)
+    sums = np.zeros(len(PARTS) * n_layer * n_phase, dtype=np.int64)
+    for p in path.chunks(g):
+        key = (p.part * n_layer + g.layer[p.node] + 1) * n_phase + g.phase[p.node] + 1
+        sums += np.bincount(key, weights=(p.t1 - p.t0), minlength=sums.size).astype(np.int64)
+    uniq = np.flatnonzero(sums)
+    total = sums[uniq]
     phase_of, rest = uniq % n_phase - 1, uniq // n_phase
     layer_of, part_of = rest % n_layer - 1, rest // n_layer
     layers = np.append(g.layers.astype(str).to_numpy(dtype=object), "")
@@ -50,12 +50,11 @@ def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
     """The path of iteration ``iteration`` (its number), piece by piece in time order."""
     where = (np.flatnonzero(g.step_number == iteration) if iteration is not None
              else np.empty(0, dtype=np.int64))  # fmt: skip
-    if len(where) == 0 or path.node.size == 0:
+    if len(where) == 0:
         return typed_critical(pd.DataFrame(), "critical_path")
-    mine = path.step == int(where[0])
-    node = path.node[mine]
-    order = np.lexsort((path.t1[mine], path.t0[mine]))
-    node = node[order]
+    p = path.pieces(g, int(where[0]))
+    order = np.lexsort((p.t1, p.t0))
+    node = p.node[order]
     device = g.side[node] == DEVICE_SIDE
     kernel = np.append(g.names.astype(str).to_numpy(dtype=object), "")
     causes = np.array([*DEVICE_CAUSES, ""], dtype=object)
@@ -63,8 +62,8 @@ def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
     layers = np.append(g.layers.astype(str).to_numpy(dtype=object), "")
     phases = np.array([*PHASE_COLUMNS, ""], dtype=object)
     out = pd.DataFrame({
-        "start_ns": path.t0[mine][order], "end_ns": path.t1[mine][order],
-        "part": np.array(PARTS, dtype=object)[path.part[mine][order]],
+        "start_ns": p.t0[order], "end_ns": p.t1[order],
+        "part": np.array(PARTS, dtype=object)[p.part[order]],
         "track": np.array(g.tracks, dtype=object)[g.track[node]],
         "layer": layers[g.layer[node]], "phase": phases[g.phase[node]], "name": name,
     })  # fmt: skip
