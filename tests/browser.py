@@ -463,9 +463,10 @@ def screenshot_problems(chromium: Chromium, page: Path) -> list[str]:
 # --- the pages of issue #15 ---------------------------------------------------------------
 
 # Report page sections in page order, and the chart each one draws (contract, issue #15).
-REPORT_SECTIONS = ("header", "steps", "idle", "layers", "cost", "memory", "iterations",
-                   "kernels", "ranks", "advice", "timeline")  # fmt: skip
-REPORT_CHARTS = {"steps": "chart-steps", "idle": "chart-idle", "layers": "chart-layers",
+REPORT_SECTIONS = ("header", "steps", "idle", "critical", "layers", "cost", "memory",
+                   "iterations", "kernels", "ranks", "advice", "timeline")  # fmt: skip
+REPORT_CHARTS = {"steps": "chart-steps", "idle": "chart-idle", "critical": "chart-critical",
+                 "layers": "chart-layers",
                  "cost": "chart-cost", "memory": "chart-memory",
                  "iterations": "chart-iterations", "kernels": "chart-kernels",
                  "ranks": "chart-ranks", "timeline": "chart-timeline"}  # fmt: skip
@@ -544,6 +545,7 @@ def expected_sections(report: Any) -> list[str]:
         "header": True,
         "steps": (s.window.iterations_analysed or 0) > 0,
         "idle": _has_idle(report),
+        "critical": rows(getattr(report, "critical", None)) > 0,
         "layers": rows(report.layers) > 0,
         "cost": _has_cost(report.layers),
         "memory": _has_memory(report.layers),

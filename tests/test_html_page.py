@@ -143,10 +143,10 @@ def example() -> Report:
 def test_example_page_has_every_section(example: Report) -> None:
     page = read(example)
     assert not example.timeline.empty  # the example's steady iteration (report/timeline.py)
-    assert page.sections == ["header", "steps", "idle", "layers", "iterations", "kernels",
-                             "advice", "timeline"]  # fmt: skip
-    assert set(page.charts) == {"chart-steps", "chart-idle", "chart-layers", "chart-iterations",
-                                "chart-kernels", "chart-timeline"}  # fmt: skip
+    assert page.sections == ["header", "steps", "idle", "critical", "layers", "iterations",
+                             "kernels", "advice", "timeline"]  # fmt: skip
+    assert set(page.charts) == {"chart-steps", "chart-idle", "chart-critical", "chart-layers",
+                                "chart-iterations", "chart-kernels", "chart-timeline"}  # fmt: skip
     facts = dict(page.tables["run-facts"])
     # Analysed steps of 2000 and 3000 ns: median 2500, p10 2100, p90 2900 (linear).
     # One spread beside a step time, as the console writes it (render/phrases.py).

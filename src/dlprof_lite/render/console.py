@@ -15,7 +15,13 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from dlprof_lite.narrow import distinct_short
-from dlprof_lite.render.console_lines import TOP, header_lines, idle_lines, line_text
+from dlprof_lite.render.console_lines import (
+    TOP,
+    critical_lines,
+    header_lines,
+    idle_lines,
+    line_text,
+)
 from dlprof_lite.render.page.cost_chart import cost_layers
 from dlprof_lite.render.page.memory_chart import MEMORY_COLUMNS, own_bytes
 from dlprof_lite.report.model import Report
@@ -24,6 +30,7 @@ from dlprof_lite.report.units import bytes_text, flops
 from dlprof_lite.report.units import duration as _t
 from dlprof_lite.report.units import percent as _pct
 from dlprof_lite.rules.payloads import display_name
+from dlprof_lite.safe_text import printable
 
 SEVERITY_STYLE = {"high": "bold red", "warn": "yellow", "info": "cyan"}
 
@@ -185,11 +192,12 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
     the idle causes)."""
     for line in header_lines(report.summary):
         console.print(line if isinstance(line, Text) else line_text(line), highlight=False)
-    idle = idle_lines(report, top)
-    if idle:
-        console.print()
-        for line in idle:
-            console.print(line, highlight=False)
+    for block in (idle_lines(report, top),
+                  critical_lines(report, printable(str(out_dir)) if out_dir else None)):
+        if block:
+            console.print()
+            for line in block:
+                console.print(line, highlight=False)
     tables = (
         _layers_table(report.layers, console.width, top),
         _table(

@@ -19,7 +19,9 @@ from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import duration as _t
 from dlprof_lite.report.units import percent as _pct
+from dlprof_lite.rules.critical import PARTS
 from dlprof_lite.rules.idle import CAUSE_WORDS, DEVICE, HOST
+from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
 
 TOP = 5
@@ -189,6 +191,33 @@ def idle_lines(report: Report, top: int = TOP) -> list[Text]:
         below = "" if len(shown) > top else f", each under {IDLE_FLOOR_PCT:g}% of the step"
         plural = "s" if left > 1 else ""
         lines.append(line_text(f"  +{left} smaller cause{plural}{below} (idle.csv)"))
+    return lines
+
+
+CRITICAL_LAYERS = 3  # layers named on the critical path's line
+
+
+def critical_lines(report: Report, folder: str | None = None) -> list[Text]:
+    """The critical path of the analysed steps (report/critical/): its parts, the layers
+    with most of it, and the what-if command that predicts a fix's gain. Nothing without a
+    path (no steps, no main thread)."""
+    table = report.critical
+    if table.empty:
+        return []
+    parts = table.groupby("part", sort=False)["share_pct"].sum()
+    said = " · ".join(f"{p} {_pct(parts[p], 1)}" for p in PARTS if p in parts.index)
+    lines = [line_text(("Critical path", "bold"),
+                       f" (what sets the step's time): {said}")]  # fmt: skip
+    layer = table["layer"].astype(object)
+    named = table[(layer.notna() & (layer.astype(str) != "")).to_numpy(bool)]
+    if not named.empty:
+        by_layer = named.groupby("layer", sort=False)["share_pct"].sum()
+        top = by_layer.sort_values(ascending=False, kind="stable").head(CRITICAL_LAYERS)
+        lines.append(line_text("  on it most: " + ", ".join(
+            f"{name} {_pct(share, 1)}" for name, share in top.items())))  # fmt: skip
+        where = folder or "REPORT"
+        lines.append(line_text(f"  what a fix would gain: {PROG} whatif {where} --scale "
+                               f"layer={top.index[0]}:0.5 (docs: critical-path.md)"))  # fmt: skip
     return lines
 
 

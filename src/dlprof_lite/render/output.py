@@ -125,7 +125,8 @@ def write_trace(report: Report, folder: Path, events: pd.DataFrame | None = None
     if len(chosen) and not iterations:  # no iterations: the session's busiest stretch
         meta["stretch_ns"] = [int(chosen["start_ns"].min()), int(chosen["end_ns"].max())]
     path = folder / TRACE_FILE
-    atomic_write(path, trace_text(chosen, metadata=meta))
+    critical = report.critical_path if events is None else None  # the timeline's iteration's
+    atomic_write(path, trace_text(chosen, metadata=meta, critical=critical))
     return path
 
 

@@ -19,7 +19,12 @@ Place in the pipeline: report, a renderer of the ``timeline`` table (report/time
 - a flow arrow (``ph: "s"`` at the launch call, ``ph: "f"``, ``bp: "e"`` at the GPU op) for
   each launch call and GPU op of the frame that share a process and correlation id;
 - ``args`` hold the layer, phase and iteration, and the ids a reader needs (correlation id,
-  device, stream, the real thread of a sub-track). Names are data: ``json.dumps`` escapes them.
+  device, stream, the real thread of a sub-track). Names are data: ``json.dumps`` escapes them;
+- given the iteration's critical path (the report's ``critical_path``), a process of its own
+  on top (``critical path``, process id :data:`CRITICAL_PID`) holds its pieces in time
+  order, and a flow arrow (``cat: "critical"``) goes wherever the path passes from one
+  thread or stream to another: from the middle of the piece it leaves to the start of the
+  piece it reaches, on their own tracks.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ GPU_KINDS = ("kernel", "memcpy", "memset")
 GPU_PID_BASE = 1 << 30
 # Sub-track thread ids are numbered from here (above any Linux tid and any stream id).
 LANE_TID_BASE = 1 << 29
+# The critical path's process in the trace: below the GPUs', above any Linux pid.
+CRITICAL_PID = GPU_PID_BASE - 1
 Event = dict[str, Any]
 
 
@@ -183,23 +190,74 @@ def _flows(events: pd.DataFrame, tracks: pd.DataFrame, origin_ns: int) -> list[E
 
 
 def trace_document(
-    events: pd.DataFrame, *, origin_ns: int, metadata: Mapping[str, object] | None = None
-) -> dict[str, Any]:
+    events: pd.DataFrame, *, origin_ns: int, metadata: Mapping[str, object] | None = None,
+    critical: pd.DataFrame | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The Chrome trace-event document of a timeline-shaped frame (report/timeline.py),
     times relative to ``origin_ns`` (session clock); ``metadata`` joins the document's own
-    (where the events came from, say)."""
+    (where the events came from, say); ``critical``: the frame's iteration's critical path."""
     frame = events.reset_index(drop=True)
     meta: dict[str, Any] = {"origin_ns": int(origin_ns), "clock": "nsys session clock, ns",
                             "events": len(frame), **(metadata or {})}  # fmt: skip
     if frame.empty:
         return {"traceEvents": [], "displayTimeUnit": "ms", "metadata": meta}
     tracks = _tracks(frame)
+    flows = _flows(frame, tracks, origin_ns)
     trace = [
         *_metadata(tracks),
         *_slices(frame, tracks, origin_ns),
-        *_flows(frame, tracks, origin_ns),
+        *flows,
     ]
+    if critical is not None and not critical.empty:
+        trace += _critical_path(critical.reset_index(drop=True), frame, origin_ns,
+                                first_id=len(flows) // 2 + 1)  # fmt: skip
     return {"traceEvents": trace, "displayTimeUnit": "ms", "metadata": meta}
+
+
+def _critical_path(path: pd.DataFrame, events: pd.DataFrame, origin_ns: int, first_id: int
+                   ) -> list[Event]:  # fmt: skip
+    """The critical path's own track, and a flow wherever it changes thread or stream."""
+    out = [_meta("process_name", CRITICAL_PID, 0, {"name": "critical path"}),
+           _meta("process_sort_index", CRITICAL_PID, 0, {"sort_index": -1}),
+           _meta("thread_name", CRITICAL_PID, 1, {"name": "critical path"})]  # fmt: skip
+    start = path["start_ns"].to_numpy(dtype=np.int64)
+    end = path["end_ns"].to_numpy(dtype=np.int64)
+    texts = {c: _values(path[c].astype(object)) for c in ("part", "layer", "phase", "track",
+                                                          "name")}  # fmt: skip
+    for i in range(len(path)):
+        args = {c: v[i] for c, v in texts.items() if v[i] not in (None, "")}
+        name = texts["name"][i] or texts["layer"][i] or texts["part"][i]
+        out.append({"ph": "X", "cat": f"critical:{texts['part'][i]}", "name": name,
+                    "ts": (start[i] - origin_ns) / 1000, "dur": (end[i] - start[i]) / 1000,
+                    "pid": CRITICAL_PID, "tid": 1, "args": args})  # fmt: skip
+    where = [_track_of(str(t), events) for t in texts["track"]]
+    flow_id = first_id
+    for i in range(len(path) - 1):
+        here, there = where[i], where[i + 1]
+        if here is None or there is None or here == there:
+            continue
+        common = {"cat": "critical", "name": "critical path", "id": flow_id}
+        out.append({"ph": "s", **common, "ts": ((start[i] + end[i]) / 2 - origin_ns) / 1000,
+                    "pid": here[0], "tid": here[1]})  # fmt: skip
+        out.append({"ph": "f", "bp": "e", **common, "ts": (start[i + 1] - origin_ns) / 1000,
+                    "pid": there[0], "tid": there[1]})  # fmt: skip
+        flow_id += 1
+    return out
+
+
+def _track_of(track: str, events: pd.DataFrame) -> tuple[int, int] | None:
+    """The trace (process, thread) of a critical path piece's track: ``thread <tid>`` on its
+    process (the one the frame's events of that thread have), ``GPU <d> stream <s>``."""
+    words = track.split()
+    if len(words) == 4 and words[0] == "GPU" and words[2] == "stream":
+        return GPU_PID_BASE + int(words[1]), int(words[3])
+    if len(words) == 2 and words[0] == "thread":
+        tid = int(words[1])
+        mine = events[(events["tid"].astype("Int64") == tid).fillna(False).to_numpy(bool)
+                      & ~events["kind"].isin(GPU_KINDS).to_numpy(bool)]  # fmt: skip
+        if len(mine):
+            return int(mine["pid"].iloc[0]), tid
+    return None
 
 
 def trace_origin(events: pd.DataFrame) -> int:
@@ -212,9 +270,10 @@ def trace_text(
     *,
     origin_ns: int | None = None,
     metadata: Mapping[str, object] | None = None,
+    critical: pd.DataFrame | None = None,
 ) -> str:
     """``trace.json``'s text: :func:`trace_document` as ASCII JSON (a name's odd characters,
     lone surrogates included, escaped), origin the first event's start unless given."""
     origin = trace_origin(events) if origin_ns is None else origin_ns
-    doc = trace_document(events, origin_ns=origin, metadata=metadata)
+    doc = trace_document(events, origin_ns=origin, metadata=metadata, critical=critical)
     return json.dumps(doc, ensure_ascii=True, allow_nan=False, separators=(",", ":"))

@@ -4,7 +4,8 @@ Place in the pipeline: report (rendering; the CLI writes the page into the repor
 Sections, each ``<section id=...>`` with an ``<h2>``, left out when the report has nothing
 for them: ``header`` (source, GPUs, versions, window, step time and its spread, projection,
 annotation cost), ``steps`` (step breakdown), ``idle`` (why the GPU waits, or where a CPU
-run's host time goes, step by step), ``layers`` (chart and sortable table),
+run's host time goes, step by step), ``critical`` (the critical path by layer and part),
+``layers`` (chart and sortable table),
 ``iterations``, ``kernels``, ``advice``, ``timeline``. On a CPU-only run the GPU parts are
 hidden, not drawn as zeros. Charts: render/page/charts.py; tables: render/page/html_tables.py; the
 page frame and plotly.js: render/page/plotly_bundle.py.
@@ -23,6 +24,7 @@ from dlprof_lite.render.page.charts import (
     steps_figure,
 )
 from dlprof_lite.render.page.cost_chart import cost_figure, cost_layers
+from dlprof_lite.render.page.critical_chart import critical_figure, critical_rows
 from dlprof_lite.render.page.html_tables import (
     advice_list,
     facts_table,
@@ -38,6 +40,7 @@ from dlprof_lite.render.phrases import share_of, step_phrase, tc_phrase
 from dlprof_lite.report.model import Report
 from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import bytes_text, duration, flops, percent
+from dlprof_lite.rules.critical import PARTS
 
 TOP_KERNEL_ROWS = 20
 
@@ -167,6 +170,29 @@ def _idle(report: Report, gpu: bool) -> str | None:
     return section("idle", title, [Chart("idle", fig).html(), note])
 
 
+def _critical(report: Report) -> str | None:
+    fig, left = critical_figure(report.critical)
+    if fig is None:
+        return None
+    table = report.critical
+    parts = table.groupby("part", sort=False)["share_pct"].sum()
+    said = ", ".join(f"{p} {percent(parts[p], 1)}" for p in PARTS if p in parts.index)
+    grid = critical_rows(table)
+    top = next((str(r) for r in grid.index if not str(r).startswith("[")), None)
+    what = ("Each analysed step's critical path: the chain of dependencies (thread and stream "
+            "order, launches, syncs, waits for other streams and threads) that set its time, "
+            f"walked back from its last work. Of the paths: {said}. Speeding up work off the "
+            "path gains nothing; critical.csv has every row, critical_path.csv the timeline "
+            "iteration's path, drawn on the timeline below.")
+    if top is not None:
+        what += (" What a fix would gain: dlprof-lite whatif REPORT --scale "
+                 f"layer={top}:0.5 (docs: critical-path.md).")
+    if left:
+        what += f" +{left} smaller rows not in the chart."
+    return section("critical", "Critical path", [Chart("critical", fig).html(),
+                                                 f'<p class="note">{esc(what)}</p>'])
+
+
 def _layers(report: Report, gpu: bool) -> str | None:
     fig, left = layers_figure(report.layers, gpu=gpu)
     if fig is None:
@@ -267,7 +293,7 @@ def _timeline(report: Report) -> str | None:
     it = report.summary.window.timeline_iteration
     bounds = _iteration_bounds(report.iterations, it)
     span = f"Iteration {it}" if it is not None else "The busiest stretch"
-    fig, left = timeline_figure(frame, iteration=bounds, what=span)
+    fig, left = timeline_figure(frame, iteration=bounds, what=span, critical=report.critical_path)
     if fig is None:
         return None
     what = f"iteration {it}" if it is not None else (
@@ -296,6 +322,7 @@ def report_page(report: Report) -> str:
         _header(report),
         _steps(report, gpu),
         _idle(report, gpu),
+        _critical(report),
         _layers(report, gpu),
         _cost(report),
         _memory(report),

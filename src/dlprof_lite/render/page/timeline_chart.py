@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.render.page.charts import PHASE_COLORS, base_layout, short, unit_for
+from dlprof_lite.render.page.critical_chart import PART_COLORS
 from dlprof_lite.render.page.figures import Figure, figure, text
 
 TIMELINE_PAGE_MAX = 5000
@@ -161,12 +162,15 @@ def timeline_figure(
     cap: int = TIMELINE_PAGE_MAX,
     iteration: tuple[int, int] | None = None,
     what: str = "One iteration",
+    critical: pd.DataFrame | None = None,
 ) -> tuple[Figure | None, int]:
     """The Gantt chart of a timeline-shaped frame (report/metrics.py TIMELINE_REPORT) and how
     many events it leaves out: rows named by thread and stream (:func:`lanes`), bars coloured
     by phase and labelled by layer. ``iteration``: its (start, end) ns; bars are clipped to
     :func:`shown_window`, the hover keeps each event's real duration; without one the chart
-    opens on the GPU work (:func:`gpu_focus`). ``what``: the span's name in the title."""
+    opens on the GPU work (:func:`gpu_focus`). ``what``: the span's name in the title.
+    ``critical``: the iteration's critical path (the report's ``critical_path``), drawn as a
+    lane of its own on top, coloured by part."""
     if frame.empty:
         return None, 0
     dur = (frame["end_ns"].astype("int64") - frame["start_ns"].astype("int64")).clip(lower=0)
@@ -199,6 +203,9 @@ def timeline_figure(
                              f"(from %{{base:.4g}} {unit})<br>layer: %{{customdata[1]}}"
                              "<br>phase: %{customdata[2]}<extra>%{y}</extra>",
         })  # fmt: skip
+    if critical is not None and not critical.empty:
+        traces += _path_traces(critical, origin, end, size, unit)
+        order = [CRITICAL_LANE, *order]
     layout = base_layout(
         f"{what}: ranges and CUDA API calls per thread, GPU work per stream",
         unit, size, barmode="overlay", height=max(320, 26 * len(order) + 160),
@@ -210,3 +217,35 @@ def timeline_figure(
     )  # fmt: skip
     layout["meta"] = {"unit": unit, "ns": size, "origin_ns": origin}
     return figure(traces, layout), left
+
+
+CRITICAL_LANE = "critical path"
+
+
+def _path_traces(path: pd.DataFrame, origin: int, end: int, size: float, unit: str
+                 ) -> list[dict[str, object]]:  # fmt: skip
+    """The critical path's pieces on a lane of their own, one trace per part."""
+    begin = path["start_ns"].astype("int64").clip(lower=origin, upper=end)
+    width = path["end_ns"].astype("int64").clip(lower=origin, upper=end) - begin
+    dur = path["end_ns"].astype("int64") - path["start_ns"].astype("int64")
+    out: list[dict[str, object]] = []
+    for part, color in PART_COLORS.items():
+        rows = (path["part"].astype(str) == part).to_numpy(bool)
+        if not rows.any():
+            continue
+        mine = path[rows]
+        where = [f"{short(n, 60)} on {t}" if isinstance(n, str) and n else str(t)
+                 for n, t in zip(mine["name"].tolist(), mine["track"].tolist(), strict=True)]
+        out.append({
+            "type": "bar", "name": f"path: {part}", "orientation": "h",
+            "y": [CRITICAL_LANE] * int(rows.sum()),
+            "base": ((begin[rows] - origin) / size).tolist(), "x": (width[rows] / size).tolist(),
+            "marker": {"color": color, "line": {"color": color, "width": 1}},
+            "customdata": [[w, _text(pd.Series([lay]))[0], f"{d / 1e3:.3f} µs"]
+                           for w, lay, d in zip(where, mine["layer"].tolist(),
+                                                dur[rows].tolist(), strict=True)],
+            "hovertemplate": f"critical path, {part}: %{{customdata[0]}}<br>%{{customdata[2]}}"
+                             f" (from %{{base:.4g}} {unit})<br>layer: %{{customdata[1]}}"
+                             "<extra></extra>",
+        })  # fmt: skip
+    return out
