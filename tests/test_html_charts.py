@@ -42,9 +42,11 @@ def timeline_frame(rows: list[tuple]) -> pd.DataFrame:
 
 def drawn_events(figure: dict) -> dict[str, dict]:
     """Each bar of a timeline figure by its event's name: lane, base, width, hover data,
-    the phase trace it is in and its label."""
+    the phase trace it is in and its label (the critical path's lane left out)."""
     out = {}
     for t in figure["data"]:
+        if t["name"].startswith("path: "):
+            continue
         for i, c in enumerate(t["customdata"]):
             out[c[0]] = {"lane": t["y"][i], "base": t["base"][i], "x": t["x"][i],
                          "custom": c, "phase": t["name"], "text": t["text"][i]}  # fmt: skip
@@ -128,7 +130,8 @@ def test_example_timeline_is_one_steady_iteration(example: Report) -> None:
     assert kernels["sm90_xmma_gemm_bf16bf16_tn"]["phase"] == "forward"
     assert kernels["adam_kernel"]["phase"] == "optimizer"
     lanes = fig["layout"]["yaxis"]["categoryarray"]
-    assert lanes[-1].startswith("GPU ") and lanes[0] == "thread 10"  # the fixture: tid != pid
+    # the critical path's lane on top, then the fixture's thread (tid != pid)
+    assert lanes[-1].startswith("GPU ") and lanes[:2] == ["critical path", "thread 10"]
     # The iteration holds the phases (start/end ranges, all depth 0), forward holds fc1.
     assert bars["iteration"]["lane"] == "thread 10"
     assert bars["forward"]["lane"] == bars["backward"]["lane"] == "thread 10 · level 1"

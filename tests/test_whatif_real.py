@@ -99,6 +99,9 @@ def test_removing_a_delay_predicts_the_fast_run(runs: dict, name: str, what: str
     found, printed = _whatif(_folder(runs, name), f"{what}:{factor:.4f}")
     fast = _median_step(runs["plain"][0])
     predicted = found.predicted_stats[0]
+    print(f"{name}: slow run {_median_step(slow) / 1e6:.2f} ms, {what}:{factor:.4f} predicts "
+          f"{predicted / 1e6:.2f} ms, the fast run measured {fast / 1e6:.2f} ms "
+          f"({(predicted - fast) / fast * 100:+.1f} %)")  # the figures, with pytest -s
     assert abs(predicted - fast) <= WITHIN * fast, (predicted, fast, printed)
     # the observed figure is the slow run's own median step
     assert found.observed_stats[0] == pytest.approx(_median_step(slow), rel=0.02)
@@ -108,6 +111,7 @@ def test_removing_a_delay_predicts_the_fast_run(runs: dict, name: str, what: str
 def test_work_beside_the_path_predicts_no_change(runs: dict) -> None:
     found, _ = _whatif(_folder(runs, "side"), "layer=side:0")
     before, after = found.observed_stats[0], found.predicted_stats[0]
+    print(f"side: observed {before / 1e6:.2f} ms, layer=side:0 predicts {after / 1e6:.2f} ms")
     assert abs(after - before) <= 0.01 * before, (before, after)
     # while removing slow's sleep is most of the step
     slower, _ = _whatif(_folder(runs, "side"), "layer=slow:0")

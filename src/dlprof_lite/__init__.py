@@ -9,6 +9,7 @@ The notebook API::
     profile = dlprof_lite.load("run.sqlite")       # the raw, enriched frames (a Profile)
     report = dlprof_lite.build_report(profile)     # ... and its Report
     ranks = dlprof_lite.analyze_ranks("ddp.nsys-rep")  # one Report per rank: {"rank0": ...}
+    again.what_if("layer=conv2:0.5")               # the predicted step time, conv2 twice as fast
 """
 
 from __future__ import annotations

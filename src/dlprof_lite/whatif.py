@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 from dlprof_lite.errors import InputError
 
 if TYPE_CHECKING:
@@ -46,14 +48,27 @@ def predict_from(
         w = report.summary.window  # the same steps: a key range the user gave, the window
         given = w.key_range if w.key_range_source == "key-range" else None
         selection = StepSelection(given, w.window_iter_start, w.window_iter_stop)
+        pids = _own_rank(report)
     else:
         source = Path(target)
         selection = StepSelection(key_range, iter_start, iter_stop)
-    profile = load(source, steps=selection, nsys=nsys)
+        pids = None
+    profile = load(source, steps=selection, nsys=nsys, pids=pids)
     meta = profile.meta
     graph = build_graph(profile.kernels, profile.memops, profile.api, profile.ranges,
                         profile.iterations, span=(meta.session_start_ns, meta.session_end_ns))
-    return predict(graph, parsed)
+    first = profile.kernels[["name", "short_name"]].drop_duplicates("name")
+    short = dict(zip(first["name"].astype(str), first["short_name"].astype(str), strict=True))
+    return predict(graph, parsed, pd.Index([short.get(n, n) for n in graph.names.astype(str)]))
+
+
+def _own_rank(report: Report) -> list[int] | None:
+    """A rank's own report (one row in its ranks table) replays that rank's process only:
+    its export holds every rank's."""
+    ranks = report.ranks
+    if len(ranks) != 1 or ranks["pid"].isna().all():
+        return None
+    return [int(ranks["pid"].iloc[0])]
 
 
 def _source(report: Report, folder: Path | None) -> Path:

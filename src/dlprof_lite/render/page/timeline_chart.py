@@ -241,6 +241,8 @@ def _path_traces(path: pd.DataFrame, origin: int, end: int, size: float, unit: s
             "y": [CRITICAL_LANE] * int(rows.sum()),
             "base": ((begin[rows] - origin) / size).tolist(), "x": (width[rows] / size).tolist(),
             "marker": {"color": color, "line": {"color": color, "width": 1}},
+            "text": labels(mine.assign(kind="path")), "textposition": "inside",
+            "insidetextanchor": "start", "textfont": {"size": 10}, "cliponaxis": True,
             "customdata": [[w, _text(pd.Series([lay]))[0], f"{d / 1e3:.3f} µs"]
                            for w, lay, d in zip(where, mine["layer"].tolist(),
                                                 dur[rows].tolist(), strict=True)],

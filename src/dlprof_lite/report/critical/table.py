@@ -32,8 +32,8 @@ def critical_table(g: Graph, path: Path) -> pd.DataFrame:
     total = sums[uniq]
     phase_of, rest = uniq % n_phase - 1, uniq // n_phase
     layer_of, part_of = rest % n_layer - 1, rest // n_layer
-    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), "")
-    phases = np.array([*PHASE_COLUMNS, ""], dtype=object)
+    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), None)  # -1: none
+    phases = np.array([*PHASE_COLUMNS, None], dtype=object)
     out = pd.DataFrame({
         "part": np.array(PARTS, dtype=object)[part_of],
         "layer": layers[layer_of], "phase": phases[phase_of],
@@ -56,11 +56,11 @@ def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
     order = np.lexsort((p.t1, p.t0))
     node = p.node[order]
     device = g.side[node] == DEVICE_SIDE
-    kernel = np.append(g.names.astype(str).to_numpy(dtype=object), "")
-    causes = np.array([*DEVICE_CAUSES, ""], dtype=object)
+    kernel = np.append(g.names.astype(str).to_numpy(dtype=object), None)  # -1: none
+    causes = np.array([*DEVICE_CAUSES, None], dtype=object)
     name = np.where(device, kernel[g.name[node]], causes[g.cause[node]])
-    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), "")
-    phases = np.array([*PHASE_COLUMNS, ""], dtype=object)
+    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), None)
+    phases = np.array([*PHASE_COLUMNS, None], dtype=object)
     out = pd.DataFrame({
         "start_ns": p.t0[order], "end_ns": p.t1[order],
         "part": np.array(PARTS, dtype=object)[p.part[order]],

@@ -7,6 +7,7 @@ Place in the pipeline: report, over :mod:`~dlprof_lite.report.critical.replay`; 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
@@ -19,8 +20,10 @@ from dlprof_lite.rules.idle import DEVICE_CAUSES
 _SYNC = DEVICE_CAUSES.index("sync")
 
 
-def selected(scale: Scale, g: Graph) -> np.ndarray:
-    """The nodes this scale selects (a mask); InputError when none in the analysed steps."""
+def selected(scale: Scale, g: Graph, short_names: pd.Index | None = None) -> np.ndarray:
+    """The nodes this scale selects (a mask); InputError when none in the analysed steps.
+    A kernel's regular expression is searched in its full name and in its short name
+    (``short_names``: aligned with ``g.names``, as kernels.csv writes it)."""
     if scale.kind == "layer":
         names = g.layers.astype(str)
         hit = (names == scale.what) | names.str.startswith(scale.what + ".")
@@ -31,8 +34,11 @@ def selected(scale: Scale, g: Graph) -> np.ndarray:
         mask = g.phase == code
         choices = ", ".join(PHASE_COLUMNS)
     else:
-        hit = g.names.astype(str).str.contains(scale.what, regex=True)
-        mask = (g.side == DEVICE_SIDE) & np.isin(g.name, np.flatnonzero(np.asarray(hit)))
+        hit = np.asarray(g.names.astype(str).str.contains(scale.what, regex=True), bool)
+        if short_names is not None:
+            hit |= np.asarray(short_names.astype(str).str.contains(scale.what, regex=True),
+                              bool)  # fmt: skip
+        mask = (g.side == DEVICE_SIDE) & np.isin(g.name, np.flatnonzero(hit))
         choices = "kernel names of the analysed steps"
     mask &= g.step >= 0
     if not mask.any():
@@ -47,14 +53,14 @@ def _listed(names: object, most: int = 12) -> str:
     return shown + (f", ... ({len(items)} in all)" if len(items) > most else "")
 
 
-def predict(g: Graph, scales: list[Scale]) -> Prediction:
+def predict(g: Graph, scales: list[Scale], short_names: pd.Index | None = None) -> Prediction:
     if g.size == 0 or g.step_start.size == 0:
         raise InputError("no analysed steps with host or GPU work: nothing to replay (a "
                          "what-if needs the steps of an annotated run or --key-range)")
     factor = np.ones(g.size)
     counts = []
     for s in scales:
-        mask = selected(s, g)
+        mask = selected(s, g, short_names)
         factor[mask] *= s.factor
         counts.append(int(mask.sum()))
     ones = np.ones(g.size)
