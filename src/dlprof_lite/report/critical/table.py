@@ -32,7 +32,7 @@ def critical_table(g: Graph, path: Path) -> pd.DataFrame:
     total = sums[uniq]
     phase_of, rest = uniq % n_phase - 1, uniq // n_phase
     layer_of, part_of = rest % n_layer - 1, rest // n_layer
-    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), None)  # -1: none
+    layers = _with_none(g.layers)  # -1: none
     phases = np.array([*PHASE_COLUMNS, None], dtype=object)
     out = pd.DataFrame({
         "part": np.array(PARTS, dtype=object)[part_of],
@@ -56,10 +56,10 @@ def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
     order = np.lexsort((p.t1, p.t0))
     node = p.node[order]
     device = g.side[node] == DEVICE_SIDE
-    kernel = np.append(g.names.astype(str).to_numpy(dtype=object), None)  # -1: none
+    kernel = _with_none(g.names)  # -1: none
     causes = np.array([*DEVICE_CAUSES, None], dtype=object)
     name = np.where(device, kernel[g.name[node]], causes[g.cause[node]])
-    layers = np.append(g.layers.astype(str).to_numpy(dtype=object), None)
+    layers = _with_none(g.layers)
     phases = np.array([*PHASE_COLUMNS, None], dtype=object)
     out = pd.DataFrame({
         "start_ns": p.t0[order], "end_ns": p.t1[order],
@@ -68,3 +68,8 @@ def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
         "layer": layers[g.layer[node]], "phase": phases[g.phase[node]], "name": name,
     })  # fmt: skip
     return typed_critical(out, "critical_path")
+
+
+def _with_none(names: pd.Index) -> np.ndarray:
+    """``names`` as an object array with None after the last (code -1: none)."""
+    return np.array([*names.astype(str), None], dtype=object)
