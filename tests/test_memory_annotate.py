@@ -246,3 +246,37 @@ def test_folded_modules_are_no_compiled_model(recorder: Any) -> None:
     saved = facts(recorder, "saved")
     assert saved["model"]["saved_bytes"] > 0  # the folded layers' activations
     assert saved["conv1"]["saved_bytes"] == 8 * 1 * 28 * 28 * 4  # its input batch
+
+
+class _Beside(nn.Module):
+    """A model that runs one of its modules on a pool thread during its forward (a root call
+    there: that thread has no enclosing module)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.main, self.side = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.pool = ThreadPoolExecutor(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        beside = self.pool.submit(self.side, x)
+        return self.main(x) + beside.result()
+
+
+def test_a_module_run_on_another_thread_keeps_the_step_measured(recorder: Any) -> None:
+    """torch keeps saved-tensor hooks per thread: the pool thread's root call must not pop
+    the main thread's (it raised an internal assert and stopped the run)."""
+    from dlprof_lite.annotate import install
+
+    torch.manual_seed(0)
+    model = _Beside()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    annotation = install("modules-all")
+    for _ in range(3):
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    annotation.remove()
+    saved = facts(recorder, "saved")
+    assert saved["main"]["saved_bytes"] > 0  # the main thread's module, measured
+    model.pool.shutdown()
