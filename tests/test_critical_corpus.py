@@ -49,3 +49,35 @@ def test_path_and_replay_on_real_exports(path) -> None:
     # the chunks the table sums are the same pieces
     chunked = sum(int((c.t1 - c.t0).sum()) for c in path.chunks(g))
     assert chunked == int(path.length.sum())
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
+def test_the_recorded_sync_streams_are_the_exports(path) -> None:
+    """api.sync_stream against SQL on the file itself: each CUDA call's first
+    synchronisation record (same process and correlation id) and its stream, where it names
+    one (CUPTI writes 2^32 - 1 for none)."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+        if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" not in tables:
+            api = load(path).api
+            assert "sync_stream" not in api.columns
+            return
+        want = {}
+        for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+            if table not in tables:
+                continue
+            rows = con.execute(
+                f"SELECT r.start, y.streamId FROM {table} r JOIN "
+                "(SELECT correlationId, globalPid, streamId, MIN(rowid) FROM "
+                "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION GROUP BY correlationId, globalPid) y "
+                "ON y.correlationId = r.correlationId "
+                "AND ((y.globalPid >> 24) & 16777215) = ((r.globalTid >> 24) & 16777215) "
+                "WHERE y.streamId >= 0 AND y.streamId < 2147483647").fetchall()
+            want.update({int(s): int(k) for s, k in rows})
+    api = load(path).api
+    got = api[api["sync_stream"].notna().to_numpy(bool)]
+    assert dict(zip(got["start_ns"].tolist(), got["sync_stream"].astype(int).tolist(),
+                    strict=True)) == want  # fmt: skip

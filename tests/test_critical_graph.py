@@ -10,6 +10,7 @@ a host-bound loop and a data wait.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from builders import R, make_profile, phase
@@ -158,3 +159,67 @@ def test_bad_scales() -> None:
             Scale.parse(text)
     with pytest.raises(InputError, match="no layer 'zz'"):
         predict(g, [Scale.parse("layer=zz:0.5")])
+
+
+def _with_records(g_profile, streams: dict[int, int]):
+    """The profile's API calls with the synchronisation records' column, as the reader
+    writes it for an export that has them: ``streams`` maps a call's start to its stream."""
+    from dataclasses import replace
+
+    api = g_profile.api.copy()
+    recorded = api["start_ns"].map(streams)
+    api["sync_stream"] = pd.array(recorded.to_numpy(), dtype="Int32")
+    return replace(g_profile, api=api)
+
+
+def _two_streams_with_a_stream_sync():
+    """x on stream 7 [1000, 2050), y on stream 8 [500, 2000); the host waits for stream 8
+    only (cudaStreamSynchronize, [300, 2100)), then works to 10 000."""
+    kernels = [_k(1_000, 1_050, (100, 150), name="x"), _k(500, 1_500, (200, 250), stream=8,
+                                                            name="y")]  # fmt: skip
+    ranges = [phase("iteration", 0, 10_000), phase("forward", 0, 10_000),
+              R("fwd:model:Net", 0, 10_000, [R("fwd:a:Linear", 0, 300)])]  # fmt: skip
+    call = {"name": "cudaStreamSynchronize_v3020", "start_ns": 300, "end_ns": 2_100}
+    return make_profile(ranges=ranges, kernels=kernels, api=[call],
+                        iterations=[(0, 10_000, False, True)])  # fmt: skip
+
+
+def _graph_of(p):
+    return build_graph(p.kernels, p.memops, p.api, p.ranges, p.iterations)
+
+
+def test_a_stream_sync_waits_for_its_own_stream_where_the_export_says_which() -> None:
+    p = _two_streams_with_a_stream_sync()
+    # Timing alone: the call returned after x, the last op to end before it did.
+    assert _predict(_graph_of(p), "kernel=^x$:2") == 10_000 + 1_050
+    # The record names stream 8: the call waited for y; x beside the path changes nothing.
+    recorded = _graph_of(_with_records(p, {300: 8}))
+    _identity(recorded)
+    assert _predict(recorded, "kernel=^x$:2") == 10_000
+    assert _predict(recorded, "kernel=^y$:2") == 10_000 + 1_500
+
+
+def test_event_edges_only_after_a_recorded_stream_wait() -> None:
+    """In microseconds: y on stream 8 starts 2 ns after x on stream 7 ends, long after its
+    launch. Timing alone infers an event wait; an export whose records show no wait on
+    stream 8 says it was something else (its slack is kept), one that shows the wait
+    agrees."""
+    g = two_streams()
+    us = 1_000
+    assert _predict(g, "kernel=^x$:0.5") == 8_500 * us  # inferred: y follows x
+    p = make_profile(
+        ranges=[phase("iteration", 0, 10_000 * us), phase("forward", 0, 10_000 * us),
+                R("fwd:model:Net", 0, 10_000 * us, [R("fwd:a:Linear", 0, 180 * us),
+                                                    R("fwd:b:Linear", 180 * us, 300 * us)])],
+        kernels=[_k(1_000 * us, 3_000 * us, (100 * us, 150 * us), name="x"),
+                 _k(4_000 * us + 2, 2_000 * us, (200 * us, 250 * us), stream=8, name="y")],
+        api=[{"name": SYNC, "start_ns": 300 * us, "end_ns": 6_100 * us},
+             {"name": "cudaStreamWaitEvent_v3020", "start_ns": 190 * us,
+              "end_ns": 195 * us}],
+        session=(0, 10_000 * us), iterations=[(0, 10_000 * us, False, True)],
+    )  # fmt: skip
+    none_recorded = _graph_of(_with_records(p, {}))
+    assert _predict(none_recorded, "kernel=^x$:0.5") == 10_000 * us  # y keeps its start
+    waited = _graph_of(_with_records(p, {190 * us: 8}))
+    _identity(waited)
+    assert _predict(waited, "kernel=^x$:0.5") == 8_500 * us

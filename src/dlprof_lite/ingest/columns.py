@@ -122,6 +122,10 @@ API_COLUMNS: tuple[Column, ...] = (
     _c("correlation_id", "int64", "", "CUPTI correlation id"),
     _c("name", "category", "", "API function name as nsys stores it"),
     _c("source", "category", "", "runtime or driver"),
+    # From CUPTI_ACTIVITY_KIND_SYNCHRONIZATION where the export has it (the reader joins it
+    # on the call's process and correlation id); missing where it has not.
+    _d("sync_stream", "Int32", "", "the stream the call synchronised (cudaStreamSynchronize) "
+       "or made wait for an event (cudaStreamWaitEvent); <NA>: none recorded"),
 )
 
 RANGE_COLUMNS: tuple[Column, ...] = (

@@ -116,6 +116,7 @@ def _read(path: Path, schema: S.ExportSchema, fetch: Checked, log: ReadLog) -> R
         split = Checked(path, SplitFetcher(path, pool, parts=READ_THREADS, log=log), log)
         kernels = sane_ops(_kernels(schema, split, strings, repairs), "kernels", repairs)
         api = sane_ops(_api(schema, split, strings), "CUDA API calls", repairs)
+        api = _with_syncs(api, schema, fetch)
         nvtx, marks = _nvtx(schema, split, strings)
         nvtx = sane_ops(nvtx, "NVTX ranges", repairs)
     memops = sane_ops(_memops(schema, fetch), "memcpys/memsets", repairs)
@@ -291,6 +292,43 @@ def _api(schema: S.ExportSchema, fetch: Checked, strings: pd.Series) -> pd.DataF
     frame["name"] = frame["name"].astype("category")
     frame["source"] = frame["source"].astype("category")
     return coerce(frame, "api")
+
+
+def _with_syncs(api: pd.DataFrame, schema: S.ExportSchema, fetch: Checked) -> pd.DataFrame:
+    """The stream each call synchronised or made wait (``sync_stream``), from the export's
+    synchronisation records; the column is missing where the export has none (the critical
+    path then infers a stream's waits from timing alone). The records' ``syncType`` is not
+    read: its numbering changed between nsys versions (a 2021 export gives
+    cudaStreamWaitEvent and cudaStreamSynchronize one type); the call's name says what it
+    did (rules/apis.py)."""
+    query = schema.sync_query()
+    if query is None or api.empty:
+        return api
+    c = fetch.columns(query)
+    corr, pid, stream = c["correlationId"], S.decode_pid(c["globalPid"]), c["streamId"]
+    found = np.full(len(api), -1, dtype=np.int64)
+    if len(corr):
+        calls = api["correlation_id"].to_numpy(dtype=np.int64)
+        # Few records, a million calls: the calls with a recorded correlation id first.
+        maybe = np.flatnonzero(np.isin(calls, corr))
+        key = (pid.astype(np.int64) << 40) | (corr & ((1 << 40) - 1))
+        mine = ((api["pid"].to_numpy(dtype=np.int64)[maybe] << 40)
+                | (calls[maybe] & ((1 << 40) - 1)))  # fmt: skip
+        uniq, first = np.unique(key, return_index=True)  # a call's first record
+        pos = np.minimum(np.searchsorted(uniq, mine), uniq.size - 1)
+        ok = uniq[pos] == mine
+        found[maybe[ok]] = first[pos[ok]]
+    hit = found >= 0
+    streams = np.zeros(len(api), dtype=np.int64)
+    streams[hit] = stream[found[hit]]
+    known = hit & (streams >= 0) & (streams < NO_STREAM)  # 2^32 - 1: the record has none
+    out = api.copy(deep=False)
+    out["sync_stream"] = pd.arrays.IntegerArray(np.where(known, streams, 0).astype(np.int32),
+                                                ~known)  # fmt: skip
+    return out
+
+
+NO_STREAM = (1 << 31) - 1  # stream ids are small counters; CUPTI's "none" is 2^32 - 1
 
 
 def _domains(c: dict[str, Any], created: np.ndarray) -> dict[tuple[int, int], str]:

@@ -23,6 +23,9 @@ KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+# CUPTI's record of each synchronisation a CUDA call made: its type (ENUM_CUPTI_SYNC_TYPE:
+# 1 event sync, 2 a stream's wait for an event, 3 stream sync, 4 context sync) and stream.
+SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_DRIVER"
 NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
@@ -32,7 +35,7 @@ THREADS_TABLE = "ThreadNames"
 # Every table the reader queries (the only ones whose columns it inspects).
 READ_TABLES = (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, DRIVER_TABLE,
                NVTX_TABLE, STRINGS_TABLE, *GPU_TABLES, *META_TABLES,
-               "ANALYSIS_DETAILS", THREADS_TABLE)  # fmt: skip
+               "ANALYSIS_DETAILS", THREADS_TABLE, SYNC_TABLE)  # fmt: skip
 
 # Tables whose presence marks a file as an nsys export: every export has StringIds, and
 # every export with any data has at least one of the others.
@@ -139,6 +142,16 @@ class ExportSchema:
             f"COALESCE(correlationId, {NULL_INT}) AS correlationId, nameId "
             f"FROM {table}"
         )
+
+    def sync_query(self) -> str | None:
+        """Each synchronisation record's call (process, correlation id), type and stream;
+        None where the table or a column the records need is missing."""
+        t = SYNC_TABLE
+        if not all(self.has_column(t, c) for c in ("correlationId", "globalPid", "streamId",
+                                                     "syncType")):  # fmt: skip
+            return None
+        return (f"SELECT COALESCE(correlationId, {NULL_INT}) AS correlationId, "
+                f"COALESCE(globalPid, {NULL_INT}) AS globalPid, streamId, syncType FROM {t}")
 
     def nvtx_query(self) -> str:
         """Ranges, marks and domain names; the text is inline (``text``) or a StringIds id

@@ -32,3 +32,8 @@ HOST_WAIT_API_PATTERN = (
     r"|cuMemcpy(?:HtoD|DtoH|DtoD|HtoA|AtoH|DtoA|AtoD|AtoA|2D|3D|Peer)?"
     r"|cudaFree|cuMemFree)(?:_v\d+)?$"
 )
+
+# A stream made to wait for an event (the critical path's event edges: the export's
+# synchronisation record names the waiting stream), and a host wait for one stream only.
+STREAM_WAIT_API_PATTERN = r"^cu(?:da)?StreamWaitEvent(?:_v\d+)?$"
+STREAM_SYNC_API_PATTERN = r"^cu(?:da)?StreamSynchronize(?:_v\d+)?$"

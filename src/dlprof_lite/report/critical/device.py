@@ -19,7 +19,11 @@ from dlprof_lite.numeric import cat_mask
 from dlprof_lite.report.critical.edges import Edges
 from dlprof_lite.report.critical.host import Host
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN
+from dlprof_lite.rules.apis import (
+    HOST_WAIT_API_PATTERN,
+    STREAM_SYNC_API_PATTERN,
+    STREAM_WAIT_API_PATTERN,
+)
 from dlprof_lite.rules.critical import (
     EDGE,
     EVENT_GAP_NS,
@@ -45,10 +49,23 @@ class Ops:
     track_names: list[str]
     layers: pd.Index
     names: pd.Index
+    streams: np.ndarray  # per track, its stream id
+    # Per op, whether a stream wait for an event was recorded just before it on its stream
+    # (None: the export records none, the event edges are inferred from timing alone).
+    waited: np.ndarray | None = None
 
     @property
     def size(self) -> int:
         return int(self.s.size)
+
+    def on_stream(self, stream: int) -> list[slice]:
+        """The ops of each track of stream id ``stream`` (tracks are contiguous)."""
+        out = []
+        for k in np.flatnonzero(self.streams == stream).tolist():
+            lo = int(np.searchsorted(self.track, k, side="left"))
+            hi = int(np.searchsorted(self.track, k, side="right"))
+            out.append(slice(lo, hi))
+        return out
 
     @property
     def launched(self) -> np.ndarray:
@@ -68,7 +85,7 @@ class Ops:
         if cols.size == 0:
             e = np.empty(0, dtype=_I64)
             i = e.astype(np.int32)
-            return Ops(e, e, i, i, i, e, i, e.astype(np.int8), i, [], layers, names)
+            return Ops(e, e, i, i, i, e, i, e.astype(np.int8), i, [], layers, names, e)
         key = cols.int64("device_id") << 40
         key |= cols.int64("context_id") << 24
         key |= cols.int64("stream_id")
@@ -97,7 +114,7 @@ class Ops:
             phase=cols.phases(),
             name=cols.kernel_names(),
             track_names=[f"GPU {k >> 40} stream {k & ((1 << 24) - 1)}" for k in uniq.tolist()],
-            layers=layers, names=names,
+            layers=layers, names=names, streams=uniq & ((1 << 24) - 1),
         )  # fmt: skip
 
 
@@ -221,8 +238,12 @@ def launch_edges(host: Host, ops: Ops, src: np.ndarray, off: np.ndarray, lag: np
 def event_edges(ops: Ops, base: int, slack: np.ndarray) -> Edges:
     """An op that started well after its known dependencies (``slack``, per op) waited for
     the op of another stream of its device that ended last before it, if that was just
-    before (rules/critical.py)."""
-    late = np.flatnonzero(slack > EVENT_SLACK_NS)
+    before (rules/critical.py); where the export records streams' waits for events, only
+    the first op after such a wait on its stream."""
+    late_mask = slack > EVENT_SLACK_NS
+    if ops.waited is not None:
+        late_mask &= ops.waited  # the export says which ops waited for an event
+    late = np.flatnonzero(late_mask)
     if late.size == 0:
         return Edges.of([])
     order = np.lexsort((ops.e, ops.device))
@@ -258,7 +279,8 @@ def _last_before(dev: np.ndarray, ends: np.ndarray, key: np.ndarray, t: np.ndarr
 
 def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
                ) -> tuple[Edges, np.ndarray]:  # fmt: skip
-    """A synchronising call ends after the GPU op that ended last before it returned: the
+    """A synchronising call ends after the GPU op that ended last before it returned (a
+    cudaStreamSynchronize whose stream the export records: the last on that stream): the
     call's last piece waits for it (its own work, returned beside the edges: the return
     after it); a call the GPU had already caught up with returns its own duration after that
     op, if that ends later."""
@@ -278,6 +300,7 @@ def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
     own: list[np.ndarray] = []
     tids = api["tid"].to_numpy()
     starts, stops = api["start_ns"].to_numpy(dtype=_I64), api["end_ns"].to_numpy(dtype=_I64)
+    one_stream = _one_stream(api)
     for k, thread in enumerate(host.threads):
         m = is_sync & (tids == thread[1])
         if not m.any():
@@ -291,6 +314,11 @@ def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
         pos = np.searchsorted(ends, ce, side="right") - 1
         ok &= pos >= 0
         src = np.maximum(pos, 0) if by_end is None else by_end[np.maximum(pos, 0)]
+        stream = one_stream[m]
+        if (stream >= 0).any():
+            picked = _last_on_stream(ops, stream, ce)
+            src = np.where(stream >= 0, np.maximum(picked, 0), src)
+            ok &= (stream < 0) | (picked >= 0)
         ok &= ops.s[src] < ce
         dst, src, cs, ce = dst[ok], src[ok], cs[ok], ce[ok]
         waited = ops.e[src] >= cs
@@ -300,3 +328,56 @@ def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
         out.append((src + base, dst, np.full(dst.size, -1, _I64), lag,
                     np.full(dst.size, EDGE["sync"])))  # fmt: skip
     return Edges.of(out), (np.concatenate(own) if own else none[1])
+
+
+def _one_stream(api: pd.DataFrame) -> np.ndarray:
+    """Per call, the one stream a cudaStreamSynchronize waited for (-1: any, or unknown)."""
+    if "sync_stream" not in api.columns:
+        return np.full(len(api), -1, dtype=np.int64)
+    named = cat_mask(api["name"].astype("category"),
+                     lambda s: s.str.contains(STREAM_SYNC_API_PATTERN))  # fmt: skip
+    stream = api["sync_stream"].to_numpy(dtype=np.int64, na_value=-1)
+    out: np.ndarray = np.where(named, stream, -1)
+    return out
+
+
+def _last_on_stream(ops: Ops, stream: np.ndarray, ce: np.ndarray) -> np.ndarray:
+    """Per call (its stream, -1 none; its end), the op of that stream that ended last by
+    then; -1 where none did."""
+    out = np.full(stream.size, -1, dtype=np.int64)
+    best = np.full(stream.size, np.iinfo(_I64).min, dtype=_I64)
+    for s in np.unique(stream[stream >= 0]).tolist():
+        calls = np.flatnonzero(stream == s)
+        for rows in ops.on_stream(s):
+            ends = np.maximum.accumulate(ops.e[rows])  # a stream's ends, as they come
+            pos = np.searchsorted(ends, ce[calls], side="right") - 1
+            has = pos >= 0
+            cand = rows.start + np.maximum(pos, 0)
+            better = has & (ops.e[cand] > best[calls])
+            out[calls[better]] = cand[better]
+            best[calls[better]] = ops.e[cand[better]]
+    return out
+
+
+def stream_waits(ops: Ops, api: pd.DataFrame, pid: int) -> np.ndarray | None:
+    """Per op, whether it is the first op launched on its stream after a recorded
+    cudaStreamWaitEvent on that stream (None without the export's synchronisation records)."""
+    if "sync_stream" not in api.columns:
+        return None
+    out = np.zeros(ops.size, dtype=bool)
+    stream = api["sync_stream"]
+    mine = (stream.notna().to_numpy(bool) & (api["pid"].to_numpy() == pid)
+            & cat_mask(api["name"].astype("category"),
+                       lambda s: s.str.contains(STREAM_WAIT_API_PATTERN)))  # fmt: skip
+    if not mine.any():
+        return out
+    at = api["start_ns"].to_numpy(dtype=_I64)[mine]
+    on = stream.to_numpy(dtype=np.int64, na_value=-1)[mine]
+    launched = ops.launched
+    for s in np.unique(on).tolist():
+        waits = np.sort(at[on == s])
+        for rows in ops.on_stream(s):
+            first = np.searchsorted(launched[rows], waits, side="left")
+            first = first[first < rows.stop - rows.start]
+            out[rows.start + first] = True
+    return out

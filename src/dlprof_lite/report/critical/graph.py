@@ -29,6 +29,7 @@ from dlprof_lite.report.critical.device import (
     event_edges,
     launch_edges,
     stream_chained,
+    stream_waits,
     sync_edges,
 )
 from dlprof_lite.report.critical.edges import Edges
@@ -120,6 +121,7 @@ def build_graph(
     threads = threads if threads is not None else Threads(api, ranges)
     host = Host.of(threads, main, api, ranges, np.unique(np.r_[t0, t1]))
     ops = Ops.of(kernels, memops, main[0], int(t0.min()), int(t1.max()), threads.layers)
+    ops.waited = stream_waits(ops, api, main[0])  # before the launch columns are let go
     n_host = host.size
     graph = Graph(
         start=_stack(host.s, ops, "s"), end=_stack(host.e, ops, "e"),
