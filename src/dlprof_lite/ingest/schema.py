@@ -23,8 +23,8 @@ KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-# CUPTI's record of each synchronisation a CUDA call made: its type (ENUM_CUPTI_SYNC_TYPE:
-# 1 event sync, 2 a stream's wait for an event, 3 stream sync, 4 context sync) and stream.
+# CUPTI's record of each synchronisation a CUDA call made, with the stream it synchronised
+# or made wait (its syncType's numbering changed between versions: not read).
 SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_DRIVER"
 NVTX_TABLE = "NVTX_EVENTS"
@@ -144,14 +144,14 @@ class ExportSchema:
         )
 
     def sync_query(self) -> str | None:
-        """Each synchronisation record's call (process, correlation id), type and stream;
-        None where the table or a column the records need is missing."""
+        """Each synchronisation record's call (process, correlation id) and stream; None
+        where the table or a column the records need is missing."""
         t = SYNC_TABLE
-        if not all(self.has_column(t, c) for c in ("correlationId", "globalPid", "streamId",
-                                                     "syncType")):  # fmt: skip
+        if not all(self.has_column(t, c) for c in ("correlationId", "globalPid", "streamId")):
             return None
         return (f"SELECT COALESCE(correlationId, {NULL_INT}) AS correlationId, "
-                f"COALESCE(globalPid, {NULL_INT}) AS globalPid, streamId, syncType FROM {t}")
+                f"COALESCE(globalPid, {NULL_INT}) AS globalPid, "
+                f"COALESCE(streamId, {NULL_INT}) AS streamId FROM {t}")
 
     def nvtx_query(self) -> str:
         """Ranges, marks and domain names; the text is inline (``text``) or a StringIds id
