@@ -86,16 +86,7 @@ class Ops:
             e = np.empty(0, dtype=_I64)
             i = e.astype(np.int32)
             return Ops(e, e, i, i, i, e, i, e.astype(np.int8), i, [], layers, names, e)
-        key = cols.int64("device_id") << 40
-        key |= cols.int64("context_id") << 24
-        key |= cols.int64("stream_id")
-        if key.min() == key.max():  # one stream: no sort
-            uniq, track = key[:1], np.zeros(key.size, dtype=np.int32)
-        else:
-            uniq, inverse = np.unique(key, return_inverse=True)
-            track = inverse.astype(np.int32)
-            del inverse
-        del key
+        uniq, track = cols.tracks()
         s, e = cols.int64("start_ns"), cols.int64("end_ns")
         order = None
         if uniq.size > 1:
@@ -133,6 +124,33 @@ class _Columns:
         self.size = sum(len(f) if r is None else r.size for f, r in zip(frames, self.rows,
                                                                           strict=True))
         self.order: np.ndarray | None = None
+
+    def tracks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct (device, context, stream) keys, sorted, and each op's position among
+        them (int32); one stream (the usual single-GPU run) costs no key at all."""
+        ids = ("device_id", "context_id", "stream_id")
+        one = [self._constant(c) for c in ids]
+        if all(v is not None for v in one):
+            d, c, s = (int(v) for v in one)  # type: ignore[arg-type]
+            key = np.array([(d << 40) | (c << 24) | s], dtype=_I64)
+            return key, np.zeros(self.size, dtype=np.int32)
+        key = self.int64("device_id") << 40
+        key |= self.int64("context_id") << 24
+        key |= self.int64("stream_id")
+        uniq, inverse = np.unique(key, return_inverse=True)
+        return uniq, inverse.astype(np.int32)
+
+    def _constant(self, column: str) -> int | None:
+        """The column's one value over the selected ops, None when it has several."""
+        seen: set[int] = set()
+        for k, f in enumerate(self.frames):
+            values = self._picked(f[column].to_numpy(), k)
+            if values.size:
+                lo, hi = int(values.min()), int(values.max())
+                if lo != hi:
+                    return None
+                seen.add(lo)
+        return seen.pop() if len(seen) == 1 else None
 
     def _joined(self, parts: list[np.ndarray]) -> np.ndarray:
         whole = parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -206,6 +224,7 @@ def launch_edges(host: Host, ops: Ops, src: np.ndarray, off: np.ndarray, lag: np
     delay = ops.s[free] - ops.api_s[free]
     latency = (int(np.percentile(np.maximum(delay, 0), LAUNCH_LATENCY_PERCENTILE))
                if delay.size else 0)  # fmt: skip
+    latency = min(latency, np.iinfo(np.int32).max)  # int32 lags; the slack keeps the rest
     del free, delay
     for k, thread in enumerate(host.threads):
         mask = known & (ops.tid == thread[1])

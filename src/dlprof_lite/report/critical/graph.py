@@ -50,7 +50,8 @@ class Graph:
     :meth:`work` is what a what-if scales: the node's own duration (a waiting sync or join:
     the part after what it waited for). ``step`` is the node's analysed step (position in
     ``step_start``), -1 between steps. ``chained``: the node follows node ``k - 1`` on its
-    track; ``launch_src``/``launch_off``/``launch_lag``: an op's launch edge (source -1:
+    track; ``launch_src``/``launch_off``/``launch_lag`` (one row per op, from node
+    ``first_op``): an op's launch edge (source -1:
     none). ``extra`` start edges and ``ends`` (end edges of waiting nodes) are explicit."""
 
     start: np.ndarray
@@ -77,10 +78,19 @@ class Graph:
     step_number: np.ndarray
     step_start: np.ndarray
     step_end: np.ndarray
+    first_op: int = 0  # nodes from here on are GPU ops; the launch columns are theirs only
 
     @property
     def size(self) -> int:
         return int(self.start.size)
+
+    def by_launch(self) -> np.ndarray:
+        """What each op's launch allows it (launch call start + latency; garbage where it
+        has none: ``launch_src`` -1)."""
+        out: np.ndarray = self.start[np.maximum(self.launch_src, 0)]
+        out += self.launch_off
+        out += self.launch_lag
+        return out
 
     def work(self) -> np.ndarray:
         """Each node's own duration: end - start, less for a node waiting at an end edge."""
@@ -139,6 +149,7 @@ def build_graph(
         wait_node=np.empty(0, dtype=_I64), wait_own=np.empty(0, dtype=_I64),
         tracks=(*(f"thread {t[1]}" for t in host.threads), *ops.track_names),
         layers=ops.layers, names=ops.names, step_number=numbers, step_start=t0, step_end=t1,
+        first_op=n_host,
     )  # fmt: skip
     start, end = graph.start, graph.end
     slack = _held(graph)  # what the edges allow, turned into the slack in place
@@ -174,12 +185,10 @@ def _stack(host_part: np.ndarray, ops: Ops, name: str, shift: int = 0) -> np.nda
 
 
 def _launches(host: Host, ops: Ops) -> dict[str, np.ndarray]:
-    """The launch columns of every node (a host piece has none)."""
-    n = host.size + ops.size
-    src = np.full(n, -1, dtype=np.int32)
-    off, lag = np.zeros(n, dtype=_I64), np.zeros(n, dtype=_I64)
-    h = host.size
-    launch_edges(host, ops, src[h:], off[h:], lag[h:])
+    """The ops' launch columns (the lag as int32: a launch latency is microseconds)."""
+    src = np.full(ops.size, -1, dtype=np.int32)
+    off, lag = np.zeros(ops.size, dtype=_I64), np.zeros(ops.size, dtype=np.int32)
+    launch_edges(host, ops, src, off, lag)
     return {"launch_src": src, "launch_off": off, "launch_lag": lag}
 
 
@@ -187,13 +196,9 @@ def _held(g: Graph) -> np.ndarray:
     """The latest each node's start edges allow it (MIN: none, a root), built in place."""
     held = np.full(g.size, _MIN, dtype=_I64)
     np.copyto(held[1:], g.end[:-1], where=g.chained[1:])
-    ops = int(np.argmax(g.side == DEVICE_SIDE)) if g.size and g.side[-1] == DEVICE_SIDE \
-        else g.size  # the first op: launch edges are the ops'
-    src = g.launch_src[ops:]
-    by_launch = g.start[np.maximum(src, 0)]
-    by_launch += g.launch_off[ops:]
-    by_launch += g.launch_lag[ops:]
-    np.maximum(held[ops:], by_launch, out=held[ops:], where=src >= 0)
+    ops = g.first_op
+    by_launch = g.by_launch()
+    np.maximum(held[ops:], by_launch, out=held[ops:], where=g.launch_src >= 0)
     del by_launch
     if g.extra.size:
         np.maximum.at(held, g.extra.dst, g.extra.held(g.start, g.end))

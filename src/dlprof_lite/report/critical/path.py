@@ -60,12 +60,10 @@ def binding(g: Graph) -> Binding:
     n = g.size
     held = g.start - np.maximum(g.slack, 0)
     code = np.full(n, 2, dtype=np.int8)
-    by_launch = g.start[np.maximum(g.launch_src, 0)]
-    by_launch += g.launch_off
-    by_launch += g.launch_lag
-    launched = g.launch_src >= 0
-    code[launched & (by_launch == held)] = 1
-    del by_launch
+    ops = g.first_op
+    launched = np.zeros(n, dtype=bool)
+    launched[ops:] = g.launch_src >= 0
+    code[ops:][launched[ops:] & (g.by_launch() == held[ops:])] = 1
     chain = g.chained.copy()
     chain[1:] &= g.end[:-1] == held[1:]
     code[chain] = 0
@@ -238,6 +236,7 @@ class _Walk:
         # where lists of a million nodes' values took 0.2 s to make).
         self.start, self.end = _Ints(g.start), _Ints(g.end)
         self.code, self.run = _Ints(bind.code), _Ints(bind.run_start)
+        self.first_op = g.first_op
         self.launch_src, self.launch_off = _Ints(g.launch_src), _Ints(g.launch_off)
         self.launch_lag = _Ints(g.launch_lag)
         self.x_src, self.x_off = _Ints(g.extra.src), _Ints(g.extra.offset)
@@ -281,8 +280,9 @@ class _Walk:
         if code == 0:
             return node - 1, self.end[node - 1], 0
         if code == 1:
-            src = self.launch_src[node]
-            return src, self.start[src] + self.launch_off[node], self.launch_lag[node]
+            op = node - self.first_op
+            src = self.launch_src[op]
+            return src, self.start[src] + self.launch_off[op], self.launch_lag[op]
         if code == 2:
             k = self.bind.extra_of(node)
             src, off = self.x_src[k], self.x_off[k]

@@ -51,7 +51,9 @@ def replay(g: Graph, scale: np.ndarray) -> Replayed:
     start, end = g.start.tolist(), g.end.tolist()  # unreached anchors read the export's
     slack, w, ratio = g.slack.tolist(), work.tolist(), scale.tolist()
     chained, waits = g.chained.tolist(), has_end.tolist()
-    l_src, l_off, l_lag = g.launch_src.tolist(), g.launch_off.tolist(), g.launch_lag.tolist()
+    pad = [-1] * g.first_op  # host pieces have no launch: a node's row is its own
+    l_src, l_off, l_lag = (pad + g.launch_src.tolist(), pad + g.launch_off.tolist(),
+                           pad + g.launch_lag.tolist())  # fmt: skip
     xp, xs, xo, xl = x_ptr.tolist(), x_src.tolist(), x_off.tolist(), x_lag.tolist()
     ep, es, el = e_ptr.tolist(), e_src.tolist(), e_lag.tolist()
     for ev in events:
