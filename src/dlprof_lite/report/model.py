@@ -106,6 +106,9 @@ def typed_critical(frame: pd.DataFrame, table: str) -> pd.DataFrame:
         types[c] = object if c in CRITICAL_TEXT else (
             "float64" if c in ("step_mean_ns", "share_pct") else "int64")
     typed: pd.DataFrame = out.astype(types)  # type: ignore[arg-type]
+    for c in CRITICAL_TEXT:  # missing text is None, as a folder reads it back (not NaN)
+        if c in typed.columns:
+            typed[c] = typed[c].where(typed[c].notna(), None)
     return typed
 
 
