@@ -23,6 +23,7 @@ import pytest
 from dlprof_lite import Report
 from dlprof_lite.report.critical.prediction import Prediction
 from dlprof_lite.report.model import analysed
+from dlprof_lite.rules.names import DOMAIN
 from test_real_scripts import SCRIPTS
 
 pytest.importorskip("torch")
@@ -62,15 +63,23 @@ def _sleep(truth: dict, key: str) -> float:
     return statistics.median(s.get(key, 0.0) for s in truth["steps"][1:]) * 1e9
 
 
-def _host_time(report: Report, *, layer: str | None = None, cause: str | None = None) -> float:
-    """The mean host time per step of a layer (its every phase) or a cause (idle table)."""
-    idle = report.idle
-    rows = idle[(idle["kind"] == "host").to_numpy(bool)]
-    if layer is not None:
-        rows = rows[(rows["layer"] == layer).to_numpy(bool)]
-    if cause is not None:
-        rows = rows[(rows["cause"] == cause).to_numpy(bool)]
-    return float(rows["step_mean_ns"].sum())
+def _own_time(report: Report, name: str) -> float:
+    """The median per analysed step of what the scale selects: the layer ``slow``'s ranges
+    (forward and backward; slow.linear inside them), or the data phase's ranges."""
+    import dlprof_lite
+    from dlprof_lite.report.steps.window import step_of
+
+    profile = dlprof_lite.load(report.summary.system.source)
+    r = profile.ranges
+    if name == "layer":
+        mask = (r["layer"] == "slow") & r["module_direction"].notna()
+    else:
+        mask = (r["name"] == "data") & (r["domain"] == DOMAIN)
+    mine = r[mask.to_numpy(bool)]
+    step = step_of(mine["start_ns"].to_numpy(), profile.iterations)
+    per_step = (mine["end_ns"] - mine["start_ns"]).groupby(step).sum()
+    numbers = analysed(profile.iterations)["iteration"]
+    return float(per_step.reindex(numbers, fill_value=0).median())
 
 
 def _whatif(folder: Path, *scales: str) -> tuple[Prediction, str]:
@@ -92,9 +101,7 @@ def _folder(runs: dict, name: str) -> Path:
 def test_removing_a_delay_predicts_the_fast_run(runs: dict, name: str, what: str) -> None:
     slow, truth = runs[name]
     sleep = _sleep(truth, "layer_sleep" if name == "layer" else "data_sleep")
-    # what the scale selects: the layer and its sublayers (slow.linear), or the data phase
-    own = (_host_time(slow, layer="slow") + _host_time(slow, layer="slow.linear")
-           if name == "layer" else _host_time(slow, cause="data"))  # fmt: skip
+    own = _own_time(slow, name)  # what the scale selects, per step
     factor = max(0.0, 1 - sleep / own)
     found, printed = _whatif(_folder(runs, name), f"{what}:{factor:.4f}")
     fast = _median_step(runs["plain"][0])
