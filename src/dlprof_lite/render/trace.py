@@ -230,7 +230,8 @@ def _critical_path(path: pd.DataFrame, events: pd.DataFrame, origin_ns: int, fir
         out.append({"ph": "X", "cat": f"critical:{texts['part'][i]}", "name": name,
                     "ts": (start[i] - origin_ns) / 1000, "dur": (end[i] - start[i]) / 1000,
                     "pid": CRITICAL_PID, "tid": 1, "args": args})  # fmt: skip
-    where = [_track_of(str(t), events) for t in texts["track"]]
+    found = {str(t): _track_of(str(t), events) for t in set(texts["track"])}  # a few tracks
+    where = [found[str(t)] for t in texts["track"]]
     flow_id = first_id
     for i in range(len(path) - 1):
         here, there = where[i], where[i + 1]

@@ -19,6 +19,7 @@ from dlprof_lite.report.critical.path import critical_paths
 from dlprof_lite.report.critical.table import critical_table, path_pieces
 from dlprof_lite.report.denominators import share_span
 from dlprof_lite.report.idle.partition import idle_sums
+from dlprof_lite.report.idle.state import Threads
 from dlprof_lite.report.idle.table import idle_table
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
@@ -53,11 +54,13 @@ def build_report(
                            all_iterations=all_iterations)  # fmt: skip
     # First, while no table's copy of the ops is held: its transient arrays then raise the
     # peak least (the window's cut of the kernels below is a copy).
+    threads = Threads(profile.api, profile.ranges)  # the host's activity, looked up once
     sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
-                     profile.iterations, devices)  # fmt: skip
+                     profile.iterations, devices, threads)  # fmt: skip
     between_tables()
     timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
-    critical, critical_path = _critical(profile, shown, between_tables)
+    critical, critical_path = _critical(profile, shown, between_tables, threads)
+    del threads
     between_tables()
     kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
     ranges = cut_ranges(
@@ -105,14 +108,16 @@ def build_report(
 
 
 def _critical(
-    profile: Profile, shown: int | None, between: Callable[[], object] = lambda: None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+    profile: Profile, shown: int | None, between: Callable[[], object] = lambda: None,
+    threads: Threads | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """The critical table and the shown iteration's path; the graph is let go here (a
     million kernels' graph is 76 MB). ``between``: called after the graph is built (its
     transients are the stage's largest)."""
     meta = profile.meta
     graph = build_graph(profile.kernels, profile.memops, profile.api, profile.ranges,
-                        profile.iterations, span=(meta.session_start_ns, meta.session_end_ns))
+                        profile.iterations, span=(meta.session_start_ns, meta.session_end_ns),
+                        threads=threads)  # fmt: skip
     between()
     path = critical_paths(graph)
     return critical_table(graph, path), path_pieces(graph, path, shown)

@@ -137,7 +137,8 @@ def build_graph(
         start=_stack(host.s, ops, "s"), end=_stack(host.e, ops, "e"),
         # first: their temporaries meet fewer of the other columns, and after them the
         # ops' launch calls are let go
-        **_launches(host, ops), step=_step_holding(host, ops, t0, t1, let_go=True),
+        **(launch := _launches(host, ops)),
+        step=_step_holding(host, ops, launch["launch_src"], t0, t1),
         side=np.r_[np.full(n_host, HOST_SIDE, np.int8), np.full(ops.size, DEVICE_SIDE, np.int8)],
         cause=np.r_[host.cause, np.full(ops.size, -1, np.int8)],
         phase=_stack(host.phase, ops, "phase"),
@@ -205,20 +206,26 @@ def _held(g: Graph) -> np.ndarray:
     return held
 
 
-def _step_holding(host: Host, ops: Ops, t0: np.ndarray, t1: np.ndarray, *, let_go: bool
-                  ) -> np.ndarray:  # fmt: skip
+def _step_holding(host: Host, ops: Ops, launch_src: np.ndarray, t0: np.ndarray,
+                  t1: np.ndarray) -> np.ndarray:  # fmt: skip
     """The position of the step ``[t0, t1)`` holding each node's instant (a host piece's
-    start, an op's launch), -1 for none; ``let_go``: the ops' launch columns are not needed
-    after this."""
+    start, an op's launch: its launch piece's step, pieces being cut at the steps' bounds),
+    -1 for none. The ops' launch columns are let go after it."""
     out = np.empty(host.size + ops.size, dtype=np.int32)
-    for at, t in ((0, host.s), (host.size, ops.launched)):
-        k = np.searchsorted(t0, t, side="right") - 1
-        inside = k >= 0
-        inside &= t < t1[np.maximum(k, 0)]
-        k[~inside] = -1
-        out[at : at + t.size] = k
-    if let_go:
-        ops.api_s = ops.tid = np.empty(0, dtype=_I64)
+    k = np.searchsorted(t0, host.s, side="right") - 1
+    inside = k >= 0
+    inside &= host.s < t1[np.maximum(k, 0)]
+    k[~inside] = -1
+    out[: host.size] = k
+    mine = out[host.size :]
+    np.take(out[: host.size], np.maximum(launch_src, 0), out=mine) if host.size else None
+    alone = np.flatnonzero(launch_src < 0)  # no launch piece: by the op's own launch or start
+    if alone.size:
+        at = ops.launched[alone]
+        k = np.searchsorted(t0, at, side="right") - 1
+        ok = (k >= 0) & (at < t1[np.maximum(k, 0)])
+        mine[alone] = np.where(ok, k, -1)
+    ops.api_s = ops.tid = np.empty(0, dtype=_I64)
     return out
 
 

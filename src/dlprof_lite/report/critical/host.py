@@ -57,6 +57,9 @@ class Host:
                 s, e = islands(thread, api, ranges, w0, w1)
                 if s.size == 0:
                     continue
+            # prepared for these stretches (another stage may have prepared the thread for
+            # others: the idle partition, for the steps alone)
+            threads.prepare(thread, s, e, launch=False)
             found.append((thread, threads.cut(thread, s, e, launch=False)))
         sizes = np.array([lab.start.size for _, lab in found], dtype=_I64)
         return Host(

@@ -45,13 +45,11 @@ class Binding:
     end_edge: np.ndarray
     run_start: np.ndarray
 
-    def extra_of(self, node: int) -> int:
-        return int(self.extra_edge[np.searchsorted(self.extra_node, node)])
-
-    def end_of(self, node: int) -> int:
-        """The end edge that held ``node``'s end, -1 for none."""
-        k = int(np.searchsorted(self.end_node, node))
-        return int(self.end_edge[k]) if k < self.end_node.size and self.end_node[k] == node else -1
+    def lookups(self) -> tuple[dict[int, int], dict[int, int]]:
+        """The explicit start edges and the end edges by node, as dicts (the walk asks
+        thousands of times; they are few)."""
+        return (dict(zip(self.extra_node.tolist(), self.extra_edge.tolist(), strict=True)),
+                dict(zip(self.end_node.tolist(), self.end_edge.tolist(), strict=True)))
 
 
 def binding(g: Graph) -> Binding:
@@ -219,47 +217,38 @@ def critical_paths(g: Graph, bind: Binding | None = None) -> Path:
     return Path(walk.block_array(), walk.single_array(), done, begin)
 
 
-class _Ints:
-    """An int64 array read as Python ints."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    def __getitem__(self, i: int) -> int:
-        return int(self.values[i])
-
-
 class _Walk:
     def __init__(self, g: Graph, bind: Binding) -> None:
         self.g, self.bind = g, bind
         # Read a value at a time (the walk steps between tracks only: thousands of reads,
         # where lists of a million nodes' values took 0.2 s to make).
-        self.start, self.end = _Ints(g.start), _Ints(g.end)
-        self.code, self.run = _Ints(bind.code), _Ints(bind.run_start)
+        self.start, self.end = g.start.item, g.end.item
+        self.code, self.run = bind.code.item, bind.run_start.item
         self.first_op = g.first_op
-        self.launch_src, self.launch_off = _Ints(g.launch_src), _Ints(g.launch_off)
-        self.launch_lag = _Ints(g.launch_lag)
-        self.x_src, self.x_off = _Ints(g.extra.src), _Ints(g.extra.offset)
-        self.x_lag = _Ints(g.extra.lag)
-        self.end_src = _Ints(g.ends.src)
+        self.launch_src, self.launch_off = g.launch_src.item, g.launch_off.item
+        self.launch_lag = g.launch_lag.item
+        self.x_src, self.x_off = g.extra.src.item, g.extra.offset.item
+        self.x_lag = g.extra.lag.item
+        self.end_src = g.ends.src.item
+        self.extra_at, self.end_at = bind.lookups()
         self.blocks: list[tuple[int, int, int, int, int]] = []  # first, last, exit, begin, step
         self.single: list[tuple[int, int, int, int, int]] = []  # node, t0, t1, part, step
 
     def step(self, i: int, node: int, t: int, begin: int) -> None:
         start, end, single = self.start, self.end, self.single
         while t > begin:
-            ee = self.bind.end_of(node) if t == end[node] else -1
+            ee = self.end_at.get(node, -1) if t == end(node) else -1
             if ee >= 0:
-                src = self.end_src[ee]
-                back = max(end[src], begin)
+                src = self.end_src(ee)
+                back = max(end(src), begin)
                 single.append((node, back, t, LATENCY, i))
-                node, t = src, end[src]
+                node, t = src, end(src)
                 continue
-            first = self.run[node]
-            if first < node and start[first] < begin:  # the run begins before the step
+            first = self.run(node)
+            if first < node and start(first) < begin:  # the run begins before the step
                 first = node - self._inside(first, node, begin)
             self.blocks.append((first, node, t, begin, i))
-            s = start[first]
+            s = start(first)
             if s <= begin:
                 return
             src, anchor, lag = self._held_by(first)
@@ -276,17 +265,17 @@ class _Walk:
     def _held_by(self, node: int) -> tuple[int, int, int]:
         """The source, anchor and lag of the dependency that held the node's start (source
         -1: none)."""
-        code = self.code[node]
+        code = self.code(node)
         if code == 0:
-            return node - 1, self.end[node - 1], 0
+            return node - 1, self.end(node - 1), 0
         if code == 1:
             op = node - self.first_op
-            src = self.launch_src[op]
-            return src, self.start[src] + self.launch_off[op], self.launch_lag[op]
+            src = self.launch_src(op)
+            return src, self.start(src) + self.launch_off(op), self.launch_lag(op)
         if code == 2:
-            k = self.bind.extra_of(node)
-            src, off = self.x_src[k], self.x_off[k]
-            return src, (self.end[src] if off < 0 else self.start[src] + off), self.x_lag[k]
+            k = self.extra_at[node]
+            src, off = self.x_src(k), self.x_off(k)
+            return src, (self.end(src) if off < 0 else self.start(src) + off), self.x_lag(k)
         return -1, 0, 0
 
     def _inside(self, first: int, last: int, begin: int) -> int:

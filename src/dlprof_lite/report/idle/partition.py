@@ -40,21 +40,23 @@ _BEFORE = np.iinfo(np.int64).min  # the start of time: a stretch before a device
 
 def idle_sums(
     kernels: pd.DataFrame, memops: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFrame,
-    iterations: pd.DataFrame, devices: int,
+    iterations: pd.DataFrame, devices: int, threads: Threads | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Nanoseconds per (kind, iteration number, cause, layer, phase), kind ``device`` (summed
     over timelines; a step's causes add up to its ``phase_idle_ns``) or ``host`` (the main
-    thread; they add up to its ``wall_ns``)."""
+    thread; they add up to its ``wall_ns``). ``threads``: the host's activity, shared with
+    the critical path (build_report)."""
     if iterations.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in SUMS})
     t0 = iterations["start_ns"].to_numpy(dtype=np.int64)
     t1 = iterations["end_ns"].to_numpy(dtype=np.int64)
     numbers = iterations["iteration"].to_numpy(dtype=np.int64)
-    threads = Threads(api, ranges)
+    threads = threads if threads is not None else Threads(api, ranges)
     main = main_thread(kernels, memops, ranges)
     device, host = _Sums(DEVICE, threads), _Sums(HOST, threads)
     _device(device, kernels, memops, threads, main, t0, t1, devices)
     _host(host, threads, main, t0, t1)
+    threads.let_go()
     return pd.concat([device.frame(numbers), host.frame(numbers)], ignore_index=True)
 
 

@@ -151,6 +151,11 @@ class Threads:
         )
         self._states[(thread, launch)] = state
 
+    def let_go(self) -> None:
+        """Forget the prepared states (a million launch calls' segments), keep the range
+        lookups: another stage asks of other stretches, and prepares them itself."""
+        self._states.clear()
+
     def cut(self, thread: Thread, start: np.ndarray, end: np.ndarray, *, launch: bool) -> Labels:
         """``[start, end)`` pieces of time the thread explains (some of those it was
         :meth:`prepare`-d for, else all of them), cut where its state changes, each labelled."""
