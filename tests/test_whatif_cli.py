@@ -89,6 +89,12 @@ def test_a_folder_whose_profile_is_gone_says_what_to_give(folder: Path, tmp_path
     assert err.count("\n") == 1
 
 
+def test_a_kernel_that_is_not_there_lists_those_that_are(folder: Path, capsys) -> None:
+    assert main(["whatif", str(folder), "--scale", "kernel=^no_such_kernel$:0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "no kernel '^no_such_kernel$'" in err and "vectorized_elementwise_kernel" in err
+
+
 def test_no_scale_is_a_usage_error(folder: Path, capsys) -> None:
     assert main(["whatif", str(folder)]) == 2
     assert "--scale" in capsys.readouterr().err

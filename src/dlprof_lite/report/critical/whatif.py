@@ -39,7 +39,10 @@ def selected(scale: Scale, g: Graph, short_names: pd.Index | None = None) -> np.
             hit |= np.asarray(short_names.astype(str).str.contains(scale.what, regex=True),
                               bool)  # fmt: skip
         mask = (g.side == DEVICE_SIDE) & np.isin(g.name, np.flatnonzero(hit))
-        choices = "kernel names of the analysed steps"
+        named = short_names if short_names is not None else g.names
+        used = np.unique(g.name[(g.side == DEVICE_SIDE) & (g.name >= 0)])
+        choices = (_listed(named[used]) if used.size
+                   else "none: this profile has no GPU kernels")  # fmt: skip
     mask &= g.step >= 0
     if not mask.any():
         raise InputError(f"--scale {scale}: no {scale.kind} {scale.what!r} in the analysed "
