@@ -41,8 +41,9 @@ def selected(scale: Scale, g: Graph, short_names: pd.Index | None = None) -> np.
         mask = (g.side == DEVICE_SIDE) & np.isin(g.name, np.flatnonzero(hit))
         named = short_names if short_names is not None else g.names
         used = np.unique(g.name[(g.side == DEVICE_SIDE) & (g.name >= 0)])
-        choices = (_listed(named[used]) if used.size
-                   else "none: this profile has no GPU kernels")  # fmt: skip
+        if used.size == 0:
+            raise InputError(f"--scale {scale}: this profile has no GPU kernels to scale")
+        choices = _listed(named[used])
     mask &= g.step >= 0
     if not mask.any():
         raise InputError(f"--scale {scale}: no {scale.kind} {scale.what!r} in the analysed "
