@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
+
 from dlprof_lite.report.summary_types import SUMMARY_COLUMNS
 from dlprof_lite.rules.advice import THRESHOLDS
 from dlprof_lite.rules.critical import PART_DOCS
@@ -263,6 +266,16 @@ LAYER_REPORT = (*LAYER_COLUMNS, *LAYER_IMPLEMENTATION_REPORT, *LAYER_GRAD_SYNC_R
 
 # GPU phase columns: the annotation's phases, then ``other`` (ops launched outside them).
 PHASE_COLUMNS = (*PHASES, "other")
+
+
+def phase_positions(phase: pd.Series, missing: int) -> np.ndarray:
+    """Each value's position in PHASE_COLUMNS (``missing`` where it is none or not a
+    phase), looked up once per category."""
+    cat = phase.astype("category")
+    table = np.array([PHASE_COLUMNS.index(str(p)) if str(p) in PHASE_COLUMNS else missing
+                      for p in cat.cat.categories] + [missing], dtype=np.int64)  # fmt: skip
+    out: np.ndarray = table[cat.cat.codes.to_numpy()]  # code -1 (none) reads the last
+    return out
 # Who owns GPU time that ops of several phases share (report/steps/table.py): compute first, so a
 # copy hidden under the forward's kernels is forward time and data time is the GPU waiting.
 GPU_PRIORITY = ("forward", "backward", "optimizer", "compile", "data", "other")

@@ -18,7 +18,7 @@ import pandas as pd
 from dlprof_lite.numeric import cat_mask
 from dlprof_lite.report.critical.edges import Edges
 from dlprof_lite.report.critical.host import Host
-from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.metrics import PHASE_COLUMNS, phase_positions
 from dlprof_lite.rules.apis import (
     HOST_WAIT_API_PATTERN,
     STREAM_SYNC_API_PATTERN,
@@ -32,7 +32,7 @@ from dlprof_lite.rules.critical import (
 )
 
 _I64 = np.int64
-_PHASE = {p: i for i, p in enumerate(PHASE_COLUMNS)}
+OTHER_PHASE = PHASE_COLUMNS.index("other")
 
 
 @dataclass
@@ -181,10 +181,8 @@ class _Columns:
     def phases(self) -> np.ndarray:
         parts = []
         for k, f in enumerate(self.frames):
-            cat = f["phase"].astype("category")
-            table = np.array([_PHASE.get(str(p), _PHASE["other"]) for p in cat.cat.categories]
-                             + [_PHASE["other"]], dtype=np.int8)  # fmt: skip
-            parts.append(table[self._picked(cat.cat.codes.to_numpy(), k)])
+            codes = phase_positions(f["phase"], OTHER_PHASE).astype(np.int8)
+            parts.append(self._picked(codes, k))
         return self._joined(parts)
 
     def kernel_names(self) -> np.ndarray:

@@ -38,7 +38,6 @@ from dlprof_lite.report.idle.partition import main_thread
 from dlprof_lite.report.idle.state import Threads
 from dlprof_lite.report.model import analysed
 
-HOST_SIDE, DEVICE_SIDE = 0, 1
 _I64 = np.int64
 _MIN = np.iinfo(_I64).min
 
@@ -56,7 +55,6 @@ class Graph:
 
     start: np.ndarray
     end: np.ndarray
-    side: np.ndarray
     cause: np.ndarray
     phase: np.ndarray
     track: np.ndarray
@@ -84,6 +82,12 @@ class Graph:
     def size(self) -> int:
         return int(self.start.size)
 
+    def on_device(self, nodes: np.ndarray | None = None) -> np.ndarray:
+        """Whether each node (of ``nodes``, else every one) is a GPU op: from ``first_op`` on."""
+        at = np.arange(self.size) if nodes is None else nodes
+        out: np.ndarray = at >= self.first_op
+        return out
+
     def by_launch(self) -> np.ndarray:
         """What each op's launch allows it (launch call start + latency; garbage where it
         has none: ``launch_src`` -1)."""
@@ -105,7 +109,7 @@ def empty_graph() -> Graph:
     i, b = e.astype(np.int32), e.astype(np.int8)
     none = Edges.of([])
     empty = pd.Index([], dtype=object)
-    return Graph(e, e, b, b, b, i, i, i, i, e.astype(bool), i, e, e, none, none, e, e, e, (),
+    return Graph(e, e, b, b, i, i, i, i, e.astype(bool), i, e, e, none, none, e, e, e, (),
                  empty, empty, e, e, e)  # fmt: skip
 
 
@@ -139,7 +143,6 @@ def build_graph(
         # ops' launch calls are let go
         **(launch := _launches(host, ops)),
         step=_step_holding(host, ops, launch["launch_src"], t0, t1),
-        side=np.r_[np.full(n_host, HOST_SIDE, np.int8), np.full(ops.size, DEVICE_SIDE, np.int8)],
         cause=np.r_[host.cause, np.full(ops.size, -1, np.int8)],
         phase=_stack(host.phase, ops, "phase"),
         track=_stack(host.track, ops, "track", shift=len(host.threads)),

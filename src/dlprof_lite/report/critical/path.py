@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
+from dlprof_lite.report.critical.graph import Graph
 from dlprof_lite.rules.critical import PARTS
 
 _I64 = np.int64
@@ -170,7 +170,7 @@ def _expand(g: Graph, blocks: np.ndarray) -> Pieces:
     node = first[rep] + np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)
     lo = np.maximum(g.start[node], begin[rep])
     hi = np.where(node == last[rep], exit_[rep], g.end[node])
-    work = np.where(g.side[node] == DEVICE_SIDE, DEVICE_PART, HOST_PART)
+    work = np.where(g.on_device(node), DEVICE_PART, HOST_PART)
     inner = node != first[rep]
     gap_lo = np.maximum(g.end[np.maximum(node - 1, 0)], begin[rep])[inner]
     out = Pieces(np.r_[node, node[inner]], np.r_[lo, gap_lo], np.r_[hi, g.start[node[inner]]],

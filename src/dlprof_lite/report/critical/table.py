@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
+from dlprof_lite.report.critical.graph import Graph
 from dlprof_lite.report.critical.path import Path
 from dlprof_lite.report.frames import share
 from dlprof_lite.report.metrics import PHASE_COLUMNS
@@ -55,7 +55,7 @@ def path_pieces(g: Graph, path: Path, iteration: int | None) -> pd.DataFrame:
     p = path.pieces(g, int(where[0]))
     order = np.lexsort((p.t1, p.t0))
     node = p.node[order]
-    device = g.side[node] == DEVICE_SIDE
+    device = g.on_device(node)
     kernel = _with_none(g.names)  # -1: none
     causes = np.array([*DEVICE_CAUSES, None], dtype=object)
     name = np.where(device, kernel[g.name[node]], causes[g.cause[node]])

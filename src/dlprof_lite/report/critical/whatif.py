@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.errors import InputError
-from dlprof_lite.report.critical.graph import DEVICE_SIDE, Graph
+from dlprof_lite.report.critical.graph import Graph
 from dlprof_lite.report.critical.prediction import Prediction, Scale
 from dlprof_lite.report.critical.replay import Replayed, replay, step_times
 from dlprof_lite.report.metrics import PHASE_COLUMNS
@@ -38,9 +38,9 @@ def selected(scale: Scale, g: Graph, short_names: pd.Index | None = None) -> np.
         if short_names is not None:
             hit |= np.asarray(short_names.astype(str).str.contains(scale.what, regex=True),
                               bool)  # fmt: skip
-        mask = (g.side == DEVICE_SIDE) & np.isin(g.name, np.flatnonzero(hit))
+        mask = g.on_device() & np.isin(g.name, np.flatnonzero(hit))
         named = short_names if short_names is not None else g.names
-        used = np.unique(g.name[(g.side == DEVICE_SIDE) & (g.name >= 0)])
+        used = np.unique(g.name[g.on_device() & (g.name >= 0)])
         if used.size == 0:
             raise InputError(f"--scale {scale}: this profile has no GPU kernels to scale")
         choices = _listed(named[used])

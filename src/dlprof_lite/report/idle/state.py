@@ -21,7 +21,7 @@ import pandas as pd
 from dlprof_lite.numeric import cat_mask, range_positions
 from dlprof_lite.report.idle.lookup import RangeLookup
 from dlprof_lite.report.intervals import Segments, in_windows, merge
-from dlprof_lite.report.metrics import PHASE_COLUMNS
+from dlprof_lite.report.metrics import PHASE_COLUMNS, phase_positions
 from dlprof_lite.rules.apis import HOST_WAIT_API_PATTERN, LAUNCH_API_PATTERN
 from dlprof_lite.rules.comm import COMM_DOMAINS, COMM_RANGE_RE
 from dlprof_lite.rules.idle import DEVICE_CAUSES
@@ -80,10 +80,7 @@ class Threads:
         layer = ranges["layer"].astype("category")
         self.layers = pd.Index(layer.cat.categories.astype(str))
         self._layer = layer.cat.codes.to_numpy(dtype=np.int64)
-        phase = ranges["phase"].astype("category")
-        known = np.array([_PHASE.get(str(p), -1) for p in phase.cat.categories] + [-1],
-                         dtype=np.int64)  # fmt: skip
-        self._phase = known[phase.cat.codes.to_numpy()]  # code -1 (none) reads the last
+        self._phase = phase_positions(ranges["phase"], -1)
         self._quiet = self._same_as_parent() & ~self._gc & ~self._comm
 
     def _same_as_parent(self) -> np.ndarray:
