@@ -242,6 +242,24 @@ def test_every_layer_equals_flopcountermode_on_its_own_call(recorder: Any, kind:
     assert sum(root["by_dtype"].values()) == root["fwd"] + root["bwd"]
 
 
+def test_an_in_place_layer_is_counted(recorder: Any) -> None:
+    """``ReLU(inplace=True)`` (torchvision's ResNets) writes into its input, the output of the
+    layer before it: replayed alone, that input must not be a leaf that requires grad."""
+    from dlprof_lite.annotate import install
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                          nn.Flatten(), nn.Linear(8 * 6 * 6, 5))  # fmt: skip
+    annotation = install("modules-all")
+    train(model, lambda: torch.randn(2, 3, 8, 8))
+    annotation.remove()
+    facts = flops_facts(recorder.marks)
+    assert facts["2"]["unknown"] is None and facts["2"]["fwd"] == facts["2"]["bwd"] == 0
+    assert facts["model"]["unknown"] is None
+    assert (facts["model"]["fwd"], facts["model"]["bwd"]) == oracle(
+        model, (torch.randn(2, 3, 8, 8),), {})
+
+
 def test_the_cited_formulas_give_the_recurrent_and_attention_figures(recorder: Any) -> None:
     """The LSTM's and the attention's FLOPs by hand: FlopCounterMode alone counts 0 there."""
     from dlprof_lite.annotate import install

@@ -267,7 +267,9 @@ def _fake_of(value: Any) -> Any:
     tensor = torch.empty_strided(value.shape, value.stride, dtype=value.dtype,
                                  device=value.device)  # fmt: skip
     if value.requires_grad and (tensor.is_floating_point() or tensor.is_complex()):
-        tensor.requires_grad_(True)
+        # Not a leaf: an in-place module (ReLU(inplace=True)) may write into it, as it wrote
+        # into the output of the layer before it in the real run.
+        return tensor.requires_grad_(True).clone()
     return tensor
 
 
