@@ -25,7 +25,13 @@ import dlprof_lite
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError
 from dlprof_lite.launch import export_sqlite, find_nsys, profile_program
-from dlprof_lite.launch.nsys import KNOWN_IMPORTERS, Nsys, merge_switches, profile_args
+from dlprof_lite.launch.nsys import (
+    KNOWN_IMPORTERS,
+    Nsys,
+    import_failure,
+    merge_switches,
+    profile_args,
+)
 from dlprof_lite.launch.run import (
     BOOTSTRAP,
     _no_ranges_cause,
@@ -236,6 +242,30 @@ def test_lone_qdstrm_is_imported(nsys: str, tmp_path: Path) -> None:
     assert (tmp_path / "out" / "profile.qdstrm").is_file()
     assert run.report_path.name == "profile.nsys-rep" and run.report_path.is_file()
     assert count_annotation_ranges(run.sqlite_path) == 1
+
+
+IMPORTER_OUTPUT = Path(__file__).parent / "fixtures" / "importer"
+IMPORTER = Nsys("/usr/bin/nsys", (2022, 4, 2, 1), "2022.4.2.1")
+
+
+def test_import_failure_names_a_cuda_newer_than_the_importer() -> None:
+    """QdstrmImporter 2022.4's real output on a CUDA 13 program's trace (an H200 run, see
+    docs/gpu-validation.md): one line that says why, not the importer's boilerplate."""
+    output = (IMPORTER_OUTPUT / "unknown_api.txt").read_text(encoding="utf-8")
+    line = import_failure(Path("run.qdstrm"), IMPORTER, output)
+    assert "\n" not in line and "Diagnostics Summary" not in line
+    assert "(driver API 719)" in line and "newer CUDA" in line and "2022.4" in line
+
+
+def test_import_failure_names_the_release_that_wrote_the_qdstrm() -> None:
+    output = (IMPORTER_OUTPUT / "other_release.txt").read_text(encoding="utf-8")
+    line = import_failure(Path("run.qdstrm"), IMPORTER, output)
+    assert "written by Nsight Systems 2025.3.1.0" in line and "2022.4" in line
+
+
+def test_import_failure_otherwise_gives_the_last_line() -> None:
+    line = import_failure(Path("run.qdstrm"), IMPORTER, "Processing\nError: disk full\n")
+    assert line == "importing run.qdstrm failed: Error: disk full"
 
 
 @pytest.mark.nsys

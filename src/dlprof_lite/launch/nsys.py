@@ -330,5 +330,31 @@ def import_qdstrm(
     done = run_bounded(args, stage_timeout("import", timeout), f"QdstrmImporter on {qdstrm}",
                        "import")  # fmt: skip
     if done.returncode != 0 or not target.is_file():
-        raise NsysError(f"importing {qdstrm} failed: {last_line(done.stdout + done.stderr)}")
+        target.unlink(missing_ok=True)  # the importer saves a report even when it failed
+        raise NsysError(import_failure(qdstrm, nsys, done.stdout + done.stderr))
     return target
+
+
+_UNKNOWN_API = re.compile(r"Unknown (driver|runtime) API function index: (\d+)")
+_QDSTRM_VERSION = re.compile(r"Qdstrm version (\S+) is not supported")
+
+
+def import_failure(qdstrm: Path, nsys: Nsys, output: str) -> str:
+    """Why QdstrmImporter failed, in one line: the two cases a version mismatch gives (a CUDA
+    newer than the importer's tables, a ``.qdstrm`` of another release), else its last line."""
+    unknown = sorted({f"{kind} API {index}" for kind, index in _UNKNOWN_API.findall(output)})
+    if unknown:
+        return (
+            f"importing {qdstrm} failed: the trace holds CUDA calls that this Nsight Systems "
+            f"({nsys.version_string}) has no names for ({', '.join(unknown)}): the program ran "
+            "a newer CUDA than it knows; profile with an Nsight Systems at least as new as the "
+            "program's CUDA"
+        )
+    version = _QDSTRM_VERSION.search(output)
+    if version:
+        return (
+            f"importing {qdstrm} failed: it was written by Nsight Systems {version.group(1)}, "
+            f"and only that release's QdstrmImporter reads it (this one is "
+            f"{nsys.version_string})"
+        )
+    return f"importing {qdstrm} failed: {last_line(output)}"
