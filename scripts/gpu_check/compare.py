@@ -1,0 +1,388 @@
+"""Here, after the GPU run: import and analyse its profiles, hold each figure to its oracle.
+
+    python scripts/gpu_check/compare.py RESULTS [--work DIR] [--markdown FILE] [--strict]
+
+RESULTS is the folder the device tool brought back (``results.tgz.NN`` parts) or one that
+holds the unpacked files. The checks, each a table in ``--markdown`` (docs/gpu-validation.md
+quotes them) and a line on the console:
+
+* **import**: each run's ``.qdstrm`` through dlprof-lite's own import and export (nsys here);
+* **layers**: per-layer forward time per step against the workload's own clock (CUDA events
+  on the GPU: the layer's projected GPU span; ``perf_counter`` in the dry run: its wall
+  time), for layers of at least 100 µs, within 5 %; and the step's backward;
+* **kernels**: kernel executions and GPU time per step against Kineto's trace of the same
+  configuration (separate runs: the time within 5 %, the executions equal);
+* **tensor cores**: the kernel-name verdict against ncu's tensor-pipe MMA instructions
+  (``hmma`` less ``hmma_type_hfma2``, which counts FP16 FMAs the tensor pipe also runs, plus
+  ``gmma``, ``imma``, ``dmma``) on every kernel ncu sampled;
+* **FP32 advice**: the share of kernel time in FP32 GEMM/convolution kernels on CUDA cores,
+  from the Kineto kernels and dlprof-lite's rules, against the advice's threshold: it must
+  fire for the FP32 runs and not for the BF16 ones;
+* **FLOPs and MFU**: dlprof-lite's FLOP count (its fake-tensor replay, run here on the same
+  shapes) against ``FlopCounterMode`` on the GPU's real tensors, and the MFU that those
+  FLOPs, the CUDA-event median step and the GPU's peak give.
+
+``--strict`` exits 1 when a check that ran failed (tests/test_gpu_check.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(HERE))
+
+from dlprof_lite.errors import DlprofError  # noqa: E402
+from dlprof_lite.ingest.tensorcore import classify_names_with_rules  # noqa: E402
+from dlprof_lite.launch.nsys import export_sqlite  # noqa: E402
+from dlprof_lite.rules.advice import THRESHOLDS  # noqa: E402
+from dlprof_lite.rules.gemm import is_fp32_gemm  # noqa: E402
+from dlprof_lite.rules.peaks import peak_tflops  # noqa: E402
+
+LAYER_MIN_MS = 0.1
+LAYER_TOLERANCE = 0.05
+KERNEL_TOLERANCE = 0.05
+MFU_TOLERANCE = 0.10
+PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
+
+
+@dataclass
+class Section:
+    title: str
+    header: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    failed: int = 0
+    checked: int = 0
+    note: str = ""
+
+    def add(self, row: list[Any], ok: bool | None = None) -> None:
+        if ok is not None:
+            self.checked += 1
+            self.failed += 0 if ok else 1
+            row = [*row, "yes" if ok else "**no**"]
+        self.rows.append([str(v) for v in row])
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        if self.rows:
+            lines += ["| " + " | ".join(self.header) + " |",
+                      "|" + " --- |" * len(self.header)]  # fmt: skip
+            lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |"
+                      for r in self.rows]  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+    def verdict(self) -> str:
+        if not self.checked:
+            return f"{self.title}: not checked{' (' + self.note + ')' if self.note else ''}"
+        return f"{self.title}: {self.checked - self.failed}/{self.checked} within the oracle"
+
+
+def unpack(results: Path, work: Path) -> Path:
+    parts = sorted(results.glob("results.tgz.*"))
+    if not parts:
+        return results
+    work.mkdir(parents=True, exist_ok=True)
+    archive = work / "results.tgz"
+    with open(archive, "wb") as out:
+        for part in parts:
+            out.write(part.read_bytes())
+    with tarfile.open(archive) as tar:
+        tar.extractall(work, filter="data")
+    archive.unlink()
+    return work
+
+
+def runs(files: Path) -> list[str]:
+    return sorted(p.name.removesuffix(".oracle.json") for p in files.glob("run_*.oracle.json"))
+
+
+def short(text: str, width: int = 90) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# -- import and analyse ----------------------------------------------------------------------
+
+
+def analyse(files: Path, name: str, section: Section) -> Path | None:
+    """The run's report folder, or None with the reason in ``section``."""
+    report = files / f"{name}.dlprof"
+    if report.is_dir():
+        section.add([name, "analysed before"], True)
+        return report
+    made = [files / f"{name}{suffix}" for suffix in (".qdstrm", ".nsys-rep")]
+    qdstrm = next((path for path in made if path.is_file()), None)
+    if qdstrm is None:
+        section.add([name, "no .qdstrm came back"], False)
+        return None
+    try:
+        sqlite = export_sqlite(qdstrm, files / f"{name}.sqlite")
+    except DlprofError as error:
+        section.add([name, short(str(error), 400)], False)
+        return None
+    done = subprocess.run([sys.executable, "-m", "dlprof_lite", "analyze", str(sqlite), "-o",
+                           str(report), "--no-db", "--quiet"],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        section.add([name, short((done.stderr.strip().splitlines() or ["failed"])[-1], 300)],
+                    False)  # fmt: skip
+        return None
+    section.add([name, "imported and analysed"], True)
+    return report
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def window(report: Path) -> tuple[int, int]:
+    summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
+    data = summary.get("data", summary)
+    return int(data["window_iter_start"]), int(data["window_iter_stop"])
+
+
+def compare_layers(report: Path, oracle: dict[str, Any], section: Section) -> None:
+    """Per-layer forward per step (and the step's backward) against the workload's clock."""
+    start, stop = window(report)
+    first = int(oracle.get("captured_from") or 0)
+    steps = list(range(first + start, first + stop))
+    gpu = oracle["clock"] == "cuda_event"
+    column = "projected_ns" if gpu else "wall_ns"
+    ours: dict[str, float] = {}
+    for row in read_csv(report / "ranges.csv"):
+        parts = row["name"].split(":")
+        if len(parts) >= 2 and parts[0] in ("fwd", "bwd"):
+            label = "<root>" if row["depth"] == "0" else parts[1]
+            key = f"{parts[0]}:{label}"
+            ours[key] = ours.get(key, 0.0) + float(row[column]) / 1e6 / len(steps)
+    forward = oracle["ms"].get("layer_forward", {})
+    for label, per_step in sorted(forward.items()):
+        truth = statistics.fmean(per_step[s] for s in steps)
+        if truth < LAYER_MIN_MS or f"fwd:{label}" not in ours:
+            continue
+        mine = ours[f"fwd:{label}"]
+        error = mine / truth - 1
+        section.add([oracle_name(oracle), f"{label} forward", f"{truth:.3f}", f"{mine:.3f}",
+                     f"{error:+.1%}"], abs(error) <= LAYER_TOLERANCE)  # fmt: skip
+    backward = oracle["ms"].get("layer_backward", {})
+    for label, per_step in sorted(backward.items()):
+        truth = statistics.fmean(per_step[s] for s in steps)
+        if truth < LAYER_MIN_MS or f"bwd:{label}" not in ours:
+            continue
+        mine = ours[f"bwd:{label}"]
+        error = mine / truth - 1
+        section.add([oracle_name(oracle), f"{label} backward", f"{truth:.3f}", f"{mine:.3f}",
+                     f"{error:+.1%}"], abs(error) <= LAYER_TOLERANCE)  # fmt: skip
+
+
+def oracle_name(oracle: dict[str, Any]) -> str:
+    return f"{oracle['model']} {oracle['precision']}{' compiled' if oracle['compiled'] else ''}"
+
+
+def kineto_kernels(files: Path, config: str) -> dict[str, tuple[int, float]] | None:
+    path = files / f"kineto_{config}.tsv"
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    return {r["kernel"]: (int(r["count"]), float(r["total_ns"])) for r in rows}
+
+
+def compare_kernels(report: Path, files: Path, config: str, section: Section) -> None:
+    """Executions and GPU time per step of each kernel name: ours against Kineto's."""
+    theirs = kineto_kernels(files, config)
+    if theirs is None:
+        return
+    flops = json.loads((files / f"flops_{config}.json").read_text(encoding="utf-8"))
+    kineto_steps = flops["profiled_steps"][1] - flops["profiled_steps"][0]
+    start, stop = window(report)
+    ours = {r["name"]: r for r in read_csv(report / "kernels.csv")}
+    total_theirs = sum(ns for _, ns in theirs.values()) / kineto_steps
+    total_ours = sum(float(r["gpu_ns"]) for r in ours.values()) / (stop - start)
+    error = total_ours / total_theirs - 1
+    section.add([config, "all kernels, ms per step", f"{total_theirs / 1e6:.3f}",
+                 f"{total_ours / 1e6:.3f}", f"{error:+.1%}"],
+                abs(error) <= KERNEL_TOLERANCE)  # fmt: skip
+    per_step_theirs = {k: c / kineto_steps for k, (c, _) in theirs.items()}
+    per_step_ours = {k: float(r["count"]) / (stop - start) for k, r in ours.items()}
+    same = all(abs(per_step_ours.get(k, 0) - v) < 1e-9 for k, v in per_step_theirs.items())
+    section.add([config, "executions per step, by name", len(theirs), len(ours), ""], same)
+
+
+# -- oracles that need no import ---------------------------------------------------------------
+
+
+def tensor_cores(files: Path) -> Section:
+    section = Section("Tensor Core verdicts against ncu",
+                      ["kernel (ncu sampled)", "MMA instructions", "dlprof-lite", "rule",
+                       "agree"])  # fmt: skip
+    path = files / "ncu.log"
+    if not path.is_file():
+        section.note = "ncu did not run"
+        return section
+    with open(path, encoding="utf-8") as handle:
+        rows = list(csv.reader(line for line in handle if line.startswith('"')))
+    if not rows:
+        section.note = "ncu read no counters"
+        return section
+    head, body = rows[0], rows[1:]
+    kernel, metric, value = (head.index(h) for h in ("Kernel Name", "Metric Name",
+                                                      "Metric Value"))  # fmt: skip
+    counts: dict[str, Counter[str]] = {}
+    for row in body:
+        counts.setdefault(row[kernel], Counter())[row[metric]] += float(
+            row[value].replace(",", "") or 0)  # fmt: skip
+    names = sorted(counts)
+    verdicts, rules = classify_names_with_rules(names)
+    for name, verdict, rule in zip(names, verdicts, rules):
+        c = counts[name]
+        mma = (c["sm__inst_executed_pipe_tensor_op_hmma.sum"]
+               - c["sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum"]
+               + c["sm__inst_executed_pipe_tensor_op_gmma.sum"]
+               + c["sm__inst_executed_pipe_tensor_op_imma.sum"]
+               + c["sm__inst_executed_pipe_tensor_op_dmma.sum"])  # fmt: skip
+        truth = "tc" if mma > 0 else "no_tc"
+        section.add([short(name), f"{mma:,.0f}", verdict, rule], verdict == truth)
+    return section
+
+
+def fp32_advice(files: Path) -> Section:
+    threshold = THRESHOLDS["fp32_gemm_share_warn"].value
+    section = Section("FP32 GEMM advice from the Kineto kernels",
+                      ["config", "kernels", "TC time", "unknown", "FP32 GEMM share",
+                       "advice fires", "as it should"])  # fmt: skip
+    section.note = (f"The advice fires at an FP32 GEMM/convolution share of {threshold:.0%} "
+                    "(rules/advice.py fp32_gemm_share_warn).")
+    for path in sorted(files.glob("kineto_*.tsv")):
+        config = path.stem.removeprefix("kineto_")
+        kernels = kineto_kernels(files, config) or {}
+        names = list(kernels)
+        verdicts, _ = classify_names_with_rules(names)
+        total = sum(ns for _, ns in kernels.values()) or 1.0
+        by: Counter[str] = Counter()
+        fp32 = 0.0
+        for name, verdict in zip(names, verdicts):
+            by[verdict] += kernels[name][1]
+            if verdict == "no_tc" and is_fp32_gemm(name):
+                fp32 += kernels[name][1]
+        fires = fp32 / total >= threshold
+        should = config.split("_")[1] == "fp32"
+        section.add([config, len(names), f"{by['tc'] / total:.1%}", f"{by['unknown'] / total:.1%}",
+                     f"{fp32 / total:.1%}", "yes" if fires else "no"],
+                    fires == should)  # fmt: skip
+    return section
+
+
+def our_flops(config: str, tiny: bool) -> int | None:
+    """dlprof-lite's count of one training step's FLOPs, replayed here on fake tensors."""
+    import models
+    import torch
+
+    from dlprof_lite.annotate.flop_count import CallState, TensorSpec, count_call
+
+    model_name, precision, *_ = config.split("_")
+    model, shape = models.build(model_name, tiny)
+    inputs, targets = models.batch(model_name, shape, torch.device("cpu"))
+
+    def spec(t: torch.Tensor) -> TensorSpec:
+        return TensorSpec(tuple(t.shape), t.stride(), t.dtype, t.device, False)
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    state = CallState(True, ("cpu", dtype) if dtype else None, (False, False))
+    if model_name == "cnn":
+        args: tuple[Any, ...] = (spec(inputs),)
+        kwargs: dict[str, Any] = {}
+    else:
+        args, kwargs = (), {"input_ids": spec(inputs), "labels": spec(targets)}
+    counted = count_call(model, args, kwargs, state)
+    if counted.forward is None or counted.backward is None:
+        return None
+    return sum(counted.forward.values()) + sum(counted.backward.values())
+
+
+def flops_and_mfu(files: Path, tiny: bool) -> tuple[Section, Section]:
+    flops = Section("FLOPs per step: dlprof-lite's count against FlopCounterMode on the GPU",
+                    ["config", "FlopCounterMode (GPU, real tensors)", "dlprof-lite (replay)",
+                     "difference", "equal within 0.1 %"])  # fmt: skip
+    mfu = Section("MFU from the oracles",
+                  ["config", "GPU", "median step (CUDA events)", "FLOP/s", "peak", "MFU"])
+    for path in sorted(files.glob("flops_*.json")):
+        config = path.stem.removeprefix("flops_")
+        truth = json.loads(path.read_text(encoding="utf-8"))["flops_per_step"]
+        mine = our_flops(config, tiny)
+        if mine is None:
+            flops.add([config, f"{truth:.4e}", "unknown", ""], False)
+        else:
+            error = mine / truth - 1
+            flops.add([config, f"{truth:.4e}", f"{mine:.4e}", f"{error:+.2%}"],
+                      abs(error) <= 0.001)  # fmt: skip
+        oracle_path = files / f"run_{config}.oracle.json"
+        if not oracle_path.is_file():
+            continue
+        oracle = json.loads(oracle_path.read_text(encoding="utf-8"))
+        steps = oracle["ms"]["step"]["step"]
+        warm = 3 if len(steps) > 6 else 1  # the first steps warm up allocators and caches
+        median_ms = statistics.median(steps[max(warm, int(oracle.get("captured_from") or 0)):])
+        rate = truth / (median_ms / 1e3)
+        peak = peak_tflops(oracle["device_name"], PEAK_DTYPE[oracle["precision"]])
+        share = f"{rate / (peak * 1e12):.1%}" if peak else "no peak"
+        mfu.add([config, oracle["device_name"], f"{median_ms:.2f} ms", f"{rate / 1e12:.1f} T",
+                 f"{peak} T" if peak else "-", share])  # fmt: skip
+    return flops, mfu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--work", type=Path, default=Path("gpu_check_results"))
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a check failed")
+    args = parser.parse_args()
+    files = unpack(args.results, args.work)
+    env = (files / "env.txt").read_text(encoding="utf-8") if (files / "env.txt").is_file() else ""
+    tiny = "dry run" in (files / "summary.txt").read_text(encoding="utf-8") or not env.count(
+        "NVIDIA-SMI")  # fmt: skip
+    imported = Section("Import and analysis", ["run", "result", "imported"])
+    layers = Section("Per-layer time per step against the CUDA events",
+                     ["config", "layer", "oracle ms", "dlprof-lite ms", "difference",
+                      "within 5 %"])  # fmt: skip
+    kernels = Section("Kernels per step against Kineto",
+                      ["config", "what", "Kineto", "dlprof-lite", "difference", "equal"])
+    for name in runs(files):
+        report = analyse(files, name, imported)
+        if report is None:
+            continue
+        oracle = json.loads((files / f"{name}.oracle.json").read_text(encoding="utf-8"))
+        compare_layers(report, oracle, layers)
+        if oracle["clock"] == "cuda_event":
+            compare_kernels(report, files, name.removeprefix("run_"), kernels)
+    if not layers.checked:
+        layers.note = "no run could be imported here"
+    if not kernels.checked:
+        kernels.note = "no GPU run could be imported here"
+    flops, mfu = flops_and_mfu(files, tiny)
+    sections = [imported, layers, kernels, tensor_cores(files), fp32_advice(files), flops, mfu]
+    for section in sections:
+        print(section.verdict())
+    if args.markdown:
+        args.markdown.write_text("\n".join(s.markdown() for s in sections), encoding="utf-8")
+    if args.strict and any(s.failed for s in sections):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
