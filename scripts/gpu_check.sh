@@ -20,7 +20,9 @@ NVTX_WHEEL="nvtx==0.2.11"
 prepare() {
     mkdir -p "$CARRIED"
     (cd "$CARRIED" && apt-get download nsight-systems-target)
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+    local python=python3
+    [ -x .venv/bin/python ] && python=.venv/bin/python  # the project's venv has pip
+    "$python" -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d "$CARRIED" "$NVTX_WHEEL"
     ls -la "$CARRIED"
@@ -28,6 +30,10 @@ prepare() {
 
 run() {
     local work="${GPU_CHECK_WORK:-/tmp/gpu_check}" python="${PYTHON:-python3}"
+    # a dry run here uses the project's venv (torch, transformers) unless PYTHON says otherwise
+    if [[ -z "${PYTHON:-}" && " $* " == *" --dry-run "* && -x .venv/bin/python ]]; then
+        python=.venv/bin/python
+    fi
     mkdir -p "$work"
     local nsys="${NSYS_TARGET:-}" deb
     if [ -z "$nsys" ]; then  # the carried target binary (NSYS_TARGET: another, e.g. a dry run's)

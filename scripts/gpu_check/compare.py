@@ -1,6 +1,7 @@
 """Here, after the GPU run: import and analyse its profiles, hold each figure to its oracle.
 
-    python scripts/gpu_check/compare.py RESULTS [--work DIR] [--markdown FILE] [--strict]
+    python scripts/gpu_check/compare.py RESULTS [--work DIR] [--markdown FILE] [--nsys PATH]
+        [--strict]
 
 RESULTS is the folder the device tool brought back (``results.tgz.NN`` parts) or one that
 holds the unpacked files. The checks, each a table in ``--markdown`` (docs/gpu-validation.md
@@ -117,7 +118,7 @@ def short(text: str, width: int = 90) -> str:
 # -- import and analyse ----------------------------------------------------------------------
 
 
-def analyse(files: Path, name: str, section: Section) -> Path | None:
+def analyse(files: Path, name: str, section: Section, nsys: str | None) -> Path | None:
     """The run's report folder, or None with the reason in ``section``."""
     report = files / f"{name}.dlprof"
     if report.is_dir():
@@ -129,7 +130,7 @@ def analyse(files: Path, name: str, section: Section) -> Path | None:
         section.add([name, "no .qdstrm came back"], False)
         return None
     try:
-        sqlite = export_sqlite(qdstrm, files / f"{name}.sqlite")
+        sqlite = export_sqlite(qdstrm, files / f"{name}.sqlite", nsys=nsys)
     except DlprofError as error:
         section.add([name, short(str(error), 400)], False)
         return None
@@ -350,6 +351,7 @@ def main() -> None:
     parser.add_argument("results", type=Path)
     parser.add_argument("--work", type=Path, default=Path("gpu_check_results"))
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--nsys", help="the nsys whose importer and export read the profiles")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a check failed")
     args = parser.parse_args()
     files = unpack(args.results, args.work)
@@ -363,7 +365,7 @@ def main() -> None:
     kernels = Section("Kernels per step against Kineto",
                       ["config", "what", "Kineto", "dlprof-lite", "difference", "equal"])
     for name in runs(files):
-        report = analyse(files, name, imported)
+        report = analyse(files, name, imported, args.nsys)
         if report is None:
             continue
         oracle = json.loads((files / f"{name}.oracle.json").read_text(encoding="utf-8"))
