@@ -170,24 +170,15 @@ def compare_layers(report: Path, oracle: dict[str, Any], section: Section) -> No
             label = "<root>" if row["depth"] == "0" else parts[1]
             key = f"{parts[0]}:{label}"
             ours[key] = ours.get(key, 0.0) + float(row[column]) / 1e6 / len(steps)
-    forward = oracle["ms"].get("layer_forward", {})
-    for label, per_step in sorted(forward.items()):
-        truth = statistics.fmean(per_step[s] for s in steps)
-        if truth < LAYER_MIN_MS or f"fwd:{label}" not in ours:
-            continue
-        mine = ours[f"fwd:{label}"]
-        error = mine / truth - 1
-        section.add([oracle_name(oracle), f"{label} forward", f"{truth:.3f}", f"{mine:.3f}",
-                     f"{error:+.1%}"], abs(error) <= LAYER_TOLERANCE)  # fmt: skip
-    backward = oracle["ms"].get("layer_backward", {})
-    for label, per_step in sorted(backward.items()):
-        truth = statistics.fmean(per_step[s] for s in steps)
-        if truth < LAYER_MIN_MS or f"bwd:{label}" not in ours:
-            continue
-        mine = ours[f"bwd:{label}"]
-        error = mine / truth - 1
-        section.add([oracle_name(oracle), f"{label} backward", f"{truth:.3f}", f"{mine:.3f}",
-                     f"{error:+.1%}"], abs(error) <= LAYER_TOLERANCE)  # fmt: skip
+    for kind, prefix in (("forward", "fwd"), ("backward", "bwd")):
+        for label, per_step in sorted(oracle["ms"].get(f"layer_{kind}", {}).items()):
+            truth = statistics.fmean(per_step[s] for s in steps)
+            if truth < LAYER_MIN_MS or f"{prefix}:{label}" not in ours:
+                continue
+            mine = ours[f"{prefix}:{label}"]
+            error = mine / truth - 1
+            section.add([oracle_name(oracle), f"{label} {kind}", f"{truth:.3f}", f"{mine:.3f}",
+                         f"{error:+.1%}"], abs(error) <= LAYER_TOLERANCE)  # fmt: skip
 
 
 def oracle_name(oracle: dict[str, Any]) -> str:

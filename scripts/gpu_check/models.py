@@ -1,9 +1,9 @@
 """The two models the GPU check trains: a ResNet-18-sized CNN and a small GPT, from code.
 
-Nothing is downloaded: the CNN is written here (torchvision's ResNet-18 layout: 7x7 stem,
-max-pool, four stages of two BasicBlocks, widths 64-512, average pool, classifier), the GPT is
-Hugging Face's ``GPT2LMHeadModel`` built from a ``GPT2Config``. ``tiny=True`` shrinks both
-for the CPU dry run (tests/test_gpu_check.py); the shapes of the real check are in
+Nothing is downloaded: the CNN is torchvision's ResNet-18 layout (7x7 stem, max-pool, four
+stages of two of examples/resnet.py's BasicBlocks, widths 64-512, average pool, classifier);
+the GPT is Hugging Face's ``GPT2LMHeadModel`` built from a ``GPT2Config``. ``tiny=True``
+shrinks both for the CPU dry run (tests/test_gpu_check.py); the real check's shapes are in
 :data:`FULL`.
 
 ``BACKWARD_ORACLE`` names, per model, the modules whose backward the CUDA-event oracle can time
@@ -13,10 +13,15 @@ block), so the input's gradient is complete exactly when the module's backward e
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from resnet import BasicBlock
 
 
 @dataclass(frozen=True)
@@ -41,28 +46,6 @@ BACKWARD_ORACLE = {
     "cnn": ("layer1", "layer2", "layer3", "layer4"),
     "gpt": tuple(f"transformer.h.{i}" for i in range(FULL["gpt"].layers)),
 }
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample: nn.Module | None = None
-        if stride != 1 or inplanes != planes:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(inplanes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        out = out + identity
-        return self.relu(out)
 
 
 class ResNet18(nn.Module):
