@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dlprof_lite.annotate import gc_ranges
+from dlprof_lite.annotate import collectives, gc_ranges
 from dlprof_lite.annotate.backend import get_backend
 from dlprof_lite.annotate.phases import PhaseTracker, shared_tracker
 
@@ -132,6 +132,7 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         undo.append(warmup.remove)
     undo.append(_wrap_dataloader_next(torch, tracker))
     undo.append(_watch_compilation(tracker))
+    undo.append(collectives.install(tracker.backend))
     stop_gc = gc_ranges.install(tracker.backend)
     undo.append(stop_gc)  # last in: the first hook removed
     _installed = Annotation(undo, tracker)

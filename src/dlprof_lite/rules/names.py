@@ -106,10 +106,14 @@ MANUAL_MARK = "manual-iteration"  # the script placed its iterations itself: the
 #   annotated call), threshold_ns (factor x hook_ns), modules (``[layer, median forward call
 #   ns in warm-up, the layer whose self time holds it, the module first called just before
 #   it]`` each, in network order; null where there is none).
+# - collective: one per call of a wrapped torch.distributed collective, on its thread just
+#   before its ``coll:<op>`` range opens: op, group (its ranks), seq, bytes, dtype, async,
+#   peer (sends and receives); rules/collectives.py, annotate/collectives.py.
 DDP_BUCKET = "ddp_bucket"
 FOLDED = "folded"
+COLLECTIVE = "collective"
 FACT_KEYS = ("dataloader", "annotation", "process", "module", DDP_BUCKET, FOLDED, "flops",
-             "flops_shape", "memory", "saved", "saved_step")
+             "flops_shape", "memory", "saved", "saved_step", COLLECTIVE)
 # A DDP gradient bucket's all-reduce: a push/pop range around DDP's collective for it.
 DDP_BUCKET_PREFIX = "ddp:bucket:"
 DDP_BUCKET_RE = re.compile(r"^ddp:bucket:(?P<id>\d+)$")

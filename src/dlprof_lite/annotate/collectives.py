@@ -1,0 +1,183 @@
+"""torch.distributed collectives, each call in a range that says what it moves.
+
+Place in the pipeline: annotate. The one documented exception to "never patch torch"
+(DESIGN.md, Collectives): torch offers no hook that sees every collective on every backend,
+so the public functions of ``torch.distributed`` named in :data:`~dlprof_lite.rules.collectives.OPS`
+are replaced, in ``torch.distributed`` and ``torch.distributed.distributed_c10d`` alike, by
+wrappers with their signatures (``functools.wraps``) and results unchanged; :func:`install`
+returns the function that puts the originals back.
+
+Each call writes one ``collective`` fact, on its own thread, just before its range opens:
+``op``, ``group`` (the group's ranks, ``0-3`` or ``0,2``), ``seq`` (the call's number among the
+collectives of that group in this process, from 1: every rank calls a group's collectives in
+the same order, so the same number on every rank is the same instance), ``bytes`` (nccl-tests'
+size, rules/collectives.py), ``dtype``, ``async`` and, for sends and receives, ``peer``.
+The range, ``coll:<op>`` in the dlprof-lite domain, is a push/pop range around a blocking
+call; for ``async_op=True`` (and ``isend``/``irecv``) it is a start/end range from the call to
+the completion of the returned Work (a callback on its future), so the time is the
+collective's, not the call's. A Work without a future ends its range when the call returns.
+
+Calls made while tracing (``torch.compile``), from inside another wrapped call, or before
+the default group exists pass straight through.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from dlprof_lite.annotate.backend import Backend
+from dlprof_lite.rules.collectives import (
+    FACT_KEY,
+    OPS,
+    POINT_TO_POINT,
+    SIZE_OF,
+    range_name,
+    ranks_text,
+)
+from dlprof_lite.rules.facts import fact_text
+
+_C10D = "torch.distributed.distributed_c10d"
+_MARK = "_dlprof_lite_collective"  # set on our wrappers (torch's own use functools.wraps too)
+
+
+class Collectives:
+    """The wrappers' shared state: sequence numbers per group and the group ranks seen."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._seq: dict[str, int] = {}
+        self._groups: dict[int, tuple[Any, str]] = {}  # id(group) -> (group, ranks text)
+        self._inside = threading.local()
+
+    def group_text(self, dist: Any, group: Any) -> str:
+        key = id(group)
+        known = self._groups.get(key)
+        if known is not None and known[0] is group:
+            return known[1]
+        text = ranks_text(list(dist.get_process_group_ranks(group or dist.group.WORLD)))
+        self._groups[key] = (group, text)
+        return text
+
+    def next_seq(self, group: str) -> int:
+        with self._lock:
+            self._seq[group] = self._seq.get(group, 0) + 1
+            return self._seq[group]
+
+    def wrap(self, dist: Any, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        name = range_name(op)
+        backend = self._backend
+        compiling = _is_compiling()
+
+        @functools.wraps(original)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if getattr(self._inside, "busy", False) or compiling() or not dist.is_initialized():
+                return original(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:  # the call is wrong: let torch say so
+                return original(*args, **kwargs)
+            given = bound.arguments
+            asynchronous = bool(given.get("async_op", False)) or op in ("isend", "irecv")
+            try:
+                fact = self._fact(dist, op, given, asynchronous)
+            except Exception:  # never let the annotation break a collective
+                return original(*args, **kwargs)
+            backend.mark(fact)
+            self._inside.busy = True
+            if not asynchronous:
+                backend.push(name)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    backend.pop()
+                    self._inside.busy = False
+            range_id = backend.start(name)
+            try:
+                work = original(*args, **kwargs)
+            except BaseException:
+                backend.end(range_id)
+                raise
+            finally:
+                self._inside.busy = False
+            _end_on_completion(work, lambda: backend.end(range_id))
+            return work
+
+        setattr(call, _MARK, True)
+        return call
+
+    def _fact(self, dist: Any, op: str, given: dict[str, Any], asynchronous: bool) -> str:
+        group = self.group_text(dist, given.get("group"))
+        value: dict[str, Any] = {"op": op, "group": group, "seq": self.next_seq(group),
+                                 "bytes": 0, "dtype": None, "async": asynchronous}  # fmt: skip
+        held = SIZE_OF[op]
+        if held is not None:
+            data = given.get(held)
+            given_tensors: list[Any] = list(data) if isinstance(data, (list, tuple)) else [data]
+            tensors: list[Any] = [t for t in given_tensors if hasattr(t, "element_size")]
+            value["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
+            value["dtype"] = str(tensors[0].dtype).removeprefix("torch.") if tensors else None
+        if op in POINT_TO_POINT:
+            value["peer"] = given.get("dst", given.get("src"))
+        return fact_text(FACT_KEY, value)
+
+
+def _end_on_completion(work: Any, end: Callable[[], None]) -> None:
+    """Call ``end`` once ``work`` completes (now, when it cannot say when)."""
+    if work is None:
+        end()
+        return
+    try:
+        future = work.get_future()
+    except Exception:  # a backend without futures for this op
+        end()
+        return
+
+    def done(_: Any) -> None:
+        end()
+
+    future.add_done_callback(done)
+
+
+def _is_compiling() -> Callable[[], bool]:
+    import torch
+
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    return check if callable(check) else (lambda: False)
+
+
+def install(backend: Backend) -> Callable[[], None]:
+    """Wrap the collectives of ``torch.distributed`` (when this torch has it); returns the
+    function that restores torch's own."""
+    import sys
+
+    import torch
+
+    if not torch.distributed.is_available():
+        return lambda: None
+    dist = torch.distributed
+    c10d = sys.modules.get(_C10D)
+    state = Collectives(backend)
+    restored: list[tuple[Any, str, Any]] = []
+    for op in OPS:
+        original = getattr(dist, op, None)
+        if original is None or getattr(original, _MARK, False):
+            continue  # missing in this torch, or wrapped already
+        wrapper = state.wrap(dist, op, original)
+        for module in (dist, c10d):
+            if module is not None and getattr(module, op, None) is original:
+                setattr(module, op, wrapper)
+                restored.append((module, op, original))
+
+    def remove() -> None:
+        for module, op, original in restored:
+            setattr(module, op, original)
+        restored.clear()
+
+    return remove

@@ -1,0 +1,85 @@
+"""The collectives dlprof-lite times, what each moves, and the bus-bandwidth factors.
+
+Place in the pipeline: rules (every stage may read it; imports nothing heavy). The
+annotation wraps the public ``torch.distributed`` functions of :data:`OPS`
+(:mod:`dlprof_lite.annotate.collectives`); the report matches their calls across ranks
+(:mod:`dlprof_lite.report.collectives`).
+
+**Bytes** follow nccl-tests' "size" column (NVIDIA nccl-tests, doc/PERFORMANCE.md,
+https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): all-reduce, broadcast and
+reduce count the tensor; all-gather the whole gathered output (n x the input); reduce-scatter
+and all-to-all the whole input. :data:`SIZE_OF` says which argument holds it.
+
+**Bandwidth**, from the same document: ``algbw = bytes / time``; ``busbw = algbw x factor``,
+the factor making the figure comparable with the link's peak whatever the rank count n:
+all-reduce 2(n-1)/n, all-gather, reduce-scatter and all-to-all (n-1)/n, broadcast and reduce 1.
+Point-to-point sends and receives have no factor (busbw = algbw) and are not matched across
+ranks as collectives are (an instance is a group's n-th collective on every rank).
+"""
+
+from __future__ import annotations
+
+from dlprof_lite.rules.names import COLLECTIVE
+
+# The wrapped functions (torch.distributed's public names) and the argument holding the
+# tensor (or list of tensors) whose bytes are the op's size; None: it moves no data.
+SIZE_OF: dict[str, str | None] = {
+    "all_reduce": "tensor",
+    "broadcast": "tensor",
+    "reduce": "tensor",
+    "all_gather": "tensor_list",
+    "all_gather_into_tensor": "output_tensor",
+    "all_gather_single": "output_tensor",  # torch 2.13's name for all_gather_into_tensor
+    "reduce_scatter": "input_list",
+    "reduce_scatter_tensor": "input",
+    "reduce_scatter_single": "input",
+    "all_to_all": "input_tensor_list",
+    "all_to_all_single": "input",
+    "send": "tensor",
+    "recv": "tensor",
+    "isend": "tensor",
+    "irecv": "tensor",
+    "barrier": None,
+}
+OPS = tuple(SIZE_OF)
+POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+# Each op's nccl-tests family (the tensor and list forms of one collective are one family).
+FAMILY = {"all_gather_into_tensor": "all_gather", "all_gather_single": "all_gather",
+          "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",
+          "all_to_all_single": "all_to_all", "isend": "send", "irecv": "recv"}
+# The range each call runs in (dlprof-lite domain): ``coll:`` + the op.
+RANGE_PREFIX = "coll:"
+FACT_KEY = COLLECTIVE
+
+
+def range_name(op: str) -> str:
+    return f"{RANGE_PREFIX}{op}"
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor of ``op`` on ``ranks`` ranks (1 for one rank)."""
+    if ranks <= 1:
+        return 1.0
+    family = FAMILY.get(op, op)
+    if family == "all_reduce":
+        return 2 * (ranks - 1) / ranks
+    if family in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ranks - 1) / ranks
+    return 1.0
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """A group's ranks, short: ``0-3`` for a run, else comma-separated (``0,2,4``)."""
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks))
+
+
+def ranks_of_text(text: str) -> list[int]:
+    """The ranks of a group's text; a ``#n`` suffix (the n-th communicator of an export
+    without facts, report/collectives/calls.py) is not part of them."""
+    text = text.split("#", 1)[0]
+    if "-" in text:
+        first, last = text.split("-", 1)
+        return list(range(int(first), int(last) + 1))
+    return [int(r) for r in text.split(",") if r]
