@@ -14,6 +14,8 @@ import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
+from dlprof_lite.report.collectives.calls import collective_calls
+from dlprof_lite.report.collectives.instances import match, op_summary, rank_waits
 from dlprof_lite.report.critical.graph import build_graph
 from dlprof_lite.report.critical.path import critical_paths
 from dlprof_lite.report.critical.table import critical_table, path_pieces
@@ -23,8 +25,8 @@ from dlprof_lite.report.idle.state import Threads
 from dlprof_lite.report.idle.table import idle_table
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
-from dlprof_lite.report.model import Report, empty_report
-from dlprof_lite.report.ranks.table import communication_summary, ranks_table
+from dlprof_lite.report.model import Report, empty_report, typed_collectives
+from dlprof_lite.report.ranks.table import communication_summary, ranks_of, ranks_table
 from dlprof_lite.report.steps.projection import ProjectionInput
 from dlprof_lite.report.steps.table import device_count, iterations_table
 from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, step_of
@@ -80,7 +82,10 @@ def build_report(
               "timeline_end_ns": shown_to}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
     between_tables()
-    ranks = ranks_table(profile, window)
+    calls = collective_calls(profile, ranks_of(profile, sorted({int(p) for p in
+                                                               profile.facts["pid"]})))
+    collectives = match(calls, window)
+    ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)))
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's
     communication = Communication.of(
@@ -104,6 +109,8 @@ def build_report(
         idle=idle,
         critical=critical,
         critical_path=critical_path,
+        collectives=typed_collectives(collectives, "collectives"),
+        collective_ops=typed_collectives(op_summary(collectives), "collective_ops"),
     )
 
 

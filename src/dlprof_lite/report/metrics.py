@@ -40,12 +40,13 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "exposed_comm_scope", "model_flops_per_step", "model_flops_per_s", "mfu", "mfu_gpu",
         "memory_param_bytes", "memory_gradient_bytes", "memory_optimizer_bytes",
         "memory_saved_bytes", "memory_gpu_peak_bytes", "memory_gpu_unexplained_bytes",
-        "memory_note", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
+        "memory_note", "straggler_waited_ns", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
         *(f"host_{c}_ns" for c in HOST_CAUSES),
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
     "iterations": frozenset({"between_before_ns"}),
     "timeline": frozenset({"track"}),
+    "ranks": frozenset({"step_coll_wait_ns", "step_waited_for_ns"}),
 }  # fmt: skip
 # Cause names are rules/idle.py's; the summary's fields are the causes' columns.
 
@@ -445,7 +446,45 @@ RANKS_REPORT = _cols(
     ("step_comm_ns", "ns", f"comm_ns {_PER_STEP}"),
     ("step_exposed_comm_ns", "ns", f"exposed_comm_ns {_PER_STEP}"),
     ("step_data_ns", "ns", f"data_ns {_PER_STEP}"),
+    ("step_coll_wait_ns", "ns", "its wait inside recorded collectives per analysed step: each "
+     "call's duration less the instance's transfer (collectives.csv); empty without them"),
+    ("step_waited_for_ns", "ns", "the other ranks' mean wait per analysed step in the "
+     "collectives this rank arrived last at; empty without recorded collectives"),
     ("straggler", "", "true for the rank the others wait for (rules/ranks.py)"),
+)
+
+# Collectives matched across ranks (report/collectives/): one row per instance and rank.
+COLLECTIVES_REPORT = _cols(
+    ("group", "", "the process group's ranks ('0-3', or '0,2' when not a run)"),
+    ("op", "", "the torch.distributed function called (all_reduce, all_gather_into_tensor, ...)"),
+    ("seq", "", "the call's number among its group's collectives: the same on every rank"),
+    ("rank", "", "the rank this row is"),
+    ("start_ns", "ns", "call start (session clock)"),
+    ("end_ns", "ns", "call end; an async call's completion"),
+    ("duration_ns", "ns", "end_ns - start_ns"),
+    ("transfer_ns", "ns", "the shortest duration among the instance's ranks: the data's time"),
+    ("wait_ns", "ns", "duration_ns - transfer_ns: time this rank waited for the others"),
+    ("last_rank", "", "the rank that arrived last (latest start): the one the others waited for"),
+    ("ranks", "", "ranks that recorded this instance"),
+    ("complete", "", "whether every rank of the group recorded it"),
+    ("bytes", "B", "bytes moved by nccl-tests' convention (rules/collectives.py)"),
+    ("dtype", "", "the tensors' dtype (empty: a barrier)"),
+    ("async", "", "called with async_op=True: timed from the call to its work's completion"),
+)
+
+# Per (group, op, size): the collectives' figures over the analysed steps.
+COLLECTIVE_OPS_REPORT = _cols(
+    ("group", "", "the process group's ranks (as collectives.csv)"),
+    ("op", "", "the torch.distributed function"),
+    ("size_bytes", "B", "size bucket: bytes rounded down to a power of two (0: no data)"),
+    ("ranks", "", "ranks in the group"),
+    ("instances", "", "instances in this row"),
+    ("bytes_mean", "B", "mean bytes per instance"),
+    ("transfer_median_ns", "ns", "median transfer per instance"),
+    ("wait_mean_ns", "ns", "mean wait per rank and instance"),
+    ("wait_share", "", "the calls' waits / their durations, summed over ranks (0-1)"),
+    ("algbw_gbps", "GB/s", "bytes_mean / transfer_median_ns (nccl-tests algbw)"),
+    ("busbw_gbps", "GB/s", "algbw x nccl-tests' bus factor for the op and rank count"),
 )
 
 
@@ -490,6 +529,8 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "idle": IDLE_REPORT,
     "critical": CRITICAL_REPORT,
     "critical_path": CRITICAL_PATH_REPORT,
+    "collectives": COLLECTIVES_REPORT,
+    "collective_ops": COLLECTIVE_OPS_REPORT,
     "runs": RUNS_REPORT,
 }
 

@@ -112,6 +112,34 @@ def typed_critical(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     return typed
 
 
+COLLECTIVE_TEXT = ("group", "op", "dtype")
+COLLECTIVE_BOOLS = ("complete", "async")
+COLLECTIVE_FLOATS = ("bytes_mean", "transfer_median_ns", "wait_mean_ns", "wait_share",
+                     "algbw_gbps", "busbw_gbps")  # fmt: skip
+
+
+def empty_collectives() -> pd.DataFrame:
+    return typed_collectives(empty_report("collectives"), "collectives")
+
+
+def empty_collective_ops() -> pd.DataFrame:
+    return typed_collectives(empty_report("collective_ops"), "collective_ops")
+
+
+def typed_collectives(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """The collectives or collective_ops table's declared column order and dtypes."""
+    out = frame.reindex(columns=column_names(table)).reset_index(drop=True)
+    types: dict[str, object] = {}
+    for c in out.columns:
+        types[c] = (object if c in COLLECTIVE_TEXT else "bool" if c in COLLECTIVE_BOOLS
+                    else "float64" if c in COLLECTIVE_FLOATS else "int64")  # fmt: skip
+    typed: pd.DataFrame = out.astype(types)  # type: ignore[arg-type]
+    for c in COLLECTIVE_TEXT:  # missing text is None, as a folder reads it back (not NaN)
+        if c in typed.columns:
+            typed[c] = typed[c].where(typed[c].notna(), None)
+    return typed
+
+
 def empty_timeline() -> pd.DataFrame:
     """The timeline table with no rows, typed as a filled one."""
     return typed_timeline(empty_report("timeline"))
@@ -134,7 +162,8 @@ def typed_timeline(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
-          "ranks", "idle", "critical", "critical_path")  # fmt: skip
+          "ranks", "idle", "critical", "critical_path", "collectives",
+          "collective_ops")  # fmt: skip
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/steps/window.py)
 
 
@@ -166,6 +195,10 @@ class Report:
     # path piece by piece (report/critical/); a folder written before them reads back empty.
     critical: pd.DataFrame = field(default_factory=empty_critical)
     critical_path: pd.DataFrame = field(default_factory=empty_critical_path)
+    # Collectives matched across ranks, per instance and rank, and per op and size
+    # (report/collectives/); a folder written before them reads back empty.
+    collectives: pd.DataFrame = field(default_factory=empty_collectives)
+    collective_ops: pd.DataFrame = field(default_factory=empty_collective_ops)
 
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""

@@ -587,6 +587,10 @@ class Communication(_Group):
     straggler_data_ns: float | None = _d(
         "ns",
         "the straggler's data time per step above the median of the other ranks'")
+    straggler_waited_ns: float | None = _d(
+        "ns",
+        "the other ranks' mean wait per step in the recorded collectives the straggler arrived"
+        " last at (report/collectives/); empty without recorded collectives")
 
 
 @dataclass(frozen=True)

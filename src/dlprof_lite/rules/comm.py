@@ -41,7 +41,8 @@ def is_comm_kernel(name: str) -> bool:
 # mfu_2gpu fixture's ``nccl:all_to_all, op_id = ...``) and its dispatcher op ``c10d::allreduce_``
 # under emit_nvtx; NCCL's own NVTX ranges are ``ncclAllReduce``, ``ncclGroupEnd``, ...; nsys's
 # MPI trace names each call ``MPI_Allreduce``; our annotation wraps each DDP bucket's
-# all-reduce in ``ddp:bucket:<id>`` (rules/names.py). Ranges in the NCCL or MPI domain are
+# all-reduce in ``ddp:bucket:<id>`` (rules/names.py) and each torch.distributed collective
+# call in ``coll:<op>`` (rules/collectives.py). Ranges in the NCCL or MPI domain are
 # collectives whatever their name.
-COMM_RANGE_RE = re.compile(r"^(?:nccl(?::|[A-Z])|gloo:|ucc:|c10d::|MPI_|ddp:bucket:\d)")
+COMM_RANGE_RE = re.compile(r"^(?:nccl(?::|[A-Z])|gloo:|ucc:|c10d::|MPI_|ddp:bucket:\d|coll:)")
 COMM_DOMAINS = ("NCCL", "MPI")

@@ -7,7 +7,12 @@ the others' communication kernels run long and are not overlapped by their compu
 communication); on the CPU (gloo) they block in the call. HTA's cross-rank view names the
 same symptom ("communication blocked on the slowest rank").
 
-Rule (report/ranks/table.py applies it, with >= 2 ranks):
+Where the annotation recorded the collectives (annotate/collectives.py), the waits are
+measured, not inferred: the straggler is the rank the other ranks waited for most per step
+(the mean over them of their wait in the instances it arrived last at, report/collectives/),
+when that is at least :data:`STRAGGLER_MIN_EXCESS` of the median per-rank step time.
+
+Otherwise (report/ranks/table.py applies it, with >= 2 ranks):
 
 1. each rank's *work* per step is its compute (non-communication kernel time) plus its data
    phase host time; its *excess* is its work minus the median of the other ranks' (with two

@@ -56,3 +56,41 @@ _CITATION = (f"dlprof-lite choice (rules/ranks.py): the rank whose compute + dat
              f"step exceeds the other ranks' median by >= {STRAGGLER_MIN_EXCESS:.0%} of the "
              f"step while the others' exposed communication is >= "
              f"{STRAGGLER_WAIT_SHARE:.0%} of that excess; data time at least half of it")
+
+
+def straggler_waits(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """Measured in the recorded collectives: a rank the others wait for, and where its extra
+    time is, when that is not its data loading (:func:`straggler_data` says so then)."""
+    c = summary.communication
+    rank, waited = c.straggler_rank, c.straggler_waited_ns
+    if rank is None or waited is None or waited <= 0:
+        return None
+    data, excess = c.straggler_data_ns or 0.0, c.straggler_excess_ns or 0.0
+    if data >= 0.5 * waited:
+        return None
+    step = summary.iterations.iterations_median_ns
+    share = f" ({waited / step:.0%} of the median step)" if step else ""
+    compute = excess - data
+    if compute >= 0.5 * waited:
+        where = (f"its compute: {ms_from_100us(compute)} more per step than the other ranks' "
+                 "median (an uneven shard or batch, a slower device, extra work on that rank)")
+        rec = (f"Even out rank {rank}'s work: the same batch size and sequence lengths on every "
+               "rank (a DistributedSampler with drop_last, bucketed lengths), the same device "
+               "model and clocks, and no rank-only work (logging, evaluation) inside the step.")
+    else:
+        where = ("neither its data loading nor its kernels: host time outside them (Python "
+                 "work, logging, checkpointing, a sleep or a lock on that rank)")
+        rec = (f"Look at rank {rank}'s own report (rank{rank}/report.html): its idle causes and "
+               "critical path show where its host time goes; move rank-only host work "
+               "(logging, metrics, checkpoints) out of the step or to every rank's step end.")
+    evidence = (f"the other ranks wait {ms_from_100us(waited)} per step{share} in collectives "
+                f"rank {rank} arrives last at (collectives.csv); its extra time is in {where}")
+    return Advice(f"Rank {rank} makes the others wait in collectives", "warn", evidence, rec,
+                  "straggler_waited_ns", waited, STRAGGLER_MIN_EXCESS * (step or 0.0),
+                  _WAIT_CITATION)  # fmt: skip
+
+
+_WAIT_CITATION = (f"dlprof-lite choice (rules/ranks.py): with recorded collectives, the rank "
+                  f"the others wait for most per step, at least {STRAGGLER_MIN_EXCESS:.0%} of "
+                  f"the median step; the waits measured as DESIGN.md defines them")
+

@@ -186,8 +186,11 @@ def _timeline_rows(kernels: pd.DataFrame) -> list[dict[str, object]]:
     return rows
 
 
-def ranks_table(profile: Profile, window: StepWindow) -> pd.DataFrame:
-    """One row per GPU timeline (and per annotated process without one), by rank."""
+def ranks_table(
+    profile: Profile, window: StepWindow, waits: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per GPU timeline (and per annotated process without one), by rank; ``waits``
+    (report/collectives/instances.py rank_waits, by rank) when collectives were recorded."""
     rows = _timeline_rows(cut_ops(profile.kernels, window))
     own_steps = process_steps(profile, window)
     seen = {int(cast(int, r["pid"])) for r in rows}
@@ -216,6 +219,9 @@ def ranks_table(profile: Profile, window: StepWindow) -> pd.DataFrame:
         / frame["comm_ns"].where(frame["comm_ns"] > 0)
         * 100.0
     )
+    for col in ("step_coll_wait_ns", "step_waited_for_ns"):
+        known = waits is not None and col in waits.columns and len(waits)
+        frame[col] = frame["rank"].map(waits[col]) if known else np.nan  # type: ignore[index]
     found = straggler(frame)
     frame["straggler"] = frame["rank"] == (found if found is not None else -1)
     frame = frame.sort_values(["rank", "device_id"], kind="stable").reset_index(drop=True)
@@ -226,6 +232,8 @@ def straggler(frame: pd.DataFrame) -> int | None:
     """The rank the others wait for (rules/ranks.py), None with fewer than two ranks or
     none that stands out."""
     per = _per_rank(frame)
+    if len(per) >= 2 and per["waited_for"].notna().any():
+        return _waited_for_most(per)
     if len(per) < 2 or per["work"].isna().all():
         return None
     work = per["work"].to_numpy(dtype=np.float64)
@@ -239,6 +247,17 @@ def straggler(frame: pd.DataFrame) -> int | None:
         if waited < STRAGGLER_WAIT_SHARE * most:
             return None
     return int(per.index[at])
+
+
+def _waited_for_most(per: pd.DataFrame) -> int | None:
+    """With recorded collectives: the rank the others waited for most per step, when that
+    wait is at least STRAGGLER_MIN_EXCESS of the median step (rules/ranks.py)."""
+    caused = per["waited_for"].fillna(0.0).to_numpy(dtype=np.float64)
+    step = float(per["step_median_ns"].median())
+    at = int(np.argmax(caused))
+    if not (step > 0 and caused[at] >= STRAGGLER_MIN_EXCESS * step):
+        return None
+    return int(cast(int, per.index[at]))
 
 
 def _excess(values: np.ndarray, at: int) -> float:
@@ -257,6 +276,8 @@ def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
         "compute": by["step_compute_ns"].max(), "data": by["step_data_ns"].max(),
         "step_exposed_comm_ns": by["step_exposed_comm_ns"].max(),
         "comm_ns": by["comm_ns"].sum(), "step_median_ns": by["step_median_ns"].max(),
+        "waited_for": by["step_waited_for_ns"].max() if "step_waited_for_ns" in frame
+        else np.nan,
     })  # fmt: skip
     per["work"] = per["compute"] + per["data"]
     return per
@@ -299,4 +320,7 @@ def communication_summary(
         out["straggler_rank"] = top
         out["straggler_data_ns"] = _excess(data, at)
         out["straggler_excess_ns"] = _excess(work, at)
+        waited = float(per["waited_for"].to_numpy(dtype=np.float64)[at])
+        if waited == waited:  # measured in the recorded collectives
+            out["straggler_waited_ns"] = waited
     return out

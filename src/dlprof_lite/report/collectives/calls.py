@@ -1,0 +1,145 @@
+"""Each process's collective calls: from its ``collective`` facts and ranges, else its kernels.
+
+The annotation writes a call's fact on the calling thread just before the call's
+``coll:<op>`` range opens, so a fact belongs to the first range of its op on the same
+``(pid, tid)`` that starts at or after it (``merge_asof`` forward, by pid, tid and op). A
+range left open (a killed process) has no end and is left out; so is a fact without a range.
+
+On a GPU a collective's time is its communication kernel's (NCCL's kernels wait on the GPU
+for their peers): a call that launched one (the first communication kernel launched from its
+thread inside its range) takes that kernel's start and end. An export without our facts
+(no annotation, or one from elsewhere) has only the kernels: each process's communication
+kernels, per stream in the order its streams first ran one, are its calls, the n-th on a
+stream being the stream's n-th instance (every rank runs a communicator's collectives in one
+order), where every rank ran as many on that stream (else its order cannot pair them);
+their group is every rank of the export, their bytes unknown.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.report.ranks.table import collectives as comm_ops
+from dlprof_lite.rules.collectives import RANGE_PREFIX, ranks_text
+from dlprof_lite.rules.names import COLLECTIVE, DOMAIN
+
+CALL_COLUMNS = ("pid", "tid", "rank", "group", "op", "seq", "bytes", "dtype", "async", "peer",
+                "start_ns", "end_ns")  # fmt: skip
+
+
+def collective_calls(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
+    """One row per call (:data:`CALL_COLUMNS`), in start order: the recorded calls (their
+    kernels' times where they launched one), else the communication kernels; ``rank`` from
+    ``rank_of`` (pid -> rank), the pid's order where it has none."""
+    recorded = _recorded(profile, rank_of)
+    if len(recorded):
+        return _on_the_gpu(recorded, profile.kernels)
+    return _from_kernels(profile.kernels, rank_of)
+
+
+def _comm_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
+    if kernels.empty:
+        return kernels
+    op = comm_ops(kernels["name"])
+    found: pd.DataFrame = kernels.loc[op != "", ["pid", "tid", "stream_id", "start_ns",
+                                                 "end_ns", "api_start_ns"]].copy()  # fmt: skip
+    found["op"] = op[op != ""]
+    return found
+
+
+def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """Each call that launched a communication kernel, timed by that kernel."""
+    comm = _comm_kernels(kernels)
+    comm = comm.dropna(subset=["tid", "api_start_ns"])
+    if comm.empty:
+        return calls
+    comm = comm.astype({"pid": "int64", "tid": "int64", "api_start_ns": "int64"}).rename(
+        columns={"start_ns": "k_start", "end_ns": "k_end", "op": "k_op"}).sort_values(
+        "api_start_ns")  # fmt: skip
+    c = calls.reset_index(drop=True)
+    c["order"] = np.arange(len(c))
+    joined = pd.merge_asof(c.sort_values("start_ns"), comm, left_on="start_ns",
+                           right_on="api_start_ns", by=["pid", "tid"],
+                           direction="forward").sort_values("order")  # fmt: skip
+    inside = (joined["api_start_ns"] <= joined["end_ns"]).fillna(False).to_numpy(dtype=bool)
+    out = c.drop(columns="order")
+    out.loc[inside, "start_ns"] = joined.loc[inside, "k_start"].to_numpy(dtype=np.int64)
+    out.loc[inside, "end_ns"] = joined.loc[inside, "k_end"].to_numpy(dtype=np.int64)
+    return out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
+
+
+def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int]) -> pd.DataFrame:
+    comm = _comm_kernels(kernels)
+    if comm.empty:
+        return pd.DataFrame(columns=list(CALL_COLUMNS))
+    comm = comm.sort_values("start_ns", kind="stable")
+    pids = sorted(set(comm["pid"].astype(int)))
+    order = {p: i for i, p in enumerate(pids)}
+    ranks = [rank_of.get(p, order[p]) for p in pids]
+    everyone = ranks_text(sorted(ranks))
+    # a process's streams numbered in the order they first ran a collective
+    first = comm.groupby(["pid", "stream_id"], sort=False)["start_ns"].transform("min")
+    comm["stream_no"] = comm.assign(first=first).groupby("pid")["first"].rank(method="dense")
+    comm["seq"] = comm.groupby(["pid", "stream_no"]).cumcount() + 1
+    # the n-th kernel of a stream is one instance only if every rank ran as many there
+    counts = comm.groupby(["stream_no", "pid"]).size().groupby(level="stream_no").nunique()
+    comm = comm[comm["stream_no"].map(counts).to_numpy() == 1]
+    out = pd.DataFrame({
+        "pid": comm["pid"].astype("int64"), "tid": comm["tid"],
+        "rank": [rank_of.get(int(p), order[int(p)]) for p in comm["pid"]],
+        "group": [everyone if n == 1 else f"{everyone}#{int(n)}" for n in comm["stream_no"]],
+        "op": comm["op"], "seq": comm["seq"].astype("int64"), "bytes": 0, "dtype": None,
+        "async": False, "peer": None, "start_ns": comm["start_ns"].astype("int64"),
+        "end_ns": comm["end_ns"].astype("int64"),
+    })  # fmt: skip
+    return out.loc[:, list(CALL_COLUMNS)].reset_index(drop=True)
+
+
+def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
+    """The calls the annotation recorded: facts joined to their ranges."""
+    facts = profile.facts
+    facts = facts[(facts["key"] == COLLECTIVE).to_numpy(dtype=bool)]
+    r = profile.ranges
+    if facts.empty or r.empty:
+        return pd.DataFrame(columns=list(CALL_COLUMNS))
+    names = r["name"].astype(object)
+    ours = (r["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool) & names.str.startswith(
+        RANGE_PREFIX, na=False).to_numpy(dtype=bool)  # fmt: skip
+    ranges = r.loc[ours, ["start_ns", "end_ns", "pid", "tid"]].copy()
+    if ranges.empty:
+        return pd.DataFrame(columns=list(CALL_COLUMNS))
+    ranges["op"] = names[ours].str.slice(len(RANGE_PREFIX)).to_numpy()
+    ranges = ranges.dropna(subset=["end_ns"]).astype({"pid": "int64", "tid": "int64"})
+    values = list(facts["value"])
+    wanted = pd.DataFrame({
+        "at": facts["start_ns"].to_numpy(dtype=np.int64),
+        "pid": facts["pid"].to_numpy(dtype=np.int64),
+        "tid": facts["tid"].to_numpy(dtype=np.int64),
+        "op": [str(v.get("op", "")) for v in values],
+        "group": [str(v.get("group", "")) for v in values],
+        "seq": [_int(v.get("seq")) for v in values],
+        "bytes": [_int(v.get("bytes")) for v in values],
+        "dtype": [v.get("dtype") for v in values],
+        "async": [bool(v.get("async", False)) for v in values],
+        "peer": [_int(v.get("peer")) for v in values],
+    }).sort_values("at", kind="stable")  # fmt: skip
+    ranges = ranges.sort_values("start_ns", kind="stable")
+    joined = pd.merge_asof(wanted, ranges, left_on="at", right_on="start_ns",
+                           by=["pid", "tid", "op"], direction="forward")  # fmt: skip
+    joined = joined.dropna(subset=["start_ns", "seq"])
+    # one range per call: a range two facts point at keeps the later fact (the earlier one's
+    # range was never written: the process died inside it)
+    joined = joined.drop_duplicates(subset=["pid", "tid", "start_ns"], keep="last")
+    pids = sorted(set(joined["pid"].astype(int)))
+    order = {p: i for i, p in enumerate(pids)}
+    joined["rank"] = [rank_of.get(int(p), order[int(p)]) for p in joined["pid"]]
+    joined["bytes"] = joined["bytes"].fillna(0)
+    out = joined.astype({"start_ns": "int64", "end_ns": "int64", "seq": "int64",
+                         "bytes": "int64"})  # fmt: skip
+    return out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -1,0 +1,105 @@
+"""Calls matched into instances, each rank's wait, and the summary per op and size.
+
+Rows of the ``collectives`` table are (instance, rank): a group's collective with one
+sequence number, on each rank that recorded it. Point-to-point sends and receives are not
+instances (no group-wide sequence pairs them) and are left out. With the window cutting,
+an instance counts when its last rank's call ends inside it.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import pandas as pd
+
+from dlprof_lite.report.steps.window import StepWindow
+from dlprof_lite.rules.collectives import POINT_TO_POINT, bus_factor, ranks_of_text
+
+INSTANCE_COLUMNS = ("group", "op", "seq", "rank", "start_ns", "end_ns", "duration_ns",
+                    "transfer_ns", "wait_ns", "last_rank", "ranks", "complete", "bytes",
+                    "dtype", "async")  # fmt: skip
+OP_COLUMNS = ("group", "op", "size_bytes", "ranks", "instances", "bytes_mean",
+              "transfer_median_ns", "wait_mean_ns", "wait_share", "algbw_gbps",
+              "busbw_gbps")  # fmt: skip
+
+
+def match(calls: pd.DataFrame, window: StepWindow | None = None) -> pd.DataFrame:
+    """The (instance, rank) rows of :data:`INSTANCE_COLUMNS` from :func:`.calls.collective_calls`:
+    instances two or more ranks recorded, with one op on all of them."""
+    c = calls[~calls["op"].isin(POINT_TO_POINT).to_numpy(dtype=bool)].copy()
+    if c.empty:
+        return pd.DataFrame(columns=list(INSTANCE_COLUMNS))
+    c["duration_ns"] = c["end_ns"] - c["start_ns"]
+    by = c.groupby(["group", "seq"], sort=False)
+    c["ranks"] = by["rank"].transform("nunique")
+    c = c[(c["ranks"] >= 2).to_numpy(dtype=bool)
+          & (by["op"].transform("nunique") == 1).to_numpy(dtype=bool)]  # fmt: skip
+    if c.empty:
+        return pd.DataFrame(columns=list(INSTANCE_COLUMNS))
+    by = c.groupby(["group", "seq"], sort=False)
+    c["transfer_ns"] = by["duration_ns"].transform("min")
+    c["wait_ns"] = c["duration_ns"] - c["transfer_ns"]
+    last = c.loc[by["start_ns"].idxmax(), ["group", "seq", "rank"]]
+    c = c.merge(last.rename(columns={"rank": "last_rank"}), on=["group", "seq"])
+    size = {g: len(ranks_of_text(g)) for g in c["group"].unique()}
+    c["complete"] = c["ranks"] == c["group"].map(size)
+    if window is not None and window.cuts and window.start_ns is not None:
+        ends = c.groupby(["group", "seq"])["end_ns"].transform("max")
+        c = c[((ends > window.start_ns) & (ends <= (window.end_ns or 0))).to_numpy(dtype=bool)]
+    out = c.loc[:, list(INSTANCE_COLUMNS)].sort_values(["start_ns", "rank"], kind="stable")
+    return out.reset_index(drop=True)
+
+
+def op_summary(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per (group, op, size bucket: bytes rounded down to a power of two): instances, mean
+    bytes, median transfer, mean wait per rank and call, the share of the calls' time spent
+    waiting, and the bandwidths from the median transfer (GB/s = bytes per ns)."""
+    if instances.empty:
+        return pd.DataFrame(columns=list(OP_COLUMNS))
+    i = instances.copy()
+    b = i["bytes"].to_numpy(dtype=np.int64)
+    i["size_bytes"] = np.where(b > 0, 2 ** np.floor(np.log2(np.maximum(b, 1))), 0).astype(
+        np.int64)  # fmt: skip
+    rows = []
+    for (group, op, size), g in i.groupby(["group", "op", "size_bytes"], sort=True):
+        one = g.drop_duplicates(["seq"])  # one row per instance for its bytes and transfer
+        transfer = float(one["transfer_ns"].median())
+        mean_bytes = float(one["bytes"].mean())
+        ranks = len(ranks_of_text(str(group)))
+        algbw = mean_bytes / transfer if transfer > 0 and mean_bytes > 0 else float("nan")
+        duration = float(g["duration_ns"].sum())
+        rows.append({
+            "group": group, "op": op, "size_bytes": int(cast(int, size)), "ranks": ranks,
+            "instances": len(one), "bytes_mean": mean_bytes, "transfer_median_ns": transfer,
+            "wait_mean_ns": float(g["wait_ns"].mean()),
+            "wait_share": float(g["wait_ns"].sum()) / duration if duration > 0 else float("nan"),
+            "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(str(op), ranks),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=list(OP_COLUMNS))
+
+
+def who_waits(instances: pd.DataFrame) -> pd.DataFrame:
+    """Nanoseconds each rank (rows) waited in instances another rank (columns) arrived last
+    at: the page's "who makes whom wait" matrix."""
+    if instances.empty:
+        return pd.DataFrame()
+    waited = instances[(instances["rank"] != instances["last_rank"]).to_numpy(dtype=bool)]
+    return waited.pivot_table(index="rank", columns="last_rank", values="wait_ns",
+                              aggfunc="sum", fill_value=0)  # fmt: skip
+
+
+def rank_waits(instances: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """Per rank, per analysed step: ``step_coll_wait_ns`` (its own wait in collectives) and
+    ``step_waited_for_ns`` (the other ranks' mean wait in the instances it arrived last at)."""
+    if instances.empty:
+        return pd.DataFrame(columns=["step_coll_wait_ns", "step_waited_for_ns"])
+    per = max(steps, 1)
+    own = instances.groupby("rank")["wait_ns"].sum() / per
+    others = instances[(instances["rank"] != instances["last_rank"]).to_numpy(dtype=bool)]
+    caused = others.groupby("last_rank")["wait_ns"].sum()
+    n = instances.groupby("rank").size().index.size
+    waited_for = caused / max(n - 1, 1) / per
+    out = pd.DataFrame({"step_coll_wait_ns": own})
+    out["step_waited_for_ns"] = waited_for.reindex(out.index).fillna(0.0)
+    return out
