@@ -211,6 +211,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
         _memory_table(report.layers, report.summary, console.width, top),
         _ranges_table(report.ranges, console.width),
         _ranks_table(report.ranks, console.width),
+        _collectives_table(report.collective_ops, console.width),
         _grad_sync_table(report.layers, console.width),
     )  # fmt: skip
     for table in tables:
@@ -242,7 +243,35 @@ def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
         device=[_count(d) for d in ranks["device_id"]],
         overlap=[_pct(v, 1) for v in ranks["overlap_pct"]],
     )
-    return _table("Ranks", shown, _RANK_COLUMNS, width, top=len(shown))
+    columns = dict(_RANK_COLUMNS)
+    if ranks["device_id"].isna().all():  # CPU ranks (gloo): no GPU figures to show
+        for gone in ("device", "step_compute_ns", "step_comm_ns", "step_exposed_comm_ns",
+                     "overlap"):  # fmt: skip
+            columns.pop(gone)
+    if "step_waited_for_ns" in ranks and ranks["step_waited_for_ns"].notna().any():
+        # measured in the recorded collectives (report/collectives/)
+        columns |= {"step_coll_wait_ns": "waits/step", "step_waited_for_ns": "waited for/step"}
+    return _table("Ranks", shown, columns, width, top=len(shown))
+
+
+_COLLECTIVE_COLUMNS = {
+    "op": "collective", "size": "size", "instances": "calls", "transfer_median_ns": "transfer",
+    "wait_mean_ns": "wait", "wait": "waiting", "busbw": "GB/s bus",
+}  # fmt: skip
+
+
+def _collectives_table(ops: pd.DataFrame, width: int) -> RichTable | None:
+    """Recorded collectives per group, op and size: their median transfer, the mean wait per
+    rank and call, the share of the calls' time spent waiting and the bus bandwidth
+    (report/collectives/)."""
+    if ops.empty:
+        return None
+    shown = ops.sort_values("wait_mean_ns", ascending=False, kind="stable").assign(
+        size=[bytes_text(b) for b in ops["bytes_mean"]],
+        wait=[_pct(v) for v in ops["wait_share"]],
+        busbw=["-" if v != v else f"{v:.3g}" for v in ops["busbw_gbps"]],
+    )  # fmt: skip
+    return _table("Collectives (matched across ranks)", shown, _COLLECTIVE_COLUMNS, width)
 
 
 def _grad_sync_table(layers: pd.DataFrame, width: int) -> RichTable | None:

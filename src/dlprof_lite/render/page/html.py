@@ -276,8 +276,19 @@ def _ranks(report: Report) -> str | None:
     fig = ranks_figure(report.ranks)
     if fig is None:
         return None
-    return section("ranks", "Ranks", [Chart("ranks", fig).html(),
-                                      ranks_table_html(report.ranks)])  # fmt: skip
+    parts = [Chart("ranks", fig).html(), ranks_table_html(report.ranks)]
+    calls = getattr(report, "collectives", None)
+    if calls is not None and len(calls):
+        from dlprof_lite.render.page.collective_views import ops_table_html, waits_figure
+
+        waits = waits_figure(calls, report.summary.window.window_steps or 1)
+        if waits is not None:
+            parts.append(Chart("ranks-waits", waits).html())
+        parts.append(ops_table_html(report.collective_ops))
+        parts.append('<p class="note">collectives.csv has every call of every rank: its wait '
+                     "(its duration less the instance's fastest) and the rank that arrived "
+                     "last</p>")
+    return section("ranks", "Ranks", parts)
 
 
 def _advice(report: Report) -> str | None:
