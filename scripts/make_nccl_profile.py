@@ -8,7 +8,7 @@ GPU, runs ``--steps`` annotated iterations (``iteration`` ⊃ ``forward``/``back
 process fact (our annotation's) gives each process its rank.
 
 The ground truth (``<out>.truth.json``): rank r reaches step s's all-reduce ``skew[r] +
-jitter`` after the earliest rank; the all-reduce kernel of every rank ends ``transfer`` after
+jitter`` after the earliest rank, that lateness being its backward GEMM in layer ``decoder``; the all-reduce kernel of every rank ends ``transfer`` after
 the last arrival, so rank r's wait is the last arrival minus its own and the transfer is
 ``--transfer-us``. ``--annotated`` also writes what dlprof-lite's annotation records around
 the call (a ``collective`` fact and a ``coll:all_reduce`` range, bytes ``--bytes``).
@@ -68,11 +68,21 @@ def make(path: Path, *, ranks: int, steps: int, skew_ns: list[int], transfer_ns:
                 db.push(base, base + COMPUTE_NS // 2, "forward", pid, pid, domain=DOMAIN)
                 db.push(base + COMPUTE_NS // 2, t + 2_000, "backward", pid, pid, domain=DOMAIN)
                 db.push(ends + 1_000, stop, "optimizer", pid, pid, domain=DOMAIN)
+                # the forward's GEMM in layer "encoder", the same on every rank; the
+                # backward's in layer "decoder" lasts as long as the rank is late
+                db.push(base + 5, base + 25, "fwd:encoder:Linear", pid, pid, domain=DOMAIN)
                 corr[rank] += 1
                 db.runtime(base + 10, base + 20, "cudaLaunchKernel_v7000", pid=pid, tid=pid,
                            correlation_id=corr[rank])  # fmt: skip
-                db.kernel(base + 30, t - 100, COMPUTE_KERNEL, pid=pid, correlation_id=corr[rank],
-                          device=rank)  # fmt: skip
+                db.kernel(base + 30, base + COMPUTE_NS - 100, COMPUTE_KERNEL, pid=pid,
+                          correlation_id=corr[rank], device=rank)  # fmt: skip
+                back = base + COMPUTE_NS // 2 + 100
+                db.push(back, back + 30, "bwd:decoder:Linear", pid, pid, domain=DOMAIN)
+                corr[rank] += 1
+                db.runtime(back + 5, back + 15, "cudaLaunchKernel_v7000", pid=pid, tid=pid,
+                           correlation_id=corr[rank])  # fmt: skip
+                db.kernel(base + COMPUTE_NS, t - 100, COMPUTE_KERNEL, pid=pid,
+                          correlation_id=corr[rank], device=rank)  # fmt: skip
                 launch = t - 600
                 if annotated:
                     db.mark(launch - 300, fact_text(COLLECTIVE, {

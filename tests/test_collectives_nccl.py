@@ -62,6 +62,17 @@ def test_instances_and_waits_equal_the_planted_ones(tmp_path: Path, annotated: b
     assert waited[2] == pytest.approx(expected) and (waited[others] == 0).all()
 
 
+def test_the_late_ranks_extra_compute_is_named_by_layer(tmp_path: Path) -> None:
+    report, _ = report_of(tmp_path, annotated=True, skew_us=[0, 0, 300, 0])
+    c = report.summary.communication  # type: ignore[attr-defined]
+    assert c.straggler_rank == 2 and c.straggler_layer == "decoder"
+    # the planted 300 us, give or take the jitter (0-20 us per rank and step)
+    assert 280_000 <= c.straggler_layer_ns <= 320_000
+    (advice,) = [a for a in report.summary.advice  # type: ignore[attr-defined]
+                 if a.problem == "Rank 2 makes the others wait in collectives"]  # fmt: skip
+    assert "most in layer decoder" in advice.evidence
+
+
 def test_bus_bandwidth_follows_nccl_tests(tmp_path: Path) -> None:
     report, _ = report_of(tmp_path, annotated=True, skew_us=[0, 0, 300, 0])
     (row,) = report.collective_ops.itertuples()  # type: ignore[attr-defined]

@@ -26,7 +26,12 @@ from dlprof_lite.report.idle.table import idle_table
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.model import Report, empty_report, typed_collectives
-from dlprof_lite.report.ranks.table import communication_summary, ranks_of, ranks_table
+from dlprof_lite.report.ranks.table import (
+    communication_summary,
+    ranks_of,
+    ranks_table,
+    straggler_layer,
+)
 from dlprof_lite.report.steps.projection import ProjectionInput
 from dlprof_lite.report.steps.table import device_count, iterations_table
 from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, step_of
@@ -88,9 +93,10 @@ def build_report(
     ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)))
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's
-    communication = Communication.of(
-        communication_summary(ranks, span.length_ns, span.scope)
-    )
+    communication = Communication.of({
+        **communication_summary(ranks, span.length_ns, span.scope),
+        **straggler_layer(kernels, ranks),
+    })  # fmt: skip
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),
                     communication=communication)  # fmt: skip
     idle = idle_table(sums, iterations, devices)

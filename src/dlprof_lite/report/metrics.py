@@ -40,7 +40,8 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "exposed_comm_scope", "model_flops_per_step", "model_flops_per_s", "mfu", "mfu_gpu",
         "memory_param_bytes", "memory_gradient_bytes", "memory_optimizer_bytes",
         "memory_saved_bytes", "memory_gpu_peak_bytes", "memory_gpu_unexplained_bytes",
-        "memory_note", "straggler_waited_ns", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
+        "memory_note", "straggler_waited_ns", "straggler_layer",
+        "straggler_layer_ns", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
         *(f"host_{c}_ns" for c in HOST_CAUSES),
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below

@@ -587,6 +587,12 @@ class Communication(_Group):
     straggler_data_ns: float | None = _d(
         "ns",
         "the straggler's data time per step above the median of the other ranks'")
+    straggler_layer: str | None = _d(
+        "",
+        "the layer whose kernels hold most of the straggler's extra GPU time per step")
+    straggler_layer_ns: float | None = _d(
+        "ns",
+        "the straggler's GPU time per step in straggler_layer above the other ranks' median")
     straggler_waited_ns: float | None = _d(
         "ns",
         "the other ranks' mean wait per step in the recorded collectives the straggler arrived"

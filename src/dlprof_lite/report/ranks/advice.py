@@ -72,8 +72,11 @@ def straggler_waits(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     share = f" ({waited / step:.0%} of the median step)" if step else ""
     compute = excess - data
     if compute >= 0.5 * waited:
+        layer = (f", most in layer {c.straggler_layer} ({ms_from_100us(c.straggler_layer_ns)} "
+                 "more)" if c.straggler_layer and c.straggler_layer_ns else "")  # fmt: skip
         where = (f"its compute: {ms_from_100us(compute)} more per step than the other ranks' "
-                 "median (an uneven shard or batch, a slower device, extra work on that rank)")
+                 f"median{layer} (an uneven shard or batch, a slower device, extra work on "
+                 "that rank)")
         rec = (f"Even out rank {rank}'s work: the same batch size and sequence lengths on every "
                "rank (a DistributedSampler with drop_last, bucketed lengths), the same device "
                "model and clocks, and no rank-only work (logging, evaluation) inside the step.")

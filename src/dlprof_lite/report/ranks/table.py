@@ -324,3 +324,27 @@ def communication_summary(
         if waited == waited:  # measured in the recorded collectives
             out["straggler_waited_ns"] = waited
     return out
+
+
+def straggler_layer(kernels: pd.DataFrame, frame: pd.DataFrame) -> dict[str, object]:
+    """The layer whose kernels hold most of the straggler's extra compute: per analysed step,
+    its GPU time in each layer above the median of the other ranks' (``kernels``: the
+    window's); the summary's ``straggler_layer`` and ``straggler_layer_ns``, empty without a
+    straggler, kernels or a layer it spends longer in."""
+    hit = frame[frame["straggler"].astype(bool)]
+    if hit.empty or kernels.empty or "layer" not in kernels:
+        return {}
+    steps = frame.groupby("pid")["steps"].max().astype("float64")
+    known = kernels[kernels["layer"].notna().to_numpy(dtype=bool)]
+    if known.empty:
+        return {}
+    per = known.groupby(["pid", "layer"], observed=True)["dur_ns"].sum().unstack(fill_value=0)
+    per = per.div(steps.reindex(per.index).where(lambda s: s > 0), axis=0).dropna(how="all")
+    mine = int(cast(int, hit["pid"].iloc[0]))
+    if mine not in per.index or len(per) < 2:
+        return {}
+    excess = (per.loc[mine] - per.drop(index=mine).median()).to_numpy(dtype=np.float64)
+    at = int(np.argmax(excess))
+    if not excess[at] > 0:
+        return {}
+    return {"straggler_layer": str(per.columns[at]), "straggler_layer_ns": float(excess[at])}
