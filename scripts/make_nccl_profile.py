@@ -8,9 +8,9 @@ GPU, runs ``--steps`` annotated iterations (``iteration`` ⊃ ``forward``/``back
 process fact (our annotation's) gives each process its rank.
 
 The ground truth (``<out>.truth.json``): rank r reaches step s's all-reduce ``skew[r] +
-jitter`` after the earliest rank, that lateness being its backward GEMM in layer ``decoder``; the all-reduce kernel of every rank ends ``transfer`` after
-the last arrival, so rank r's wait is the last arrival minus its own and the transfer is
-``--transfer-us``. ``--annotated`` also writes what dlprof-lite's annotation records around
+jitter`` after the earliest rank, that lateness being its backward GEMM in layer ``decoder``;
+the all-reduce kernel of every rank ends ``transfer`` after the last arrival, so rank r's wait
+is the last arrival minus its own and the transfer is ``--transfer-us``. ``--annotated`` also writes what dlprof-lite's annotation records around
 the call (a ``collective`` fact and a ``coll:all_reduce`` range, bytes ``--bytes``).
 
     python scripts/make_nccl_profile.py OUT.sqlite --ranks 4 --skew-us 0,0,300,0 [--annotated]
@@ -36,7 +36,8 @@ COMPUTE_NS = 2_000_000
 
 
 def make(path: Path, *, ranks: int, steps: int, skew_ns: list[int], transfer_ns: int,
-         jitter_ns: int, annotated: bool, nbytes: int, seed: int = 0) -> dict[str, object]:
+         jitter_ns: int, annotated: bool, nbytes: int, seed: int = 0,
+         gpu_name: str = "NVIDIA H100 80GB HBM3") -> dict[str, object]:
     """Write the export; returns its ground truth (also written beside it)."""
     rng = random.Random(seed)
     truth: dict[str, list[dict[str, int]]] = {"instances": []}
@@ -47,7 +48,7 @@ def make(path: Path, *, ranks: int, steps: int, skew_ns: list[int], transfer_ns:
             db.thread(pid, pid, "python3")
             db.stream(pid, 7)
             db.stream(pid, 20)
-            db.gpu(rank)
+            db.gpu(rank, name=gpu_name)
             db.mark(T0 - 500, fact_text("process", {"rank": rank, "local_rank": rank,
                                                     "world_size": ranks}),
                     pid, pid, domain=DOMAIN)  # fmt: skip

@@ -31,11 +31,12 @@ from make_nccl_profile import make
 RANKS = 4
 
 
-def report_of(tmp_path: Path, *, annotated: bool, skew_us: list[int]) -> tuple[object, dict]:
+def report_of(tmp_path: Path, *, annotated: bool, skew_us: list[int], transfer_us: int = 150,
+              gpu: str = "NVIDIA H100 80GB HBM3") -> tuple[object, dict]:  # fmt: skip
     path = tmp_path / f"nccl{int(annotated)}.sqlite"
     truth = make(path, ranks=RANKS, steps=8, skew_ns=[s * 1000 for s in skew_us],
-                 transfer_ns=150_000, jitter_ns=20_000, annotated=annotated,
-                 nbytes=25 * 2**20)  # fmt: skip
+                 transfer_ns=transfer_us * 1000, jitter_ns=20_000, annotated=annotated,
+                 nbytes=25 * 2**20, gpu_name=gpu)  # fmt: skip
     return build_report(load(path)), truth
 
 
@@ -78,6 +79,36 @@ def test_bus_bandwidth_follows_nccl_tests(tmp_path: Path) -> None:
     (row,) = report.collective_ops.itertuples()  # type: ignore[attr-defined]
     assert row.algbw_gbps == pytest.approx(25 * 2**20 / 150_000)  # bytes per ns = GB/s
     assert row.busbw_gbps == pytest.approx(row.algbw_gbps * 2 * (RANKS - 1) / RANKS)
+
+
+SLOW_LINK = "all_reduce moves its data far below the link's speed"
+
+
+@pytest.mark.parametrize(("transfer_us", "gpu", "fires"), [
+    (2000, "NVIDIA H100 80GB HBM3", True),  # 25 MiB in 2 ms: busbw 19.7 GB/s, 4 % of 450
+    (150, "NVIDIA H100 80GB HBM3", False),  # 262 GB/s: 58 % of the link
+    (2000, "NVIDIA H100 PCIe", False),  # NVLink only with a bridge: the link is not known
+])  # fmt: skip
+def test_a_slow_link_is_told_apart_from_a_late_rank(tmp_path: Path, transfer_us: int, gpu: str,
+                                                    fires: bool) -> None:  # fmt: skip
+    report, _ = report_of(tmp_path, annotated=True, skew_us=[0, 0, 0, 0],
+                          transfer_us=transfer_us, gpu=gpu)  # fmt: skip
+    problems = [a.problem for a in report.summary.advice]  # type: ignore[attr-defined]
+    assert (SLOW_LINK in problems) is fires
+    assert not any("makes the others wait" in p for p in problems)
+
+
+def test_nvlink_peaks_by_product() -> None:
+    from dlprof_lite.rules.collectives import nvlink_gbps
+
+    want = {"NVIDIA H100 80GB HBM3": 450.0, "NVIDIA H100 SXM5 80GB": 450.0,
+            "NVIDIA H200": 450.0, "NVIDIA A100-SXM4-80GB": 300.0,
+            "Tesla V100-SXM2-16GB": 150.0, "NVIDIA H100 PCIe": None, "NVIDIA H100 NVL": None,
+            "NVIDIA H200 NVL": None, "NVIDIA A100 80GB PCIe": None,
+            "NVIDIA GeForce RTX 4090": None}  # fmt: skip
+    for name, gbps in want.items():
+        found = nvlink_gbps(name)
+        assert (found[0] if found else None) == gbps, name
 
 
 def test_no_straggler_when_the_ranks_arrive_together(tmp_path: Path) -> None:

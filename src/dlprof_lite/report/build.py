@@ -100,7 +100,8 @@ def build_report(
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),
                     communication=communication)  # fmt: skip
     idle = idle_table(sums, iterations, devices)
-    summary = replace(found, advice=tuple(advise(found, layers, idle)))
+    collective_ops = op_summary(collectives)
+    summary = replace(found, advice=tuple(advise(found, layers, idle, collective_ops)))
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
     return Report(
@@ -116,7 +117,7 @@ def build_report(
         critical=critical,
         critical_path=critical_path,
         collectives=typed_collectives(collectives, "collectives"),
-        collective_ops=typed_collectives(op_summary(collectives), "collective_ops"),
+        collective_ops=typed_collectives(collective_ops, "collective_ops"),
     )
 
 

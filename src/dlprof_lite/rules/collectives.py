@@ -83,3 +83,43 @@ def ranks_of_text(text: str) -> list[int]:
         first, last = text.split("-", 1)
         return list(range(int(first), int(last) + 1))
     return [int(r) for r in text.split(",") if r]
+
+
+# -- the link a node's collectives run over -----------------------------------------------------
+#
+# NVLink bandwidth per GPU of the SXM products, whose NVLink is always present (an HGX board):
+# the datasheets' total (both directions) halved, since nccl-tests' busbw compares with one
+# direction's link speed. PCIe and NVL cards (NVLink only with an optional bridge) have no row:
+# without knowing the link, no "far below the link" is said.
+NVLINK_SOURCES = {
+    "hopper": "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: NVLink 900 GB/s) and NVIDIA "
+              "H200 product page (H200 SXM: NVLink 900 GB/s), https://www.nvidia.com/en-us/"
+              "data-center/h100/, https://www.nvidia.com/en-us/data-center/h200/",
+    "a100": "NVIDIA A100 Tensor Core GPU datasheet (A100 SXM: NVLink 600 GB/s), "
+            "https://www.nvidia.com/en-us/data-center/a100/",
+    "v100": "NVIDIA Tesla V100 datasheet (V100 SXM2: NVLink 300 GB/s), "
+            "https://www.nvidia.com/en-us/data-center/v100/",
+}
+NVLINK_GBPS: tuple[tuple[str, float, str], ...] = (  # (device-name regex, GB/s one way, source)
+    (r"\bH100\b(?!.*\b(?:PCIe|NVL)\b)", 450.0, "hopper"),
+    (r"\bH200\b(?!.*\bNVL\b)", 450.0, "hopper"),
+    (r"\bA100[- ]SXM", 300.0, "a100"),
+    (r"\bV100[- ]SXM", 150.0, "v100"),
+)
+# The advice "bandwidth far below the link": a collective of at least this many bytes (nccl-tests
+# reach their peak busbw from tens of MB; smaller ones are latency-bound), whose busbw is below
+# this share of the link while the ranks wait at most this share of the calls' time (so the
+# time is the transfer's, not a late rank's). dlprof-lite choices.
+LINK_MIN_BYTES = 16 * 2**20
+LINK_LOW_SHARE = 0.25
+LINK_MAX_WAIT_SHARE = 0.2
+
+
+def nvlink_gbps(device_name: str) -> tuple[float, str] | None:
+    """One direction's NVLink GB/s of an SXM GPU and the datasheet it is from, else None."""
+    import re
+
+    for pattern, gbps, source in NVLINK_GBPS:
+        if re.search(pattern, device_name, re.IGNORECASE):
+            return gbps, NVLINK_SOURCES[source]
+    return None
