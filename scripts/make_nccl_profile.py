@@ -10,8 +10,9 @@ process fact (our annotation's) gives each process its rank.
 The ground truth (``<out>.truth.json``): rank r reaches step s's all-reduce ``skew[r] +
 jitter`` after the earliest rank, that lateness being its backward GEMM in layer ``decoder``;
 the all-reduce kernel of every rank ends ``transfer`` after the last arrival, so rank r's wait
-is the last arrival minus its own and the transfer is ``--transfer-us``. ``--annotated`` also writes what dlprof-lite's annotation records around
-the call (a ``collective`` fact and a ``coll:all_reduce`` range, bytes ``--bytes``).
+is the last arrival minus its own and the transfer is ``--transfer-us``. ``--annotated``
+also writes what dlprof-lite's annotation records around the call (a ``collective`` fact and
+a ``coll:all_reduce`` range, bytes ``--bytes``).
 
     python scripts/make_nccl_profile.py OUT.sqlite --ranks 4 --skew-us 0,0,300,0 [--annotated]
 """
