@@ -23,6 +23,7 @@ import argparse
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 from dlprof_lite.rules.collectives import range_name, ranks_text
 from dlprof_lite.rules.facts import fact_text
@@ -38,33 +39,41 @@ COMPUTE_NS = 2_000_000
 
 def make(path: Path, *, ranks: int, steps: int, skew_ns: list[int], transfer_ns: int,
          jitter_ns: int, annotated: bool, nbytes: int, seed: int = 0,
-         gpu_name: str = "NVIDIA H100 80GB HBM3") -> dict[str, object]:
-    """Write the export; returns its ground truth (also written beside it)."""
+         gpu_name: str = "NVIDIA H100 80GB HBM3", node_ranks: range | None = None,
+         clock_offset_ns: int = 0, end_jitter_ns: int = 0) -> dict[str, object]:
+    """Write the export; returns its ground truth (also written beside it).
+
+    ``node_ranks``: the ranks this export holds (one node of a job of ``ranks``; default all);
+    every node made with the same seed shares one history. Its events are on its own clock,
+    ``clock_offset_ns`` ahead of the job's; each rank's all-reduce ends up to
+    ``end_jitter_ns`` after the last arrival plus the transfer (completion skew)."""
     rng = random.Random(seed)
-    truth: dict[str, list[dict[str, int]]] = {"instances": []}
+    mine = node_ranks if node_ranks is not None else range(ranks)
+    truth: dict[str, Any] = {"instances": [], "clock_offset_ns": clock_offset_ns}
     with NsysDb(path) as db:
-        for rank in range(ranks):
+        for rank in mine:
             pid = 1000 + rank
             db.process(pid)
             db.thread(pid, pid, "python3")
             db.stream(pid, 7)
             db.stream(pid, 20)
-            db.gpu(rank, name=gpu_name)
-            db.mark(T0 - 500, fact_text("process", {"rank": rank, "local_rank": rank,
-                                                    "world_size": ranks}),
-                    pid, pid, domain=DOMAIN)  # fmt: skip
+            db.gpu(rank - mine[0], name=gpu_name)
+            db.mark(clock_offset_ns + T0 - 500, fact_text("process", {
+                "rank": rank, "local_rank": rank - mine[0], "world_size": ranks,
+            }), pid, pid, domain=DOMAIN)  # fmt: skip
         corr = {r: 0 for r in range(ranks)}
         for step in range(steps):
-            base = T0 + step * STEP_NS
+            base = clock_offset_ns + T0 + step * STEP_NS
             arrive = [skew_ns[r] + rng.randrange(jitter_ns + 1) for r in range(ranks)]
+            late = [rng.randrange(end_jitter_ns + 1) for _ in range(ranks)]
             last = max(arrive)
             instance = {"seq": step + 1, "transfer_ns": transfer_ns,
                         "last_rank": arrive.index(last)}  # fmt: skip
-            for rank in range(ranks):
+            for rank in mine:
                 pid = 1000 + rank
                 # the GPU reaches the all-reduce after its compute and its lateness
                 t = base + COMPUTE_NS + arrive[rank]
-                ends = base + COMPUTE_NS + last + transfer_ns
+                ends = base + COMPUTE_NS + last + transfer_ns + late[rank]
                 stop = base + STEP_NS - 100_000
                 db.push(base, stop, "iteration", pid, pid, domain=DOMAIN)
                 db.push(base, base + COMPUTE_NS // 2, "forward", pid, pid, domain=DOMAIN)
@@ -100,8 +109,9 @@ def make(path: Path, *, ranks: int, steps: int, skew_ns: list[int], transfer_ns:
                 db.kernel(t, ends, NCCL_KERNEL, pid=pid, correlation_id=corr[rank],
                           device=rank, stream=20)  # fmt: skip
                 instance[f"wait_{rank}"] = last - arrive[rank]
+                instance[f"end_late_{rank}"] = late[rank]
             truth["instances"].append(instance)
-        db.session(0, T0 + steps * STEP_NS + 1_000_000)
+        db.session(0, clock_offset_ns + T0 + steps * STEP_NS + 1_000_000)
     path.with_suffix(".truth.json").write_text(json.dumps(truth, indent=1), encoding="utf-8")
     return truth
 
@@ -118,13 +128,19 @@ def main() -> None:
     parser.add_argument("--bytes", type=int, default=25 * 2**20)
     parser.add_argument("--annotated", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--node-ranks", help="FIRST:STOP, the ranks of this node (default all)")
+    parser.add_argument("--clock-offset-us", type=int, default=0)
+    parser.add_argument("--end-jitter-us", type=int, default=0)
     args = parser.parse_args()
     skew = [int(float(v) * 1000) for v in args.skew_us.split(",")]
     if len(skew) != args.ranks:
         parser.error("--skew-us needs one value per rank")
     make(args.out, ranks=args.ranks, steps=args.steps, skew_ns=skew,
          transfer_ns=args.transfer_us * 1000, jitter_ns=args.jitter_us * 1000,
-         annotated=args.annotated, nbytes=args.bytes, seed=args.seed)  # fmt: skip
+         annotated=args.annotated, nbytes=args.bytes, seed=args.seed,
+         node_ranks=range(*map(int, args.node_ranks.split(":"))) if args.node_ranks else None,
+         clock_offset_ns=args.clock_offset_us * 1000,
+         end_jitter_ns=args.end_jitter_us * 1000)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -36,6 +36,10 @@ class NodeRanks:
 
     rank_rows: tuple[dict[str, Scalar], ...] = ()
     table: pd.DataFrame | None = None
+    # its processes' collective calls on its own clock (report/collectives/calls.py), and its
+    # report's window (the analysed steps' first start and last end) on that clock
+    calls: pd.DataFrame | None = None
+    window: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,10 @@ class CrossRanks:
     table: pd.DataFrame
     nodes: int
     warnings: tuple[str, ...] = field(default=())
+    # the collectives matched across every input's ranks, on the first input's clock, and
+    # each input's clock offset (report/collectives/clocks.py); empty without collectives
+    collectives: pd.DataFrame | None = None
+    clocks: pd.DataFrame | None = None
 
 
 def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
@@ -66,6 +74,8 @@ def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
     tables = [node.table for _, node in held if node.table is not None and len(node.table)]
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     warnings: list[str] = []
+    collectives: pd.DataFrame | None = None
+    clocks: pd.DataFrame | None = None
     if not table.empty:
         seen: dict[int, int] = {}  # rank -> inputs holding it
         for _, node in held:
@@ -80,10 +90,40 @@ def merge(nodes: Sequence[tuple[Path, NodeRanks]]) -> CrossRanks | None:
             )
             found = None
         else:
+            collectives, clocks = _matched(held, table)
             found = straggler(table)
         table = table.assign(straggler=table["rank"] == (found if found is not None else -1))
         table = table.sort_values(["rank", "device_id"], kind="stable").reset_index(drop=True)
-    return CrossRanks(rows, table, len(held), tuple(warnings))
+    return CrossRanks(rows, table, len(held), tuple(warnings), collectives, clocks)
+
+
+def _matched(held: Sequence[tuple[Path, NodeRanks]],
+             table: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:  # fmt: skip
+    """The inputs' collective calls on one clock, matched across all ranks; the waits per
+    rank set into ``table`` (in place), so that the straggler is the rank the others wait for
+    across the nodes. Nothing without calls on two inputs."""
+    from dlprof_lite.report.collectives.clocks import align
+    from dlprof_lite.report.collectives.instances import match, rank_waits
+
+    called = [(folder.name, node.calls) for folder, node in held
+              if node.calls is not None and len(node.calls)]  # fmt: skip
+    if len(called) < 2:
+        return None, None
+    calls, clocks = align(called)
+    instances = match(calls)
+    # the analysed steps: the window of the input that holds the lowest rank (the clock the
+    # others were moved onto), an instance counting where its last call ends inside it
+    first = min((node for _, node in held if node.calls is not None and len(node.calls)),
+                key=lambda node: int(node.calls["rank"].min()))  # type: ignore[index]
+    if first.window is not None and len(instances):
+        ends = instances.groupby(["group", "seq"])["end_ns"].transform("max")
+        inside = (ends > first.window[0]) & (ends <= first.window[1])
+        instances = instances[inside.to_numpy(dtype=bool)].reset_index(drop=True)
+    steps = int(table["steps"].median()) if table["steps"].notna().any() else 1
+    waits = rank_waits(instances, steps)
+    for col in ("step_coll_wait_ns", "step_waited_for_ns"):
+        table[col] = table["rank"].map(waits[col]) if len(waits) else float("nan")
+    return instances, clocks
 
 
 def write(cross: CrossRanks, folder: Path, formats: Sequence[str]) -> None:
@@ -95,6 +135,10 @@ def write(cross: CrossRanks, folder: Path, formats: Sequence[str]) -> None:
     out = [ranks_summary_table(cross.rows)]
     if not cross.table.empty:
         out.append(Table(RANKS_TABLE, cross.table))
+    if cross.collectives is not None and len(cross.collectives):
+        out.append(Table("collectives", cross.collectives))
+    if cross.clocks is not None and len(cross.clocks):
+        out.append(Table("clock_offsets", cross.clocks))
     files.write_tables(out, folder, files.summary_formats(formats))
 
 
@@ -113,8 +157,24 @@ def lines(cross: CrossRanks) -> list[str]:
             f"{as_ms(row.get('iterations_median_ns'))}, data "
             f"{as_ms(row.get('step_data_wall_ns'))}/step"
         )
+    if cross.clocks is not None:
+        for clock in cross.clocks.to_dict("records"):
+            offset, error = float(clock["offset_ns"]), float(clock["error_ns"])
+            if offset != offset:
+                out.append(f"  clock of {clock['node']}: no collective shared with the first "
+                           "input, left as it was")
+            elif offset or error:
+                out.append(f"  clock of {clock['node']}: {offset / 1e6:+.3f} ms ± "
+                           f"{error / 1e3:.1f} µs from the first input's "
+                           f"({clock['instances']} collectives)")
     if len(cross.table):
         hit = cross.table.loc[cross.table["straggler"].astype(bool), "rank"]
         if len(hit):
-            out.append(f"  straggler across the {cross.nodes} inputs: rank {int(hit.iloc[0])}")
+            waited = cross.table.loc[cross.table["straggler"].astype(bool),
+                                     "step_waited_for_ns"] if "step_waited_for_ns" in cross.table \
+                else None  # fmt: skip
+            more = (f": the others wait {float(waited.iloc[0]) / 1e6:.2f} ms per step for it"
+                    if waited is not None and waited.notna().any() else "")
+            out.append(f"  straggler across the {cross.nodes} inputs: rank "
+                       f"{int(hit.iloc[0])}{more}")
     return out

@@ -81,6 +81,9 @@ class Analysed:
     # several nodes: the cross-node view needs it); None otherwise.
     own_rank: int | None = None
     report_dir: Path | None = None  # where the report was written (None: not written)
+    # Every process's collective calls on this input's clock (report/collectives/calls.py):
+    # what the cross-node view aligns and matches across inputs.
+    calls: pd.DataFrame | None = None
 
     def row(self) -> dict[str, Scalar]:
         """The flat summary row of the combined ``summary.csv``, with its report folder."""
@@ -135,9 +138,10 @@ def _analyze_export(
     release_freed_memory()
     (progress or no_progress)(Stage.WRITING)
     report, trace = _report_of(profile, options)
+    calls = _calls(profile)
     if not processes:
         release_freed_memory()  # the caller drops the profile and writes the files
-        return Analysed(report, trace, own_rank=_own_rank(profile))
+        return Analysed(report, trace, own_rank=_own_rank(profile), calls=calls)
     from dlprof_lite.errors import DlprofError
 
     per_rank, warnings = [], []
@@ -147,7 +151,15 @@ def _analyze_export(
             per_rank.append(RankReport(process, *_report_of(one, options)))
         except DlprofError as err:  # e.g. a window past this rank's steps: the others go on
             warnings.append(f"no report for {process.folder} (pid {process.pid}): {err}")
-    return Analysed(report, trace, tuple(per_rank), tuple(warnings))
+    return Analysed(report, trace, tuple(per_rank), tuple(warnings), calls=calls)
+
+
+def _calls(profile: Profile) -> pd.DataFrame:
+    from dlprof_lite.report.collectives.calls import collective_calls
+    from dlprof_lite.report.ranks.table import ranks_of
+
+    return collective_calls(profile, ranks_of(profile, sorted({int(p) for p in
+                                                               profile.facts["pid"]})))
 
 
 def _own_rank(profile: Profile) -> int | None:
@@ -220,12 +232,15 @@ def analyze_row(path: Path, out_dir: Path, options: AnalyzeOptions) -> BatchRow:
         bug = DlprofError(f"{path}: unexpected {type(err).__name__}: {err}")
         bug.exit_code = 1
         raise bug from err
+    w = done.report.summary.window
+    window = ((int(w.window_start_ns), int(w.window_end_ns))
+              if w.window_start_ns is not None and w.window_end_ns is not None else None)
     if done.ranks:
         rows = tuple({**r.row(Path()), "rank": r.process.rank} for r in done.ranks)
-        return BatchRow(done.row(), NodeRanks(rows, done.report.ranks))
+        return BatchRow(done.row(), NodeRanks(rows, done.report.ranks, done.calls, window))
     if done.own_rank is not None:  # a node of one rank: its report is that rank's
         row = {**done.row(), "report_dir": ".", "rank": done.own_rank}
-        return BatchRow(done.row(), NodeRanks((row,), done.report.ranks))
+        return BatchRow(done.row(), NodeRanks((row,), done.report.ranks, done.calls, window))
     return BatchRow(done.row(), NodeRanks())
 
 

@@ -473,6 +473,16 @@ COLLECTIVES_REPORT = _cols(
     ("async", "", "called with async_op=True: timed from the call to its work's completion"),
 )
 
+# Several inputs (nodes): each input's clock against the first's (report/collectives/clocks.py).
+CLOCK_OFFSETS_REPORT = _cols(
+    ("node", "", "the input's report folder"),
+    ("ranks", "", "the ranks it holds"),
+    ("offset_ns", "ns", "its clock ahead of the first input's: the median over the collectives "
+     "both hold of the difference of their median ends (empty: none shared)"),
+    ("error_ns", "ns", "the median absolute deviation of those differences"),
+    ("instances", "", "collectives the offset was estimated from"),
+)
+
 # Per (group, op, size): the collectives' figures over the analysed steps.
 COLLECTIVE_OPS_REPORT = _cols(
     ("group", "", "the process group's ranks (as collectives.csv)"),
@@ -532,6 +542,7 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "critical_path": CRITICAL_PATH_REPORT,
     "collectives": COLLECTIVES_REPORT,
     "collective_ops": COLLECTIVE_OPS_REPORT,
+    "clock_offsets": CLOCK_OFFSETS_REPORT,
     "runs": RUNS_REPORT,
 }
 
