@@ -210,7 +210,8 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
         _cost_table(report.layers, report.summary, console.width, top),
         _memory_table(report.layers, report.summary, console.width, top),
         _ranges_table(report.ranges, console.width),
-        _ranks_table(report.ranks, console.width),
+        _ranks_table(report.ranks, console.width,
+                     report.summary.communication.pipeline_bubble_pct is not None),
         _collectives_table(report.collective_ops, console.width),
         _grad_sync_table(report.layers, console.width),
     )  # fmt: skip
@@ -232,7 +233,7 @@ _RANK_COLUMNS = {
 }  # fmt: skip
 
 
-def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
+def _ranks_table(ranks: pd.DataFrame, width: int, pipeline: bool = False) -> RichTable | None:
     """Several ranks: each timeline's compute, communication and data per step, the straggler
     marked (report/ranks/table.py)."""
     if len(ranks) < 2:
@@ -242,8 +243,14 @@ def _ranks_table(ranks: pd.DataFrame, width: int) -> RichTable | None:
         rank=[f"{r}{' (straggler)' if s else ''}" for r, s in zip(ranks["rank"], straggler)],
         device=[_count(d) for d in ranks["device_id"]],
         overlap=[_pct(v, 1) for v in ranks["overlap_pct"]],
+        bubble=[_pct(v, 1) for v in ranks["bubble_pct"]] if "bubble_pct" in ranks else None,
     )
     columns = dict(_RANK_COLUMNS)
+    if pipeline:  # the stages' time without compute (report/ranks/table.py)
+        columns.pop("overlap")  # the bubble says more there, and the table must fit
+        columns |= {"bubble": "bubble"}
+    if not (pd.to_numeric(ranks["step_data_ns"]).fillna(0) > 0).any():
+        columns.pop("step_data_ns")  # no data phase recorded: a column of zeros
     if ranks["device_id"].isna().all():  # CPU ranks (gloo): no GPU figures to show
         for gone in ("device", "step_compute_ns", "step_comm_ns", "step_exposed_comm_ns",
                      "overlap"):  # fmt: skip

@@ -19,7 +19,12 @@ from dlprof_lite.report.frames import ancestors
 from dlprof_lite.report.idle.advice import idle_advice
 from dlprof_lite.report.layers.memory import input_bytes
 from dlprof_lite.report.metrics import PHASE_COLUMNS
-from dlprof_lite.report.ranks.advice import exposed_text, straggler_data, straggler_waits
+from dlprof_lite.report.ranks.advice import (
+    exposed_text,
+    pipeline_bubble,
+    straggler_data,
+    straggler_waits,
+)
 from dlprof_lite.report.summary import min_compute_capability
 from dlprof_lite.report.summary_types import Advice, Summary, number
 from dlprof_lite.report.units import bytes_text, of_scope
@@ -551,6 +556,7 @@ RULES: tuple[Rule, ...] = (
     exposed_communication,
     straggler_data,
     straggler_waits,
+    pipeline_bubble,
 )
 
 

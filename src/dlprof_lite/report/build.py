@@ -14,7 +14,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
-from dlprof_lite.report.collectives.calls import collective_calls
+from dlprof_lite.report.collectives.calls import collective_calls, pipelined
 from dlprof_lite.report.collectives.instances import match, op_summary, rank_waits
 from dlprof_lite.report.critical.graph import build_graph
 from dlprof_lite.report.critical.path import critical_paths
@@ -94,7 +94,7 @@ def build_report(
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's
     communication = Communication.of({
-        **communication_summary(ranks, span.length_ns, span.scope),
+        **communication_summary(ranks, span.length_ns, span.scope, pipelined(profile)),
         **straggler_layer(kernels, ranks),
     })  # fmt: skip
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),

@@ -41,13 +41,13 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "memory_param_bytes", "memory_gradient_bytes", "memory_optimizer_bytes",
         "memory_saved_bytes", "memory_gpu_peak_bytes", "memory_gpu_unexplained_bytes",
         "memory_note", "straggler_waited_ns", "straggler_layer",
-        "straggler_layer_ns", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
+        "straggler_layer_ns", "pipeline_bubble_pct", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
         *(f"host_{c}_ns" for c in HOST_CAUSES),
     }),
     "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
     "iterations": frozenset({"between_before_ns"}),
     "timeline": frozenset({"track"}),
-    "ranks": frozenset({"step_coll_wait_ns", "step_waited_for_ns"}),
+    "ranks": frozenset({"step_coll_wait_ns", "step_waited_for_ns", "bubble_pct"}),
 }  # fmt: skip
 # Cause names are rules/idle.py's; the summary's fields are the causes' columns.
 
@@ -447,6 +447,9 @@ RANKS_REPORT = _cols(
     ("step_comm_ns", "ns", f"comm_ns {_PER_STEP}"),
     ("step_exposed_comm_ns", "ns", f"exposed_comm_ns {_PER_STEP}"),
     ("step_data_ns", "ns", f"data_ns {_PER_STEP}"),
+    ("bubble_pct", "%", "the share of its mean step its GPU ran no compute kernel: "
+     "(step_mean_ns - step_compute_ns) / step_mean_ns x 100 (in a pipeline-parallel run, "
+     "its bubble); GPU timelines only"),
     ("step_coll_wait_ns", "ns", "its wait inside recorded collectives per analysed step: each "
      "call's duration less the instance's transfer (collectives.csv); empty without them"),
     ("step_waited_for_ns", "ns", "the other ranks' mean wait per analysed step in the "

@@ -587,6 +587,10 @@ class Communication(_Group):
     straggler_data_ns: float | None = _d(
         "ns",
         "the straggler's data time per step above the median of the other ranks'")
+    pipeline_bubble_pct: float | None = _d(
+        "%",
+        "pipeline-parallel runs (ranks sending activations point to point): the mean over GPU "
+        "timelines of the share of their step without compute (ranks bubble_pct)")
     straggler_layer: str | None = _d(
         "",
         "the layer whose kernels hold most of the straggler's extra GPU time per step")

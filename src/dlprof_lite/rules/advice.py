@@ -129,6 +129,11 @@ THRESHOLDS: dict[str, Threshold] = {
         f"Tensor Cores; 5% as tc_nontc_share_warn, a {_CHOICE}",
     ),
     "fp32_gemm_share_high": Threshold(0.25, "share of kernel time", "same, high", _CHOICE),
+    "pipeline_bubble_warn_pct": Threshold(
+        20.0, "% of step", "a pipeline-parallel run's mean share of the step without compute",
+        "GPipe (Huang et al., 2019) and Megatron-LM's 1F1B schedule (Narayanan et al., 2021): "
+        "the bubble is (p-1)/(m+p-1) of the step for p stages and m micro-batches, small "
+        f"when m >> p (m >= 4p keeps it under ~20 %); 20 % a {_CHOICE}"),
     "layer_mfu_low_pct": Threshold(
         10.0,
         "% MFU",

@@ -43,6 +43,10 @@ SIZE_OF: dict[str, str | None] = {
 }
 OPS = tuple(SIZE_OF)
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+# NCCL kernels of point-to-point transfers (rules/comm.py names the function); NCCL runs an
+# all-to-all as sends and receives too, so these alone do not make a pipeline (ALL_TO_ALL_RE).
+P2P_KERNELS = ("SendRecv", "Send", "Recv")
+ALL_TO_ALL_RE = r"(?i)all_?to_?all"
 # Each op's nccl-tests family (the tensor and list forms of one collective are one family).
 FAMILY = {"all_gather_into_tensor": "all_gather", "all_gather_single": "all_gather",
           "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",

@@ -17,12 +17,20 @@ their group is every rank of the export, their bytes unknown.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.ranks.table import collectives as comm_ops
-from dlprof_lite.rules.collectives import RANGE_PREFIX, ranks_text
+from dlprof_lite.rules.collectives import (
+    ALL_TO_ALL_RE,
+    P2P_KERNELS,
+    POINT_TO_POINT,
+    RANGE_PREFIX,
+    ranks_text,
+)
 from dlprof_lite.rules.names import COLLECTIVE, DOMAIN
 
 CALL_COLUMNS = ("pid", "tid", "rank", "group", "op", "seq", "bytes", "dtype", "async", "peer",
@@ -143,3 +151,20 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
 
 def _int(value: object) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def pipelined(profile: Profile) -> bool:
+    """Whether the ranks pass activations point to point (pipeline parallelism): recorded
+    sends or receives, else NCCL send/receive kernels in a profile with no all-to-all range
+    (NCCL runs an all-to-all as sends and receives)."""
+    facts = profile.facts
+    ours = facts[(facts["key"] == COLLECTIVE).to_numpy(dtype=bool)]
+    if any(str(v.get("op")) in POINT_TO_POINT for v in ours["value"]):
+        return True
+    if profile.kernels.empty:
+        return False
+    ops = comm_ops(profile.kernels["name"])
+    if not np.isin(ops, P2P_KERNELS).any():
+        return False
+    names = profile.ranges["name"].astype("category").cat.categories  # each distinct name once
+    return not any(re.search(ALL_TO_ALL_RE, str(name)) for name in names)

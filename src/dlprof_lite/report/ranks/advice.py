@@ -11,6 +11,7 @@ import pandas as pd
 from dlprof_lite.durations import ms_from_100us
 from dlprof_lite.report.summary_types import Advice, Communication, Summary
 from dlprof_lite.report.units import of_scope
+from dlprof_lite.rules.advice import THRESHOLDS
 from dlprof_lite.rules.ranks import STRAGGLER_MIN_EXCESS, STRAGGLER_WAIT_SHARE
 
 
@@ -97,3 +98,19 @@ _WAIT_CITATION = (f"dlprof-lite choice (rules/ranks.py): with recorded collectiv
                   f"the others wait for most per step, at least {STRAGGLER_MIN_EXCESS:.0%} of "
                   f"the median step; the waits measured as DESIGN.md defines them")
 
+
+def pipeline_bubble(summary: Summary, layers: pd.DataFrame) -> Advice | None:
+    """A pipeline-parallel run whose stages spend a large share of the step without compute."""
+    pct = summary.communication.pipeline_bubble_pct
+    limit = THRESHOLDS["pipeline_bubble_warn_pct"]
+    if pct is None or pct < limit.value:
+        return None
+    ranks = summary.communication.ranks or 0
+    evidence = (f"the pipeline's {ranks} rank(s) spend {pct:.1f}% of their step without compute "
+                "on their GPU (ranks.csv bubble_pct): the pipeline's fill and drain")  # fmt: skip
+    rec = ("Run more micro-batches per step (the bubble is (p-1)/(m+p-1) of the step for p "
+           "stages and m micro-batches: m = 4p keeps it near 20 %), use an interleaved 1F1B "
+           "schedule (virtual stages: torch.distributed.pipelining ScheduleInterleaved1F1B), "
+           "and balance the stages' layers so no stage waits for a slower neighbour.")
+    return Advice("Pipeline bubble: the stages wait for the pipeline to fill and drain", "warn",
+                  evidence, rec, "pipeline_bubble_pct", pct, limit.value, limit.citation)

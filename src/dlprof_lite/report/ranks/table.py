@@ -219,6 +219,9 @@ def ranks_table(
         / frame["comm_ns"].where(frame["comm_ns"] > 0)
         * 100.0
     )
+    # the step's time its GPU computed nothing (a pipeline's bubble); GPU timelines only
+    mean = frame["step_mean_ns"].where(frame["device_id"].notna() & (frame["step_mean_ns"] > 0))
+    frame["bubble_pct"] = ((mean - frame["step_compute_ns"]) / mean * 100.0).clip(lower=0.0)
     for col in ("step_coll_wait_ns", "step_waited_for_ns"):
         known = waits is not None and col in waits.columns and len(waits)
         frame[col] = frame["rank"].map(waits[col]) if known else np.nan  # type: ignore[index]
@@ -284,15 +287,18 @@ def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def communication_summary(
-    frame: pd.DataFrame, wall_ns: int, scope: str = "session"
+    frame: pd.DataFrame, wall_ns: int, scope: str = "session", pipeline: bool = False
 ) -> dict[str, object]:
     """The summary's ``Communication`` fields from the ranks table (metrics.py); without
     steps, exposed communication is a share of ``wall_ns``, the span ``scope`` names (the
-    session, or the events' span of a trimmed capture: report/denominators.py)."""
+    session, or the events' span of a trimmed capture: report/denominators.py); ``pipeline``:
+    the ranks pass activations point to point, so their time without compute is a bubble."""
     out: dict[str, object] = {}  # Communication.from_values: the fields not set are None
     gpu = frame[frame["device_id"].notna()]
     if frame.empty:
         return out
+    if pipeline and "bubble_pct" in gpu and gpu["bubble_pct"].notna().any():
+        out["pipeline_bubble_pct"] = float(gpu["bubble_pct"].mean())
     comm, compute = int(gpu["comm_ns"].sum()), int(gpu["compute_ns"].sum())
     out.update(comm_ns=comm, comm_share=comm / (comm + compute) if comm + compute else None,
                ranks=int(frame["rank"].nunique()))  # fmt: skip
