@@ -7,9 +7,9 @@ backward, then the remaining backwards); a forward of micro-batch i on stage s w
 stage s-1's forward of it, a backward for stage s+1's backward of it. Each forward kernel
 takes ``--forward-us``, each backward ``--backward-us``; between stages a short NCCL
 ``SendRecv`` kernel on its own stream carries the activation or gradient, overlapping the
-next operation (equal stages, no transfer latency: the schedule's textbook assumptions). Every rank's iteration spans the
-whole flushed pipeline, so the ground truth (``<out>.truth.json``) of each stage's bubble, its
-time without compute, is ``(p - 1) / (m + p - 1)`` of the step.
+next operation (equal stages, no transfer latency: the textbook schedule). Every rank's
+iteration spans the whole flushed pipeline, so the ground truth (``<out>.truth.json``) of
+each stage's bubble, its time without compute, is ``(p - 1) / (m + p - 1)`` of the step.
 
     python scripts/make_pipeline_profile.py OUT.sqlite --stages 4 --micro-batches 8
 """
