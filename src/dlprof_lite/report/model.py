@@ -100,13 +100,20 @@ def empty_critical_path() -> pd.DataFrame:
 
 def typed_critical(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     """The critical or critical_path table's declared column order and dtypes."""
+    return _typed(frame, table, CRITICAL_TEXT, ("step_mean_ns", "share_pct"))
+
+
+def _typed(frame: pd.DataFrame, table: str, text: tuple[str, ...], floats: tuple[str, ...],
+           bools: tuple[str, ...] = ()) -> pd.DataFrame:  # fmt: skip
+    """``table``'s declared column order; ``text`` columns object (a missing one None, as a
+    folder reads it back, not NaN), ``bools`` bool, ``floats`` float64, the rest int64."""
     out = frame.reindex(columns=column_names(table)).reset_index(drop=True)
     types: dict[str, object] = {}
     for c in out.columns:
-        types[c] = object if c in CRITICAL_TEXT else (
-            "float64" if c in ("step_mean_ns", "share_pct") else "int64")
+        types[c] = (object if c in text else "bool" if c in bools
+                    else "float64" if c in floats else "int64")  # fmt: skip
     typed: pd.DataFrame = out.astype(types)  # type: ignore[arg-type]
-    for c in CRITICAL_TEXT:  # missing text is None, as a folder reads it back (not NaN)
+    for c in text:
         if c in typed.columns:
             typed[c] = typed[c].where(typed[c].notna(), None)
     return typed
@@ -128,16 +135,7 @@ def empty_collective_ops() -> pd.DataFrame:
 
 def typed_collectives(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     """The collectives or collective_ops table's declared column order and dtypes."""
-    out = frame.reindex(columns=column_names(table)).reset_index(drop=True)
-    types: dict[str, object] = {}
-    for c in out.columns:
-        types[c] = (object if c in COLLECTIVE_TEXT else "bool" if c in COLLECTIVE_BOOLS
-                    else "float64" if c in COLLECTIVE_FLOATS else "int64")  # fmt: skip
-    typed: pd.DataFrame = out.astype(types)  # type: ignore[arg-type]
-    for c in COLLECTIVE_TEXT:  # missing text is None, as a folder reads it back (not NaN)
-        if c in typed.columns:
-            typed[c] = typed[c].where(typed[c].notna(), None)
-    return typed
+    return _typed(frame, table, COLLECTIVE_TEXT, COLLECTIVE_FLOATS, COLLECTIVE_BOOLS)
 
 
 def empty_timeline() -> pd.DataFrame:
