@@ -22,7 +22,13 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch has no gloo process group", allow_module_level=True)
 
 from dlprof_lite.annotate import collectives  # noqa: E402
-from dlprof_lite.rules.collectives import OPS, bus_factor, ranks_of_text, ranks_text  # noqa: E402
+from dlprof_lite.rules.collectives import (  # noqa: E402
+    OPS,
+    bus_factor,
+    ranks_count,
+    ranks_of_text,
+    ranks_text,
+)
 from dlprof_lite.rules.facts import parse_fact  # noqa: E402
 
 
@@ -100,6 +106,10 @@ def test_group_ranks_text_round_trips() -> None:
     for ranks in ([0], [0, 1], [0, 1, 2, 3], [0, 2, 4, 6], [3, 4, 5]):
         assert ranks_of_text(ranks_text(ranks)) == ranks
     assert ranks_text([0, 1, 2, 3]) == "0-3"
+    # a profile's text: counted without listing, junk is no group
+    assert ranks_count("0-3#2") == 4 and ranks_count("0,2,4") == 3
+    for junk in ("0-999999999", "3-1", "abc", "", "1;2", "0-3-5", "-1"):
+        assert ranks_count(junk) == 0 and ranks_of_text(junk) == [], junk
     assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("all_gather_into_tensor", 4) == 0.75
     assert bus_factor("broadcast", 8) == 1.0 and bus_factor("all_reduce", 1) == 1.0
 

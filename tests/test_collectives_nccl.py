@@ -176,3 +176,35 @@ def test_a_real_two_gpu_export_is_matched_from_its_nccl_kernels(corpus_dir: Path
         assert durations == want, seq
         assert (group["transfer_ns"] == want[0]).all()
         assert sorted(group["wait_ns"]) == [0, want[1] - want[0]]
+
+
+def test_hostile_collective_facts_are_left_out_not_believed(tmp_path: Path) -> None:
+    """Facts are the profile's text: a group of a billion ranks, a sequence number that is no
+    number, an op with markup, a fact with no range: no crash, no huge list, nothing invented."""
+    import sqlite3
+
+    from dlprof_lite.rules.facts import fact_text
+    from dlprof_lite.rules.names import COLLECTIVE, DOMAIN
+
+    report, _ = report_of(tmp_path, annotated=True, skew_us=[0, 0, 300, 0])
+    good = len(report.collectives)  # type: ignore[attr-defined]
+    path = tmp_path / "nccl1.sqlite"
+    junk = [
+        {"op": "all_reduce", "group": "0-999999999", "seq": 1, "bytes": 8},
+        {"op": "all_reduce", "group": "0-3", "seq": "x", "bytes": 8},
+        {"op": "[bold]<script>", "group": "0-3", "seq": 3, "bytes": -5},
+        {"op": "all_reduce"},
+    ]
+    with sqlite3.connect(path) as con:
+        (domain,) = con.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND "
+                                "text = ? LIMIT 1", (DOMAIN,)).fetchone()  # fmt: skip
+        (gtid,) = con.execute("SELECT globalTid FROM NVTX_EVENTS WHERE domainId = ? LIMIT 1",
+                              (domain,)).fetchone()  # fmt: skip
+        for i, value in enumerate(junk):
+            con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) "
+                        "VALUES (?, 34, ?, ?, ?)",
+                        (2_000_000 + i, fact_text(COLLECTIVE, value), gtid, domain))  # fmt: skip
+    hostile = build_report(load(path))
+    calls = hostile.collectives  # type: ignore[attr-defined]
+    assert len(calls) == good  # the junk matched no range of its op on its thread
+    assert set(calls["group"]) == {"0-3"}

@@ -19,6 +19,8 @@ ranks as collectives are (an instance is a group's n-th collective on every rank
 
 from __future__ import annotations
 
+import re
+
 from dlprof_lite.rules.names import COLLECTIVE
 
 # The wrapped functions (torch.distributed's public names) and the argument holding the
@@ -56,6 +58,10 @@ RANGE_PREFIX = "coll:"
 FACT_KEY = COLLECTIVE
 
 
+# The most ranks a group may name (a profile's text is untrusted): far beyond any job.
+MAX_GROUP_RANKS = 1_000_000
+
+
 def range_name(op: str) -> str:
     return f"{RANGE_PREFIX}{op}"
 
@@ -80,13 +86,31 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 def ranks_of_text(text: str) -> list[int]:
-    """The ranks of a group's text; a ``#n`` suffix (the n-th communicator of an export
-    without facts, report/collectives/calls.py) is not part of them."""
+    """The ranks of a group's text (:func:`ranks_count` of them, at most
+    :data:`MAX_GROUP_RANKS`); a ``#n`` suffix (the n-th communicator of an export without
+    facts, report/collectives/calls.py) is not part of them; text that is no group: none."""
+    count = ranks_count(text)
     text = text.split("#", 1)[0]
+    if not count:
+        return []
     if "-" in text:
-        first, last = text.split("-", 1)
-        return list(range(int(first), int(last) + 1))
-    return [int(r) for r in text.split(",") if r]
+        first = int(text.split("-", 1)[0])
+        return list(range(first, first + count))
+    return [int(r) for r in text.split(",")]
+
+
+def ranks_count(text: str) -> int:
+    """How many ranks a group's text names, without listing them (a profile's text is
+    untrusted: ``0-999999999`` is a count, not a list); 0 for text that is no group."""
+    text = str(text).split("#", 1)[0]
+    if re.fullmatch(r"\d{1,9}-\d{1,9}", text):
+        first, last = (int(v) for v in text.split("-"))
+        count = last - first + 1
+        return count if 0 < count <= MAX_GROUP_RANKS else 0
+    if re.fullmatch(r"\d{1,9}(,\d{1,9})*", text):
+        count = text.count(",") + 1
+        return count if count <= MAX_GROUP_RANKS else 0
+    return 0
 
 
 # -- the link a node's collectives run over -----------------------------------------------------
@@ -121,8 +145,6 @@ LINK_MAX_WAIT_SHARE = 0.2
 
 def nvlink_gbps(device_name: str) -> tuple[float, str] | None:
     """One direction's NVLink GB/s of an SXM GPU and the datasheet it is from, else None."""
-    import re
-
     for pattern, gbps, source in NVLINK_GBPS:
         if re.search(pattern, device_name, re.IGNORECASE):
             return gbps, NVLINK_SOURCES[source]

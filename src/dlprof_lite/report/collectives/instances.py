@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.steps.window import StepWindow
-from dlprof_lite.rules.collectives import POINT_TO_POINT, bus_factor, ranks_of_text
+from dlprof_lite.rules.collectives import POINT_TO_POINT, bus_factor, ranks_count
 
 INSTANCE_COLUMNS = ("group", "op", "seq", "rank", "start_ns", "end_ns", "duration_ns",
                     "transfer_ns", "wait_ns", "last_rank", "ranks", "complete", "bytes",
@@ -42,7 +42,7 @@ def match(calls: pd.DataFrame, window: StepWindow | None = None) -> pd.DataFrame
     c["wait_ns"] = c["duration_ns"] - c["transfer_ns"]
     last = c.loc[by["start_ns"].idxmax(), ["group", "seq", "rank"]]
     c = c.merge(last.rename(columns={"rank": "last_rank"}), on=["group", "seq"])
-    size = {g: len(ranks_of_text(g)) for g in c["group"].unique()}
+    size = {g: ranks_count(str(g)) for g in c["group"].unique()}
     c["complete"] = c["ranks"] == c["group"].map(size)
     if window is not None and window.cuts and window.start_ns is not None:
         ends = c.groupby(["group", "seq"])["end_ns"].transform("max")
@@ -66,7 +66,7 @@ def op_summary(instances: pd.DataFrame) -> pd.DataFrame:
         one = g.drop_duplicates(["seq"])  # one row per instance for its bytes and transfer
         transfer = float(one["transfer_ns"].median())
         mean_bytes = float(one["bytes"].mean())
-        ranks = len(ranks_of_text(str(group)))
+        ranks = ranks_count(str(group))
         algbw = mean_bytes / transfer if transfer > 0 and mean_bytes > 0 else float("nan")
         duration = float(g["duration_ns"].sum())
         rows.append({
