@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from dlprof_lite.report.collectives.clocks import align
 from make_nccl_profile import make
@@ -25,12 +26,12 @@ OFFSET_NS = 5_000_000
 END_JITTER_NS = 20_000
 
 
-def node_exports(tmp_path: Path) -> tuple[list[Path], dict[int, dict]]:
+def node_exports(tmp_path: Path, annotated: bool) -> tuple[list[Path], dict[int, dict]]:
     paths, truth = [], {}
     for name, ranks, offset in (("node1", range(0, 2), 0), ("node2", range(2, 4), OFFSET_NS)):
         path = tmp_path / f"{name}.sqlite"
         got = make(path, ranks=4, steps=8, skew_ns=[0, 0, 0, 300_000], transfer_ns=150_000,
-                   jitter_ns=20_000, annotated=True, nbytes=25 * 2**20, node_ranks=ranks,
+                   jitter_ns=20_000, annotated=annotated, nbytes=25 * 2**20, node_ranks=ranks,
                    clock_offset_ns=offset, end_jitter_ns=END_JITTER_NS)  # fmt: skip
         for instance in got["instances"]:  # type: ignore[attr-defined]
             truth.setdefault(int(instance["seq"]), {}).update(instance)
@@ -43,8 +44,10 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def test_two_nodes_are_aligned_and_matched(tmp_path: Path) -> None:
-    paths, truth = node_exports(tmp_path)
+@pytest.mark.parametrize("annotated", [True, False])
+def test_two_nodes_are_aligned_and_matched(tmp_path: Path, annotated: bool) -> None:
+    """With the annotation's records, and from the NCCL kernels alone."""
+    paths, truth = node_exports(tmp_path, annotated)
     out = tmp_path / "job"
     done = subprocess.run([sys.executable, "-m", "dlprof_lite", "analyze", *map(str, paths),
                            "-o", str(out), "--no-db"], capture_output=True, text=True,
@@ -59,6 +62,7 @@ def test_two_nodes_are_aligned_and_matched(tmp_path: Path) -> None:
     assert line.endswith("from the first input's (8 collectives)"), line
     calls = rows(out / "collectives.csv")
     assert {r["ranks"] for r in calls} == {"4"} and len({r["seq"] for r in calls}) >= 6
+    assert {r["group"] for r in calls} == ({"0-3"} if annotated else {"job"})
     for r in calls:
         planted = truth[int(r["seq"])]
         assert int(r["last_rank"]) == planted["last_rank"] == 3

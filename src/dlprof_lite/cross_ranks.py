@@ -109,6 +109,9 @@ def _matched(held: Sequence[tuple[Path, NodeRanks]],
               if node.calls is not None and len(node.calls)]  # fmt: skip
     if len(called) < 2:
         return None, None
+    # calls found from NCCL kernels name their input's ranks as the group: across inputs
+    # they are the job's (every rank runs a communicator's collectives in one order)
+    called = [(name, _job_wide(calls)) for name, calls in called]
     calls, clocks = align(called)
     instances = match(calls)
     # the analysed steps: the window of the input that holds the lowest rank (the clock the
@@ -178,3 +181,13 @@ def lines(cross: CrossRanks) -> list[str]:
             out.append(f"  straggler across the {cross.nodes} inputs: rank "
                        f"{int(hit.iloc[0])}{more}")
     return out
+
+
+def _job_wide(calls: pd.DataFrame) -> pd.DataFrame:
+    if "from_kernels" not in calls or not calls["from_kernels"].any():
+        return calls
+    found = calls["from_kernels"].astype(bool).to_numpy()
+    stream = calls["group"].astype(str).str.partition("#")[2]
+    job = calls["group"].where(~found, "job" + stream.where(stream == "", "#" + stream))
+    return calls.assign(group=job)
+

@@ -34,7 +34,7 @@ from dlprof_lite.rules.collectives import (
 from dlprof_lite.rules.names import COLLECTIVE, DOMAIN
 
 CALL_COLUMNS = ("pid", "tid", "rank", "group", "op", "seq", "bytes", "dtype", "async", "peer",
-                "start_ns", "end_ns")  # fmt: skip
+                "start_ns", "end_ns", "from_kernels")  # fmt: skip
 
 
 def collective_calls(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
@@ -100,7 +100,7 @@ def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int]) -> pd.DataFram
         "group": [everyone if n == 1 else f"{everyone}#{int(n)}" for n in comm["stream_no"]],
         "op": comm["op"], "seq": comm["seq"].astype("int64"), "bytes": 0, "dtype": None,
         "async": False, "peer": None, "start_ns": comm["start_ns"].astype("int64"),
-        "end_ns": comm["end_ns"].astype("int64"),
+        "end_ns": comm["end_ns"].astype("int64"), "from_kernels": True,
     })  # fmt: skip
     return out.loc[:, list(CALL_COLUMNS)].reset_index(drop=True)
 
@@ -144,6 +144,7 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     order = {p: i for i, p in enumerate(pids)}
     joined["rank"] = [rank_of.get(int(p), order[int(p)]) for p in joined["pid"]]
     joined["bytes"] = joined["bytes"].fillna(0)
+    joined["from_kernels"] = False
     out = joined.astype({"start_ns": "int64", "end_ns": "int64", "seq": "int64",
                          "bytes": "int64"})  # fmt: skip
     return out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
