@@ -90,4 +90,4 @@ def test_the_offset_is_the_median_of_the_shared_ends() -> None:
     on_b = moved[moved["rank"].isin([2, 3])]
     assert sorted(set(on_b["end_ns"])) == ends  # moved onto a's clock
     assert json.dumps(list(offsets.columns)) == json.dumps(
-        ["node", "ranks", "offset_ns", "error_ns", "instances"])
+        ["node", "node_ranks", "offset_ns", "error_ns", "instances"])

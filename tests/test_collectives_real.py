@@ -1,7 +1,7 @@
 """Collectives matched across real ranks: torchrun on the CPU (gloo) under the real nsys.
 
 tests/real_scripts/collectives.py all-reduces a known tensor every step and one rank sleeps
-D ms before each all-reduce: the ground truth is the script's own sleep. Every other rank must
+D ms (100) before each all-reduce: the ground truth is the script's own sleep. Every other rank must
 wait about D per all-reduce (within 10 %), the slow rank almost nothing (below 0.3 D), the slow
 rank must be the one the others wait for (the straggler), and the bytes must be the tensor's.
 An async all-reduce (``async_op=True``, then ``wait()``) is timed to its completion: the others'
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = str(Path(__file__).parent / "real_scripts" / "collectives.py")
-SLEEP_MS = 50.0
+SLEEP_MS = 100.0  # well above the few ms a loaded 2-core machine adds
 NUMEL = 4096
 
 

@@ -212,9 +212,11 @@ def test_sync_memcpy_selection_follows_the_nsys_rule() -> None:
 
 def test_every_threshold_is_cited_and_used() -> None:
     from dlprof_lite.report import denominators, facts, summary
+    from dlprof_lite.report.collectives import advice as collective_rules
     from dlprof_lite.report.idle import advice as idle_rules
+    from dlprof_lite.report.ranks import advice as rank_rules
 
-    modules = (rules, facts, summary, denominators, idle_rules)
+    modules = (rules, facts, summary, denominators, idle_rules, rank_rules, collective_rules)
     source = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in modules)
     for key, t in THRESHOLDS.items():
         assert t.citation and t.rule, key

@@ -78,6 +78,7 @@ TEXT_COLUMNS = frozenset({
     "cause",  # idle (kind, layer, phase: above)
     "part",  # critical, critical_path (track, name: above)
     "group", "op",  # collectives, collective_ops (dtype: above)
+    "node", "node_ranks",  # clock_offsets (several inputs)
 })  # fmt: skip
 BOOL_COLUMNS = frozenset({"uses_tensor_cores", "warmup", "in_window", "tc_eligible", "straggler",
                           "complete", "async"})

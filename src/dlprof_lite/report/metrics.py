@@ -479,7 +479,7 @@ COLLECTIVES_REPORT = _cols(
 # Several inputs (nodes): each input's clock against the first's (report/collectives/clocks.py).
 CLOCK_OFFSETS_REPORT = _cols(
     ("node", "", "the input's report folder"),
-    ("ranks", "", "the ranks it holds"),
+    ("node_ranks", "", "the ranks it holds, comma-separated"),
     ("offset_ns", "ns", "its clock ahead of the first input's: the median over the collectives "
      "both hold of the difference of their median ends (empty: none shared)"),
     ("error_ns", "ns", "the median absolute deviation of those differences"),

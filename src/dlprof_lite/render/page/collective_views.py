@@ -13,7 +13,6 @@ import pandas as pd
 from dlprof_lite.render.page.charts import base_layout, scaled, unit_for
 from dlprof_lite.render.page.figures import Figure, figure, text
 from dlprof_lite.render.page.html_tables import Column, table
-from dlprof_lite.report.collectives.instances import who_waits
 from dlprof_lite.report.units import bytes_text, duration, percent
 
 OP_COLUMNS = (
@@ -26,6 +25,16 @@ OP_COLUMNS = (
     Column("waiting", "wait_share", percent),
     Column("busbw GB/s", "busbw_gbps", lambda v: "-" if v != v else f"{float(v):.3g}"),  # type: ignore[arg-type]
 )
+
+
+def who_waits(collectives: pd.DataFrame) -> pd.DataFrame:
+    """Nanoseconds each rank (rows) waited in instances another rank (columns) arrived last
+    at, from the collectives table's rows."""
+    if collectives.empty:
+        return pd.DataFrame()
+    waited = collectives[(collectives["rank"] != collectives["last_rank"]).to_numpy(dtype=bool)]
+    return waited.pivot_table(index="rank", columns="last_rank", values="wait_ns",
+                              aggfunc="sum", fill_value=0)  # fmt: skip
 
 
 def waits_figure(collectives: pd.DataFrame, steps: int) -> Figure | None:

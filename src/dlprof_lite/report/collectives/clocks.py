@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-OFFSET_COLUMNS = ("node", "ranks", "offset_ns", "error_ns", "instances")
+OFFSET_COLUMNS = ("node", "node_ranks", "offset_ns", "error_ns", "instances")
 
 
 def align(nodes: Sequence[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -34,13 +34,13 @@ def align(nodes: Sequence[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.D
         ranks = ",".join(map(str, sorted(set(calls["rank"].astype(int)))))
         if index == 0:
             out.append(calls)
-            rows.append({"node": name, "ranks": ranks, "offset_ns": 0.0, "error_ns": 0.0,
+            rows.append({"node": name, "node_ranks": ranks, "offset_ns": 0.0, "error_ns": 0.0,
                          "instances": len(ref_end)})  # fmt: skip
             continue
         shared = _ends(calls).to_frame("mine").join(ref_end.to_frame("ref"), how="inner")
         if shared.empty:
             out.append(calls)
-            rows.append({"node": name, "ranks": ranks, "offset_ns": np.nan,
+            rows.append({"node": name, "node_ranks": ranks, "offset_ns": np.nan,
                          "error_ns": np.nan, "instances": 0})  # fmt: skip
             continue
         estimates = (shared["mine"] - shared["ref"]).to_numpy(dtype=np.float64)
@@ -51,7 +51,7 @@ def align(nodes: Sequence[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.D
         moved["start_ns"] = moved["start_ns"] - shift
         moved["end_ns"] = moved["end_ns"] - shift
         out.append(moved)
-        rows.append({"node": name, "ranks": ranks, "offset_ns": offset, "error_ns": error,
+        rows.append({"node": name, "node_ranks": ranks, "offset_ns": offset, "error_ns": error,
                      "instances": len(shared)})  # fmt: skip
     return pd.concat(out, ignore_index=True), pd.DataFrame(rows, columns=list(OFFSET_COLUMNS))
 

@@ -79,16 +79,6 @@ def op_summary(instances: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(OP_COLUMNS))
 
 
-def who_waits(instances: pd.DataFrame) -> pd.DataFrame:
-    """Nanoseconds each rank (rows) waited in instances another rank (columns) arrived last
-    at: the page's "who makes whom wait" matrix."""
-    if instances.empty:
-        return pd.DataFrame()
-    waited = instances[(instances["rank"] != instances["last_rank"]).to_numpy(dtype=bool)]
-    return waited.pivot_table(index="rank", columns="last_rank", values="wait_ns",
-                              aggfunc="sum", fill_value=0)  # fmt: skip
-
-
 def rank_waits(instances: pd.DataFrame, steps: int) -> pd.DataFrame:
     """Per rank, per analysed step: ``step_coll_wait_ns`` (its own wait in collectives) and
     ``step_waited_for_ns`` (the other ranks' mean wait in the instances it arrived last at)."""
