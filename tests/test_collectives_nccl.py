@@ -208,3 +208,24 @@ def test_hostile_collective_facts_are_left_out_not_believed(tmp_path: Path) -> N
     calls = hostile.collectives  # type: ignore[attr-defined]
     assert len(calls) == good  # the junk matched no range of its op on its thread
     assert set(calls["group"]) == {"0-3"}
+
+
+def test_the_console_table_keeps_each_row_its_own_figures() -> None:
+    """Sorted by wait, each row's size and bandwidth stay that row's."""
+    import pandas as pd
+
+    from dlprof_lite.render.console import _collectives_table
+
+    ops = pd.DataFrame([
+        {"group": "0-3", "op": "broadcast", "size_bytes": 1024, "ranks": 4, "instances": 2,
+         "bytes_mean": 1024.0, "transfer_median_ns": 1e3, "wait_mean_ns": 1e3,
+         "wait_share": 0.1, "algbw_gbps": 1.0, "busbw_gbps": 1.0},
+        {"group": "0-3", "op": "all_reduce", "size_bytes": 2**20, "ranks": 4, "instances": 2,
+         "bytes_mean": 2.0**20, "transfer_median_ns": 1e3, "wait_mean_ns": 9e6,
+         "wait_share": 0.9, "algbw_gbps": 2.0, "busbw_gbps": 3.0},
+    ])  # fmt: skip
+    table = _collectives_table(ops, 120)
+    assert table is not None
+    cells = [[str(c) for c in column._cells] for column in table.columns]
+    assert cells[0] == ["all_reduce", "broadcast"]  # the larger wait first
+    assert cells[1] == ["1.0 MiB", "1.0 KiB"] and cells[-1] == ["3", "1"]

@@ -138,7 +138,9 @@ def _analyze_export(
     release_freed_memory()
     (progress or no_progress)(Stage.WRITING)
     report, trace = _report_of(profile, options)
-    calls = _calls(profile)
+    from dlprof_lite.report.collectives.calls import calls_of
+
+    calls = calls_of(profile)
     if not processes:
         release_freed_memory()  # the caller drops the profile and writes the files
         return Analysed(report, trace, own_rank=_own_rank(profile), calls=calls)
@@ -153,13 +155,6 @@ def _analyze_export(
             warnings.append(f"no report for {process.folder} (pid {process.pid}): {err}")
     return Analysed(report, trace, tuple(per_rank), tuple(warnings), calls=calls)
 
-
-def _calls(profile: Profile) -> pd.DataFrame:
-    from dlprof_lite.report.collectives.calls import collective_calls
-    from dlprof_lite.report.ranks.table import ranks_of
-
-    return collective_calls(profile, ranks_of(profile, sorted({int(p) for p in
-                                                               profile.facts["pid"]})))
 
 
 def _own_rank(profile: Profile) -> int | None:

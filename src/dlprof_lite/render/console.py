@@ -247,14 +247,14 @@ def _ranks_table(ranks: pd.DataFrame, width: int, pipeline: bool = False) -> Ric
     )
     columns = dict(_RANK_COLUMNS)
     if pipeline:  # the stages' time without compute (report/ranks/table.py)
-        columns.pop("overlap")  # the bubble says more there, and the table must fit
+        columns.pop("overlap", None)  # the bubble says more there, and the table must fit
         columns |= {"bubble": "bubble"}
     if not (pd.to_numeric(ranks["step_data_ns"]).fillna(0) > 0).any():
         columns.pop("step_data_ns")  # no data phase recorded: a column of zeros
     if ranks["device_id"].isna().all():  # CPU ranks (gloo): no GPU figures to show
         for gone in ("device", "step_compute_ns", "step_comm_ns", "step_exposed_comm_ns",
                      "overlap"):  # fmt: skip
-            columns.pop(gone)
+            columns.pop(gone, None)
     if "step_waited_for_ns" in ranks and ranks["step_waited_for_ns"].notna().any():
         # measured in the recorded collectives (report/collectives/)
         columns |= {"step_coll_wait_ns": "waits/step", "step_waited_for_ns": "waited for/step"}
@@ -273,10 +273,11 @@ def _collectives_table(ops: pd.DataFrame, width: int) -> RichTable | None:
     (report/collectives/)."""
     if ops.empty:
         return None
-    shown = ops.sort_values("wait_mean_ns", ascending=False, kind="stable").assign(
-        size=[bytes_text(b) for b in ops["bytes_mean"]],
-        wait=[_pct(v) for v in ops["wait_share"]],
-        busbw=["-" if v != v else f"{v:.3g}" for v in ops["busbw_gbps"]],
+    ordered = ops.sort_values("wait_mean_ns", ascending=False, kind="stable")
+    shown = ordered.assign(  # each cell from the row it stands in
+        size=[bytes_text(b) for b in ordered["bytes_mean"]],
+        wait=[_pct(v) for v in ordered["wait_share"]],
+        busbw=["-" if v != v else f"{v:.3g}" for v in ordered["busbw_gbps"]],
     )  # fmt: skip
     return _table("Collectives (matched across ranks)", shown, _COLLECTIVE_COLUMNS, width)
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
-from dlprof_lite.report.collectives.calls import collective_calls, pipelined
+from dlprof_lite.report.collectives.calls import calls_of, pipelined
 from dlprof_lite.report.collectives.instances import match, op_summary, rank_waits
 from dlprof_lite.report.critical.graph import build_graph
 from dlprof_lite.report.critical.path import critical_paths
@@ -26,12 +26,7 @@ from dlprof_lite.report.idle.table import idle_table
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.model import Report, empty_report, typed_collectives
-from dlprof_lite.report.ranks.table import (
-    communication_summary,
-    ranks_of,
-    ranks_table,
-    straggler_layer,
-)
+from dlprof_lite.report.ranks.table import communication_summary, ranks_table, straggler_layer
 from dlprof_lite.report.steps.projection import ProjectionInput
 from dlprof_lite.report.steps.table import device_count, iterations_table
 from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, step_of
@@ -87,9 +82,7 @@ def build_report(
               "timeline_end_ns": shown_to}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
     between_tables()
-    calls = collective_calls(profile, ranks_of(profile, sorted({int(p) for p in
-                                                               profile.facts["pid"]})))
-    collectives = match(calls, window)
+    collectives = match(calls_of(profile), window)
     ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)))
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's

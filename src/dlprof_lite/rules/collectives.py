@@ -85,23 +85,11 @@ def ranks_text(ranks: list[int]) -> str:
     return ",".join(map(str, ranks))
 
 
-def ranks_of_text(text: str) -> list[int]:
-    """The ranks of a group's text (:func:`ranks_count` of them, at most
-    :data:`MAX_GROUP_RANKS`); a ``#n`` suffix (the n-th communicator of an export without
-    facts, report/collectives/calls.py) is not part of them; text that is no group: none."""
-    count = ranks_count(text)
-    text = text.split("#", 1)[0]
-    if not count:
-        return []
-    if "-" in text:
-        first = int(text.split("-", 1)[0])
-        return list(range(first, first + count))
-    return [int(r) for r in text.split(",")]
-
-
 def ranks_count(text: str) -> int:
     """How many ranks a group's text names, without listing them (a profile's text is
-    untrusted: ``0-999999999`` is a count, not a list); 0 for text that is no group."""
+    untrusted: ``0-999999999`` is a count, not a list); a ``#n`` suffix (the n-th
+    communicator of an export without facts, report/collectives/calls.py) is not part of
+    them; 0 for text that is no group."""
     text = str(text).split("#", 1)[0]
     if re.fullmatch(r"\d{1,9}-\d{1,9}", text):
         first, last = (int(v) for v in text.split("-"))

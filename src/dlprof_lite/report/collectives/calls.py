@@ -37,6 +37,16 @@ CALL_COLUMNS = ("pid", "tid", "rank", "group", "op", "seq", "bytes", "dtype", "a
                 "start_ns", "end_ns", "from_kernels")  # fmt: skip
 
 
+def calls_of(profile: Profile) -> pd.DataFrame:
+    """:func:`collective_calls` with the ranks the ranks table gives the same processes (the
+    annotation's, else the order of every pid that has facts or kernels)."""
+    from dlprof_lite.report.ranks.table import ranks_of
+
+    pids = {int(p) for p in profile.facts["pid"]}
+    pids |= {int(p) for p in profile.kernels["pid"].unique()}
+    return collective_calls(profile, ranks_of(profile, sorted(pids)))
+
+
 def collective_calls(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     """One row per call (:data:`CALL_COLUMNS`), in start order: the recorded calls (their
     kernels' times where they launched one), else the communication kernels; ``rank`` from
