@@ -12,6 +12,10 @@ Each call writes one ``collective`` fact, on its own thread, just before its ran
 collectives of that group in this process, from 1: every rank calls a group's collectives in
 the same order, so the same number on every rank is the same instance), ``bytes`` (nccl-tests'
 size, rules/collectives.py), ``dtype``, ``async`` and, for sends and receives, ``peer``.
+A collective an FSDP unit issued (FSDP1 or ``fully_shard``: its owner on the calling stack,
+rules/collectives.py) also names ``unit`` (the layer of the unit's first module) and ``pass``
+(``forward`` or ``backward``, from the unit's training state: a prefetched unit's is the pass
+that prefetched it).
 The range, ``coll:<op>`` in the dlprof-lite domain, is a push/pop range around a blocking
 call; for ``async_op=True`` (and ``isend``/``irecv``) it is a start/end range from the call to
 the completion of the returned Work (a callback on its future), so the time is the
@@ -32,13 +36,21 @@ from typing import Any
 from dlprof_lite.annotate.backend import Backend
 from dlprof_lite.rules.collectives import (
     FACT_KEY,
+    FAMILY,
+    FSDP_FAMILIES,
+    FSDP_OWNER_LOCALS,
+    FSDP_OWNERS,
+    FSDP_STACK_DEPTH,
     OPS,
     POINT_TO_POINT,
     SIZE_OF,
+    fsdp_pass,
     range_name,
     ranks_text,
 )
 from dlprof_lite.rules.facts import fact_text
+
+LayerOf = Callable[[Any], "str | None"]  # a module's layer name (annotate/modules.py)
 
 _C10D = "torch.distributed.distributed_c10d"
 _MARK = "_dlprof_lite_collective"  # set on our wrappers (torch's own use functools.wraps too)
@@ -47,8 +59,9 @@ _MARK = "_dlprof_lite_collective"  # set on our wrappers (torch's own use functo
 class Collectives:
     """The wrappers' shared state: sequence numbers per group and the group ranks seen."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, layer_of: LayerOf | None = None) -> None:
         self._backend = backend
+        self._layer_of = layer_of
         self._lock = threading.Lock()
         self._seq: dict[str, int] = {}
         self._groups: dict[int, tuple[Any, str]] = {}  # id(group) -> (group, ranks text)
@@ -124,7 +137,37 @@ class Collectives:
             value["dtype"] = str(tensors[0].dtype).removeprefix("torch.") if tensors else None
         if op in POINT_TO_POINT:
             value["peer"] = given.get("dst", given.get("src"))
+        if self._layer_of is not None and FAMILY.get(op, op) in FSDP_FAMILIES:
+            unit = fsdp_unit(self._layer_of)
+            if unit is not None:
+                value["unit"], value["pass"] = unit
         return fact_text(FACT_KEY, value)
+
+
+def fsdp_unit(layer_of: LayerOf) -> tuple[str, str | None] | None:
+    """The layer and pass of the FSDP unit whose method called the wrapped collective (its
+    owner on the stack, rules/collectives.py), else None."""
+    import sys
+    from types import FrameType
+
+    frame: FrameType | None = sys._getframe(3)  # above: this, the fact's and the wrapper's
+    for _ in range(FSDP_STACK_DEPTH):
+        if frame is None:
+            return None
+        for local in FSDP_OWNER_LOCALS:
+            owner = frame.f_locals.get(local)
+            attribute = FSDP_OWNERS.get(type(owner).__name__) if owner is not None else None
+            if attribute is None:
+                continue
+            modules = getattr(owner, attribute, None)
+            first = modules[0] if isinstance(modules, (list, tuple)) and modules else modules
+            layer = layer_of(first) if first is not None else None
+            if layer is None:
+                return None
+            state = getattr(getattr(owner, "_training_state", None), "name", "")
+            return layer, fsdp_pass(str(state))
+        frame = frame.f_back
+    return None
 
 
 def _end_on_completion(work: Any, end: Callable[[], None]) -> None:
@@ -152,9 +195,9 @@ def _is_compiling() -> Callable[[], bool]:
     return check if callable(check) else (lambda: False)
 
 
-def install(backend: Backend) -> Callable[[], None]:
+def install(backend: Backend, layer_of: LayerOf | None = None) -> Callable[[], None]:
     """Wrap the collectives of ``torch.distributed`` (when this torch has it); returns the
-    function that restores torch's own."""
+    function that restores torch's own. ``layer_of`` names an FSDP unit's module."""
     import sys
 
     import torch
@@ -163,7 +206,7 @@ def install(backend: Backend) -> Callable[[], None]:
         return lambda: None
     dist = torch.distributed
     c10d = sys.modules.get(_C10D)
-    state = Collectives(backend)
+    state = Collectives(backend, layer_of)
     restored: list[tuple[Any, str, Any]] = []
     for op in OPS:
         original = getattr(dist, op, None)

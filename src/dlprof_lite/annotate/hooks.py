@@ -132,7 +132,7 @@ def install(level: str = "modules", depth: int | None = None) -> Annotation:
         undo.append(warmup.remove)
     undo.append(_wrap_dataloader_next(torch, tracker))
     undo.append(_watch_compilation(tracker))
-    undo.append(collectives.install(tracker.backend))
+    undo.append(collectives.install(tracker.backend, ranges.layer_of))
     stop_gc = gc_ranges.install(tracker.backend)
     undo.append(stop_gc)  # last in: the first hook removed
     _installed = Annotation(undo, tracker)

@@ -77,11 +77,11 @@ TEXT_COLUMNS = frozenset({
     "kind", "full_name", "phase", "track",  # timeline
     "cause",  # idle (kind, layer, phase: above)
     "part",  # critical, critical_path (track, name: above)
-    "group", "op",  # collectives, collective_ops (dtype: above)
+    "group", "op", "pass",  # collectives, collective_ops, collective_layers (dtype: above)
     "node", "node_ranks",  # clock_offsets (several inputs)
 })  # fmt: skip
 BOOL_COLUMNS = frozenset({"uses_tensor_cores", "warmup", "in_window", "tc_eligible", "straggler",
-                          "complete", "async"})
+                          "complete", "async", "fsdp"})
 # Numbers that may be below 0: an id meaning "none" (-1), advice values and thresholds, and
 # the straggler's excess over the other ranks (negative when it is not slower there).
 SIGNED = frozenset({"parent_path_id", "value", "threshold", "straggler_excess_ns",

@@ -31,6 +31,7 @@ from dlprof_lite.report.metrics import SCHEMA
 from dlprof_lite.report.model import (
     TABLES,
     Report,
+    empty_collective_layers,
     empty_collective_ops,
     empty_collectives,
     empty_critical,
@@ -47,6 +48,7 @@ OPTIONAL: dict[str, Callable[[], pd.DataFrame]] = {
     "timeline": empty_timeline, "ranks": empty_ranks, "idle": empty_idle,
     "critical": empty_critical, "critical_path": empty_critical_path,
     "collectives": empty_collectives, "collective_ops": empty_collective_ops,
+    "collective_layers": empty_collective_layers,
 }  # fmt: skip
 # The keys of a table's JSON document besides the summary's fields (writers.JsonWriter).
 HEAD = ("schema", "table", "definitions", "window")

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from dlprof_lite.durations import short
-from dlprof_lite.report.collectives.advice import slow_link
+from dlprof_lite.report.collectives.advice import fsdp_exposed, slow_link
 from dlprof_lite.report.frames import ancestors
 from dlprof_lite.report.idle.advice import idle_advice
 from dlprof_lite.report.layers.memory import input_bytes
@@ -562,16 +562,19 @@ RULES: tuple[Rule, ...] = (
 
 def advise(
     summary: Summary, layers: pd.DataFrame, idle: pd.DataFrame | None = None,
-    collective_ops: pd.DataFrame | None = None,
+    collective_ops: pd.DataFrame | None = None, collective_layers: pd.DataFrame | None = None,
 ) -> list[Advice]:  # fmt: skip
     """Every rule's finding, most severe first (rule order within a severity); ``idle``:
     the idle table, whose causes have findings of their own (report/idle/advice.py);
-    ``collective_ops``: the collectives per op and size (report/collectives/advice.py)."""
+    ``collective_ops`` and ``collective_layers``: the collectives per op and size and per
+    layer (report/collectives/advice.py)."""
     found = [a for rule in RULES if (a := rule(summary, layers)) is not None]
     if idle is not None:
         found += idle_advice(summary, idle)
     if collective_ops is not None:
         found += slow_link(summary, collective_ops)
+    if collective_layers is not None:
+        found += fsdp_exposed(summary, collective_layers)
     return sorted(found, key=lambda a: SEVERITY_ORDER[a.severity])
 
 

@@ -16,6 +16,7 @@ from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.collectives.calls import calls_of, pipelined
 from dlprof_lite.report.collectives.instances import match, op_summary, rank_waits
+from dlprof_lite.report.collectives.layers import layer_table
 from dlprof_lite.report.critical.graph import build_graph
 from dlprof_lite.report.critical.path import critical_paths
 from dlprof_lite.report.critical.table import critical_table, path_pieces
@@ -94,7 +95,10 @@ def build_report(
                     communication=communication)  # fmt: skip
     idle = idle_table(sums, iterations, devices)
     collective_ops = op_summary(collectives)
-    summary = replace(found, advice=tuple(advise(found, layers, idle, collective_ops)))
+    collective_layers = layer_table(collectives, len(window.steps),
+                                    found.iterations.iterations_mean_ns)  # fmt: skip
+    summary = replace(found, advice=tuple(advise(found, layers, idle, collective_ops,
+                                                 collective_layers)))  # fmt: skip
     rows = advice_rows(list(summary.advice))
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
     return Report(
@@ -111,6 +115,7 @@ def build_report(
         critical_path=critical_path,
         collectives=typed_collectives(collectives, "collectives"),
         collective_ops=typed_collectives(collective_ops, "collective_ops"),
+        collective_layers=typed_collectives(collective_layers, "collective_layers"),
     )
 
 

@@ -474,6 +474,33 @@ COLLECTIVES_REPORT = _cols(
     ("bytes", "B", "bytes moved by nccl-tests' convention (rules/collectives.py)"),
     ("dtype", "", "the tensors' dtype (empty: a barrier)"),
     ("async", "", "called with async_op=True: timed from the call to its work's completion"),
+    ("layer", "", "the layer it belongs to: an FSDP unit's, else the module range it was called "
+     "in (empty: outside every layer)"),
+    ("pass", "", "forward or backward (an FSDP unit's pass; else the phase it was called in)"),
+    ("fsdp", "", "issued by an FSDP unit (FSDP1 or fully_shard) for its layer"),
+    ("exposed_ns", "ns", "the part of duration_ns no compute kernel of its GPU overlapped; a "
+     "call with no kernel: all of it when blocking, empty when asynchronous"),
+)
+
+# Collectives per layer (report/collectives/layers.py): per (layer, pass, group, op), per rank
+# and analysed step.
+COLLECTIVE_LAYERS_REPORT = _cols(
+    ("layer", "", "the layer (as collectives.csv; empty: outside every layer)"),
+    ("pass", "", "forward or backward (else the phase the calls ran in)"),
+    ("group", "", "the process group's ranks"),
+    ("op", "", "the torch.distributed function"),
+    ("fsdp", "", "issued by an FSDP unit for this layer"),
+    ("ranks", "", "ranks that recorded these calls"),
+    ("calls_per_step", "", "calls per rank and analysed step"),
+    ("bytes_mean", "B", "mean bytes per call (an FSDP unit: its padded size, nccl-tests' "
+     "convention)"),
+    ("time_ns", "ns", "the calls' duration per rank and analysed step (transfer + wait)"),
+    ("transfer_ns", "ns", "of which the data moved (each instance's shortest duration)"),
+    ("wait_ns", "ns", "of which the rank waited for the others"),
+    ("exposed_ns", "ns", "of which no compute overlapped (empty: an asynchronous call with no "
+     "kernel)"),
+    ("hidden_ns", "ns", "time_ns - exposed_ns: overlapped by compute"),
+    ("exposed_share", "", "exposed_ns / the mean analysed iteration (0-1)"),
 )
 
 # Several inputs (nodes): each input's clock against the first's (report/collectives/clocks.py).
@@ -545,6 +572,7 @@ REPORTS: dict[str, tuple[ReportColumn, ...]] = {
     "critical_path": CRITICAL_PATH_REPORT,
     "collectives": COLLECTIVES_REPORT,
     "collective_ops": COLLECTIVE_OPS_REPORT,
+    "collective_layers": COLLECTIVE_LAYERS_REPORT,
     "clock_offsets": CLOCK_OFFSETS_REPORT,
     "runs": RUNS_REPORT,
 }

@@ -119,10 +119,11 @@ def _typed(frame: pd.DataFrame, table: str, text: tuple[str, ...], floats: tuple
     return typed
 
 
-COLLECTIVE_TEXT = ("group", "op", "dtype")
-COLLECTIVE_BOOLS = ("complete", "async")
+COLLECTIVE_TEXT = ("group", "op", "dtype", "layer", "pass")
+COLLECTIVE_BOOLS = ("complete", "async", "fsdp")
 COLLECTIVE_FLOATS = ("bytes_mean", "transfer_median_ns", "wait_mean_ns", "wait_share",
-                     "algbw_gbps", "busbw_gbps")  # fmt: skip
+                     "algbw_gbps", "busbw_gbps", "exposed_ns", "calls_per_step", "time_ns",
+                     "transfer_ns", "wait_ns", "hidden_ns", "exposed_share")  # fmt: skip
 
 
 def empty_collectives() -> pd.DataFrame:
@@ -133,8 +134,13 @@ def empty_collective_ops() -> pd.DataFrame:
     return typed_collectives(empty_report("collective_ops"), "collective_ops")
 
 
+def empty_collective_layers() -> pd.DataFrame:
+    return typed_collectives(empty_report("collective_layers"), "collective_layers")
+
+
 def typed_collectives(frame: pd.DataFrame, table: str) -> pd.DataFrame:
-    """The collectives or collective_ops table's declared column order and dtypes."""
+    """A collectives table's (collectives, collective_ops, collective_layers) declared column
+    order and dtypes."""
     return _typed(frame, table, COLLECTIVE_TEXT, COLLECTIVE_FLOATS, COLLECTIVE_BOOLS)
 
 
@@ -161,7 +167,7 @@ def typed_timeline(frame: pd.DataFrame) -> pd.DataFrame:
 
 TABLES = ("summary", "kernels", "ranges", "layers", "iterations", "advice", "timeline",
           "ranks", "idle", "critical", "critical_path", "collectives",
-          "collective_ops")  # fmt: skip
+          "collective_ops", "collective_layers")  # fmt: skip
 WINDOWED = ("kernels", "ranges", "layers")  # tables over the window (report/steps/window.py)
 
 
@@ -197,6 +203,8 @@ class Report:
     # (report/collectives/); a folder written before them reads back empty.
     collectives: pd.DataFrame = field(default_factory=empty_collectives)
     collective_ops: pd.DataFrame = field(default_factory=empty_collective_ops)
+    # Collectives per layer and pass (report/collectives/layers.py); empty before it existed.
+    collective_layers: pd.DataFrame = field(default_factory=empty_collective_layers)
 
     def table(self, name: str) -> pd.DataFrame:
         """A report table by name (``summary`` is its one-row flat form)."""

@@ -53,6 +53,48 @@ ALL_TO_ALL_RE = r"(?i)all_?to_?all"
 FAMILY = {"all_gather_into_tensor": "all_gather", "all_gather_single": "all_gather",
           "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",
           "all_to_all_single": "all_to_all", "isend": "send", "irecv": "recv"}
+# -- FSDP units ----------------------------------------------------------------------------------
+#
+# A collective FSDP issues names the unit it gathers or reduces, found on the calling stack (the
+# object whose method issued it), by class name so that nothing of FSDP is imported:
+# - FSDP2 (``fully_shard``): ``FSDPParamGroup`` (torch/distributed/fsdp/_fully_shard/
+#   _fsdp_param_group.py) runs ``foreach_all_gather`` from ``unshard`` and ``foreach_reduce``
+#   from ``post_backward``; its ``modules`` are the unit's modules, its ``_training_state`` a
+#   ``TrainingState`` (FORWARD, PRE_BACKWARD, POST_BACKWARD; a prefetched unit is put in the
+#   prefetching pass's state first, ``use_training_state``).
+# - FSDP1 (``FullyShardedDataParallel``): ``FlatParamHandle`` (torch/distributed/fsdp/
+#   _flat_param.py) all-gathers in ``_all_gather_flat_param`` (``self``) and is reduced in
+#   ``_runtime_utils._reduce_grad(state, handle)`` (``handle``); its ``_fully_sharded_module``
+#   is the unit, its ``_training_state`` a ``HandleTrainingState`` (FORWARD, BACKWARD_PRE,
+#   BACKWARD_POST).
+# The bytes are then the unit's padded sizes: FSDP pads each shard so that every rank holds as
+# many elements, and gathers (or reduce-scatters) the padded whole.
+FSDP_OWNERS: dict[str, str] = {  # the owner's class -> the attribute holding its module(s)
+    "FSDPParamGroup": "modules",
+    "FlatParamHandle": "_fully_sharded_module",
+}
+FSDP_OWNER_LOCALS = ("self", "handle")  # the locals an owner is found in
+FSDP_STACK_DEPTH = 8  # frames looked at above the wrapped call (FSDP2: 3, FSDP1: 1)
+# The op families FSDP issues (an HSDP replica all-reduce too).
+FSDP_FAMILIES = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def fsdp_pass(state_name: str) -> str | None:
+    """``forward`` or ``backward`` from an FSDP training state's name, else None."""
+    name = state_name.upper()
+    if "BACKWARD" in name:
+        return "backward"
+    if "FORWARD" in name:
+        return "forward"
+    return None
+
+
+# The advice on exposed FSDP collectives: all-gathers (or reduce-scatters) that no compute
+# overlaps for at least this share of the mean step. dlprof-lite choice: a tenth of the step is
+# what prefetching can win back (FSDP's own design overlaps all of it but the first all-gather
+# and the last reduce-scatter).
+FSDP_EXPOSED_WARN_SHARE = 0.10
+
 # The range each call runs in (dlprof-lite domain): ``coll:`` + the op.
 RANGE_PREFIX = "coll:"
 FACT_KEY = COLLECTIVE

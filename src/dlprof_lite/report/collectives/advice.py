@@ -4,6 +4,10 @@ A large collective whose ranks hardly wait yet whose bus bandwidth is far below 
 NVLink (rules/collectives.py: the link, the size and the shares) moves its data slowly: the
 link, not a late rank, is the question. The rank the others wait for has its own advice
 (report/ranks/advice.py).
+
+FSDP's all-gathers and reduce-scatters per layer (report/collectives/layers.py): when those
+of one pass that no compute overlapped add up to FSDP_EXPOSED_WARN_SHARE of the mean step,
+prefetching (or keeping the last units gathered) is what wins the time back.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import pandas as pd
 from dlprof_lite.report.summary_types import Advice, Summary
 from dlprof_lite.report.units import bytes_text
 from dlprof_lite.rules.collectives import (
+    FAMILY,
+    FSDP_EXPOSED_WARN_SHARE,
     LINK_LOW_SHARE,
     LINK_MAX_WAIT_SHARE,
     LINK_MIN_BYTES,
@@ -52,4 +58,56 @@ def slow_link(summary: Summary, ops: pd.DataFrame) -> list[Advice]:
                             f"{bytes_text(LINK_MIN_BYTES)}, waits at most "
                             f"{LINK_MAX_WAIT_SHARE:.0%}, busbw below {LINK_LOW_SHARE:.0%} of "
                             f"the link; busbw as nccl-tests defines it; link: {source}"))
+    return found
+
+
+# What wins exposed FSDP time back, per (op family, pass): FSDP1's constructor arguments and
+# FSDP2's FSDPModule methods (torch.distributed.fsdp docs).
+_FSDP_REMEDY = {
+    ("all_gather", "forward"):
+        "Prefetch the next unit's all-gather during this one's forward: FSDP2 "
+        "`unit.set_modules_to_forward_prefetch([next_unit])`, FSDP1 `forward_prefetch=True`; "
+        "on FSDP2 keep the root's parameters gathered (`reshard_after_forward=False` on it).",
+    ("all_gather", "backward"):
+        "Prefetch the previous unit's all-gather during this one's backward: FSDP2 "
+        "`unit.set_modules_to_backward_prefetch([previous_unit])`, FSDP1 "
+        "`backward_prefetch=BackwardPrefetch.BACKWARD_PRE`; or skip the backward all-gather of "
+        "the last units with `reshard_after_forward=False` (more memory).",
+    ("reduce_scatter", "backward"):
+        "A reduce-scatter overlaps the next unit's backward; exposed ones come from units too "
+        "small to hide it or from the first unit's, which nothing follows: make units larger "
+        "(wrap bigger blocks), and under gradient accumulation skip the sync of all but the last "
+        "micro-batch (FSDP2 `set_requires_gradient_sync(False)`, FSDP1 `no_sync()`).",
+}
+
+
+def fsdp_exposed(summary: Summary, layers: pd.DataFrame) -> list[Advice]:
+    """Per (op family, pass) of FSDP's calls: their exposed time over the mean step, when at
+    least FSDP_EXPOSED_WARN_SHARE."""
+    if layers.empty:
+        return []
+    rows = layers[layers["fsdp"].eq(True).to_numpy(dtype=bool)].copy()
+    if rows.empty:
+        return []
+    rows["family"] = [FAMILY.get(str(op), str(op)) for op in rows["op"]]
+    found = []
+    for (family, phase), g in rows.groupby(["family", "pass"], sort=True):
+        share = float(g["exposed_share"].sum(min_count=1))
+        remedy = _FSDP_REMEDY.get((str(family), str(phase)))
+        if remedy is None or not share >= FSDP_EXPOSED_WARN_SHARE:
+            continue
+        top = g.sort_values("exposed_ns", ascending=False).head(3)
+        named = "; ".join(
+            f"{r['layer'] or '(outside layers)'} {float(r['exposed_ns']) / 1e6:.3g} ms of "
+            f"{float(r['time_ns']) / 1e6:.3g} ms ({bytes_text(float(r['bytes_mean']))} a call)"
+            for r in top.to_dict("records"))  # fmt: skip
+        name = str(family).replace("_", "-")
+        evidence = (f"FSDP's {phase} {name}s leave {share:.0%} of the mean step with no compute "
+                    f"overlapping them ({float(g['exposed_ns'].sum()) / 1e6:.3g} ms per step, "
+                    f"{len(g)} layers); most: {named}")
+        found.append(Advice(f"FSDP {phase} {name}s are exposed", "warn", evidence, remedy,
+                            "exposed_share", share, FSDP_EXPOSED_WARN_SHARE,
+                            "dlprof-lite choice (rules/collectives.py): exposed FSDP "
+                            "collectives of one pass at least "
+                            f"{FSDP_EXPOSED_WARN_SHARE:.0%} of the mean step"))
     return found

@@ -13,6 +13,14 @@ kernels, per stream in the order its streams first ran one, are its calls, the n
 stream being the stream's n-th instance (every rank runs a communicator's collectives in one
 order), where every rank ran as many on that stream (else its order cannot pair them);
 their group is every rank of the export, their bytes unknown.
+
+Each call's **layer** and **pass**: an FSDP unit's collective carries them in its fact (the
+unit's layer and the pass that gathered or reduced it; ``fsdp`` true); any other call takes
+those of the range it was called in (its ``coll:`` range's, which ingest gives the
+enclosing module range's layer and phase), a kernel-only call its kernel's. Tensor-parallel
+layers' collectives so land on their modules. Its **exposed** time is the part of its
+duration no compute kernel of its GPU timeline overlaps; a call that ran no kernel (gloo) is
+exposed whole when it blocked its thread, unknown (NaN) when asynchronous.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.report.intervals import covered_between, merge
 from dlprof_lite.report.ranks.table import collectives as comm_ops
 from dlprof_lite.rules.collectives import (
     ALL_TO_ALL_RE,
@@ -34,7 +43,8 @@ from dlprof_lite.rules.collectives import (
 from dlprof_lite.rules.names import COLLECTIVE, DOMAIN
 
 CALL_COLUMNS = ("pid", "tid", "rank", "group", "op", "seq", "bytes", "dtype", "async", "peer",
-                "start_ns", "end_ns", "from_kernels")  # fmt: skip
+                "start_ns", "end_ns", "from_kernels", "layer", "pass", "fsdp",
+                "exposed_ns")  # fmt: skip
 
 
 def calls_of(profile: Profile) -> pd.DataFrame:
@@ -61,8 +71,9 @@ def _comm_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
     if kernels.empty:
         return kernels
     op = comm_ops(kernels["name"])
-    found: pd.DataFrame = kernels.loc[op != "", ["pid", "tid", "stream_id", "start_ns",
-                                                 "end_ns", "api_start_ns"]].copy()  # fmt: skip
+    found: pd.DataFrame = kernels.loc[op != "", ["pid", "tid", "stream_id", "device_id",
+                                                 "start_ns", "end_ns", "api_start_ns", "layer",
+                                                 "phase"]].copy()  # fmt: skip
     found["op"] = op[op != ""]
     return found
 
@@ -71,9 +82,12 @@ def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     """Each call that launched a communication kernel, timed by that kernel."""
     comm = _comm_kernels(kernels)
     comm = comm.dropna(subset=["tid", "api_start_ns"])
+    calls = calls.copy()
+    calls["exposed_ns"] = _off_the_gpu(calls)
     if comm.empty:
         return calls
-    comm = comm.astype({"pid": "int64", "tid": "int64", "api_start_ns": "int64"}).rename(
+    comm = comm.drop(columns=["layer", "phase"]).astype(
+        {"pid": "int64", "tid": "int64", "api_start_ns": "int64"}).rename(
         columns={"start_ns": "k_start", "end_ns": "k_end", "op": "k_op"}).sort_values(
         "api_start_ns")  # fmt: skip
     c = calls.reset_index(drop=True)
@@ -85,7 +99,40 @@ def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     out = c.drop(columns="order")
     out.loc[inside, "start_ns"] = joined.loc[inside, "k_start"].to_numpy(dtype=np.int64)
     out.loc[inside, "end_ns"] = joined.loc[inside, "k_end"].to_numpy(dtype=np.int64)
+    timed = out.loc[inside]
+    out.loc[inside, "exposed_ns"] = exposed(
+        kernels, timed["pid"].to_numpy(dtype=np.int64),
+        joined.loc[inside, "device_id"].to_numpy(dtype=np.float64),
+        timed["start_ns"].to_numpy(dtype=np.int64), timed["end_ns"].to_numpy(dtype=np.int64))
     return out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
+
+
+def _off_the_gpu(calls: pd.DataFrame) -> np.ndarray:
+    """A call that ran no kernel: exposed whole if it blocked its thread, else unknown."""
+    duration = (calls["end_ns"] - calls["start_ns"]).to_numpy(dtype=np.float64)
+    found: np.ndarray = np.where(calls["async"].to_numpy(dtype=bool), np.nan, duration)
+    return found
+
+
+def exposed(kernels: pd.DataFrame, pids: np.ndarray, devices: np.ndarray, starts: np.ndarray,
+            ends: np.ndarray) -> np.ndarray:
+    """Of each interval on GPU timeline ``(pid, device)``, the time no compute kernel (one that
+    is not communication) of that timeline overlaps (one merge per timeline)."""
+    out: np.ndarray = (ends - starts).astype(np.float64)
+    if kernels.empty or not len(pids):
+        return out
+    compute = kernels[comm_ops(kernels["name"]) == ""]
+    k_pid = compute["pid"].to_numpy(dtype=np.int64)
+    k_dev = compute["device_id"].to_numpy(dtype=np.float64)
+    k_start = compute["start_ns"].to_numpy(dtype=np.int64)
+    k_end = compute["end_ns"].to_numpy(dtype=np.int64)
+    for pid, device in {(int(p), float(d)) for p, d in zip(pids, devices, strict=True)}:
+        mine = (pids == pid) & (devices == device)
+        theirs = (k_pid == pid) & (k_dev == device)
+        busy = merge(k_start[theirs], k_end[theirs])
+        out[mine] -= covered_between(busy, starts[mine], ends[mine])
+    result: np.ndarray = out
+    return result
 
 
 def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int]) -> pd.DataFrame:
@@ -111,7 +158,13 @@ def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int]) -> pd.DataFram
         "op": comm["op"], "seq": comm["seq"].astype("int64"), "bytes": 0, "dtype": None,
         "async": False, "peer": None, "start_ns": comm["start_ns"].astype("int64"),
         "end_ns": comm["end_ns"].astype("int64"), "from_kernels": True,
+        "layer": comm["layer"].astype(object), "pass": comm["phase"].astype(object),
+        "fsdp": False,
     })  # fmt: skip
+    out["exposed_ns"] = exposed(kernels, out["pid"].to_numpy(dtype=np.int64),
+                                comm["device_id"].to_numpy(dtype=np.float64),
+                                out["start_ns"].to_numpy(dtype=np.int64),
+                                out["end_ns"].to_numpy(dtype=np.int64))  # fmt: skip
     return out.loc[:, list(CALL_COLUMNS)].reset_index(drop=True)
 
 
@@ -125,7 +178,7 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     names = r["name"].astype(object)
     ours = (r["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool) & names.str.startswith(
         RANGE_PREFIX, na=False).to_numpy(dtype=bool)  # fmt: skip
-    ranges = r.loc[ours, ["start_ns", "end_ns", "pid", "tid"]].copy()
+    ranges = r.loc[ours, ["start_ns", "end_ns", "pid", "tid", "layer", "phase"]].copy()
     if ranges.empty:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
     ranges["op"] = names[ours].str.slice(len(RANGE_PREFIX)).to_numpy()
@@ -142,7 +195,11 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
         "dtype": [v.get("dtype") for v in values],
         "async": [bool(v.get("async", False)) for v in values],
         "peer": [_int(v.get("peer")) for v in values],
+        "unit": [_text(v.get("unit")) for v in values],
+        "unit_pass": [_text(v.get("pass")) for v in values],
     }).sort_values("at", kind="stable")  # fmt: skip
+    ranges["layer"] = ranges["layer"].astype(object)
+    ranges["phase"] = ranges["phase"].astype(object)
     ranges = ranges.sort_values("start_ns", kind="stable")
     joined = pd.merge_asof(wanted, ranges, left_on="at", right_on="start_ns",
                            by=["pid", "tid", "op"], direction="forward")  # fmt: skip
@@ -155,9 +212,17 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     joined["rank"] = [rank_of.get(int(p), order[int(p)]) for p in joined["pid"]]
     joined["bytes"] = joined["bytes"].fillna(0)
     joined["from_kernels"] = False
+    joined["fsdp"] = joined["unit"].notna()
+    joined["layer"] = joined["unit"].where(joined["fsdp"], joined["layer"])
+    joined["pass"] = joined["unit_pass"].where(joined["unit_pass"].notna(), joined["phase"])
+    joined["exposed_ns"] = np.nan
     out = joined.astype({"start_ns": "int64", "end_ns": "int64", "seq": "int64",
                          "bytes": "int64"})  # fmt: skip
     return out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _int(value: object) -> int | None:

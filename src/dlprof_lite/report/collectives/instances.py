@@ -18,7 +18,7 @@ from dlprof_lite.rules.collectives import POINT_TO_POINT, bus_factor, ranks_coun
 
 INSTANCE_COLUMNS = ("group", "op", "seq", "rank", "start_ns", "end_ns", "duration_ns",
                     "transfer_ns", "wait_ns", "last_rank", "ranks", "complete", "bytes",
-                    "dtype", "async")  # fmt: skip
+                    "dtype", "async", "layer", "pass", "fsdp", "exposed_ns")  # fmt: skip
 OP_COLUMNS = ("group", "op", "size_bytes", "ranks", "instances", "bytes_mean",
               "transfer_median_ns", "wait_mean_ns", "wait_share", "algbw_gbps",
               "busbw_gbps")  # fmt: skip
