@@ -11,11 +11,14 @@ stream 7, NCCL's all-gathers and reduce-scatters on stream 20):
               RS layers.2 [1400, 1550)  AG layers.0 [1410, 1510)  C 0 [1700, 2000)
               RS layers.1 [1700, 1900)  RS layers.0 [2000, 2300)
     optimizer [2300, 2400); the step ends at 2500
+    tensor-parallel all-reduces (stream 21, no fact: DTensor's functional collectives are not
+    recorded): layers.1's in its forward [745, 795), layers.2's in its backward [1300, 1350)
 
 Rank 1 reaches the first all-gather late (``a`` = 40 µs, rank 0's is 0), so rank 0 waits 40 µs
 there and the transfer is 100 µs. What no compute overlaps (exposed), by hand: layers.0's
 forward all-gather all of it (nothing runs before it), layers.2's 60 µs (740-800), layers.0's
-reduce-scatter all 300 µs (nothing follows it); the rest is hidden. :data:`TRUTH` holds these
+reduce-scatter all 300 µs (nothing follows it), layers.1's tensor-parallel all-reduce all
+50 µs (740-800); the rest is hidden. :data:`TRUTH` holds these
 per (layer, pass, op), per rank and step (means over the two ranks).
 
 With ``annotated`` each call also has what dlprof-lite's annotation records: a ``collective``
@@ -76,6 +79,10 @@ TRUTH = {
     ("layers.1", "backward", RS): {"time": 200, "transfer": 200, "wait": 0, "exposed": 0},
     ("layers.0", "backward", RS): {"time": 300, "transfer": 300, "wait": 0, "exposed": 300},
 }
+TP_CALLS = (("layers.1", "forward", 745, 795), ("layers.2", "backward", 1300, 1350))
+TP_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+TP_TRUTH = {("layers.1", "forward"): {"time": 50, "exposed": 50},
+            ("layers.2", "backward"): {"time": 50, "exposed": 0}}
 LAUNCHED_IN = {(unit, phase, op): launched for op, unit, phase, _, _, launched in CALLS}
 LAUNCH_US = 30  # a launch precedes its kernel on the host by this much
 
@@ -90,6 +97,7 @@ def make(path: Path, *, steps: int = 6, annotated: bool = True) -> None:
             db.thread(pid, pid + 1, "pt_autograd_0")
             db.stream(pid, 7)
             db.stream(pid, 20)
+            db.stream(pid, 21)
             db.gpu(rank, name="NVIDIA H100 80GB HBM3")
             db.mark(T0 - 500, fact_text("process", {"rank": rank, "local_rank": rank,
                                                     "world_size": 2}),
@@ -120,6 +128,8 @@ def _step(db: NsysDb, base: int, rank: int, pid: int, corr: dict[int, int], step
         spans.setdefault((layer, phase), []).append(start)
     for _, _, phase, start, _, launched in CALLS:
         spans.setdefault((launched, phase), []).append(start)
+    for layer, phase, start, _ in TP_CALLS:
+        spans.setdefault((layer, phase), []).append(start)
     for (layer, phase), starts in spans.items():
         if not layer:
             continue
@@ -150,6 +160,12 @@ def _step(db: NsysDb, base: int, rank: int, pid: int, corr: dict[int, int], step
                    correlation_id=corr[rank])  # fmt: skip
         db.kernel(at(first), at(end), KERNEL[op], pid=pid, correlation_id=corr[rank],
                   device=rank, stream=20)  # fmt: skip
+    for _, phase, start, end in TP_CALLS:
+        corr[rank] += 1
+        db.runtime(at(start - LAUNCH_US), at(start - LAUNCH_US + 2), "cudaLaunchKernelExC_v11060",
+                   pid=pid, tid=thread(phase), correlation_id=corr[rank])  # fmt: skip
+        db.kernel(at(start), at(end), TP_KERNEL, pid=pid, correlation_id=corr[rank], device=rank,
+                  stream=21)  # fmt: skip
 
 
 def main() -> None:

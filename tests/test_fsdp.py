@@ -9,7 +9,8 @@ call's wait + transfer must be its duration.
 Generated: scripts/make_fsdp_profile.py schedules three units' all-gathers and reduce-scatters
 on two GPUs against their compute in round numbers; the per-layer time, transfer, wait and
 exposed time must equal its hand-made truth, from the annotation's facts; from the kernels
-alone each collective lands on the layer whose range launched it.
+alone each collective lands on the layer whose range launched it. Its tensor-parallel
+all-reduces (kernels no recorded call launched) land on the layers they ran in either way.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 
 from dlprof_lite.ingest.load import load
 from dlprof_lite.report.build import build_report
-from make_fsdp_profile import AG, BYTES, CALLS, LAUNCHED_IN, RS, TRUTH, make
+from make_fsdp_profile import AG, BYTES, CALLS, LAUNCHED_IN, RS, TP_TRUTH, TRUTH, make
 
 SCRIPT = str(Path(__file__).parent / "real_scripts" / "fsdp_train.py")
 STEPS = 6
@@ -83,6 +84,10 @@ def test_per_layer_time_wait_and_exposure_equal_the_schedule(tmp_path: Path) -> 
     report = report_of(tmp_path, annotated=True)
     table = report.collective_layers  # type: ignore[attr-defined]
     got = {(r.layer, r._2, r.op): r for r in table.itertuples()}  # _2: "pass"
+    for (layer, phase), want in TP_TRUTH.items():  # not recorded: from their kernels
+        row = got.pop((layer, phase, "AllReduce"))
+        assert row.time_ns == want["time"] * 1000 and row.exposed_ns == want["exposed"] * 1000
+        assert row.group == "0,1#k1" and not row.fsdp
     assert set(got) == set(TRUTH)
     for key, want in TRUTH.items():
         row = got[key]
@@ -109,6 +114,8 @@ def test_kernels_alone_land_on_the_layer_that_launched_them(tmp_path: Path) -> N
     for op, unit, phase, *_ in CALLS:
         key = (LAUNCHED_IN[(unit, phase, op)], phase, names[op])
         want[key] = want.get(key, 0) + TRUTH[(unit, phase, op)]["time"] * 1000
+    for (layer, phase), tp in TP_TRUTH.items():
+        want[(layer, phase, "AllReduce")] = tp["time"] * 1000
     got = {(r.layer, r._2, r.op): r.time_ns for r in table.itertuples()}
     assert got == want
     assert not table["fsdp"].any()

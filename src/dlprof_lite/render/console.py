@@ -29,6 +29,7 @@ from dlprof_lite.report.summary_types import Summary, number
 from dlprof_lite.report.units import bytes_text, flops
 from dlprof_lite.report.units import duration as _t
 from dlprof_lite.report.units import percent as _pct
+from dlprof_lite.rules.collectives import FAMILY
 from dlprof_lite.rules.payloads import display_name
 from dlprof_lite.safe_text import printable
 
@@ -213,6 +214,7 @@ def render(report: Report, out_dir: Path | None, console: Console, *, top: int =
         _ranks_table(report.ranks, console.width,
                      report.summary.communication.pipeline_bubble_pct is not None),
         _collectives_table(report.collective_ops, console.width),
+        _collective_layers_table(report.collective_layers, console.width),
         _grad_sync_table(report.layers, console.width),
     )  # fmt: skip
     for table in tables:
@@ -280,6 +282,32 @@ def _collectives_table(ops: pd.DataFrame, width: int) -> RichTable | None:
         busbw=["-" if v != v else f"{v:.3g}" for v in ordered["busbw_gbps"]],
     )  # fmt: skip
     return _table("Collectives (matched across ranks)", shown, _COLLECTIVE_COLUMNS, width)
+
+
+_COLLECTIVE_LAYER_COLUMNS = {
+    "where": "layer (pass)", "collective": "collective", "size": "size", "time_ns": "time/step",
+    "wait_ns": "wait", "exposed_ns": "exposed",
+}  # fmt: skip
+
+
+_PASS = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def _collective_layers_table(rows: pd.DataFrame, width: int) -> RichTable | None:
+    """Collectives per layer and pass (FSDP units, tensor-parallel layers), most exposed
+    first: their time per rank and step, of which waiting and of which exposed
+    (report/collectives/layers.py)."""
+    if rows.empty or not (rows["layer"].fillna("").astype(str) != "").any():
+        return None
+    layers = [str(v) if isinstance(v, str) and v else "(outside layers)" for v in rows["layer"]]
+    shown = rows.assign(
+        where=[f"{layer} ({_PASS.get(str(p), p)})" if isinstance(p, str) and p else layer
+               for layer, p in zip(layers, rows["pass"], strict=True)],
+        collective=[FAMILY.get(str(op), str(op)).replace("_", "-") for op in rows["op"]],
+        size=[bytes_text(b) if b == b and b > 0 else "-" for b in rows["bytes_mean"]],
+    )  # fmt: skip
+    return _table("Collectives by layer, per step and rank", shown, _COLLECTIVE_LAYER_COLUMNS,
+                  width)
 
 
 def _grad_sync_table(layers: pd.DataFrame, width: int) -> RichTable | None:

@@ -1,9 +1,9 @@
-"""Recorded collectives drawn: who makes whom wait, and the collectives per op and size.
+"""Recorded collectives drawn: who makes whom wait, the collectives per op and size, per layer.
 
 Place in the pipeline: render (for render/page/html.py's ranks section), from the report's
-``collectives`` and ``collective_ops`` tables (report/collectives/). The matrix: one row per
-rank that waited, one column per rank it waited for (the instance's last to arrive), each cell
-that wait per analysed step; a dark column is a rank the others wait for.
+``collectives``, ``collective_ops`` and ``collective_layers`` tables (report/collectives/).
+The matrix: one row per rank that waited, one column per rank it waited for (the instance's
+last to arrive), each cell that wait per analysed step; a dark column is a rank the others wait for.
 """
 
 from __future__ import annotations
@@ -65,3 +65,27 @@ def ops_table_html(ops: pd.DataFrame) -> str:
     shown = ops.assign(size=[bytes_text(b) for b in ops["bytes_mean"]])
     return table("collective-table", OP_COLUMNS, shown.sort_values(
         "wait_mean_ns", ascending=False, kind="stable"))  # fmt: skip
+
+
+LAYER_COLUMNS = (
+    Column("layer", "layer", numeric=False, name=True),
+    Column("pass", "pass", numeric=False),
+    Column("collective", "op", numeric=False),
+    Column("size", "size", numeric=False),
+    Column("calls/step", "calls_per_step", lambda v: f"{float(v):.3g}"),  # type: ignore[arg-type]
+    Column("time/step", "time_ns", duration),
+    Column("transfer", "transfer_ns", duration),
+    Column("wait", "wait_ns", duration),
+    Column("exposed", "exposed_ns", duration),
+    Column("of the step", "exposed_share", percent),
+)
+
+
+def layers_table_html(rows: pd.DataFrame) -> str:
+    """The collectives per layer and pass, most exposed first (an empty layer: outside every
+    layer)."""
+    shown = rows.assign(
+        layer=[v if isinstance(v, str) and v else "(outside layers)" for v in rows["layer"]],
+        size=[bytes_text(b) if b == b and b > 0 else "-" for b in rows["bytes_mean"]],
+    )  # fmt: skip
+    return table("collective-layer-table", LAYER_COLUMNS, shown)

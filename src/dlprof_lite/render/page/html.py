@@ -279,12 +279,18 @@ def _ranks(report: Report) -> str | None:
     parts = [Chart("ranks", fig).html(), ranks_table_html(report.ranks)]
     calls = getattr(report, "collectives", None)
     if calls is not None and len(calls):
-        from dlprof_lite.render.page.collective_views import ops_table_html, waits_figure
+        from dlprof_lite.render.page.collective_views import (
+            layers_table_html,
+            ops_table_html,
+            waits_figure,
+        )
 
         waits = waits_figure(calls, report.summary.window.window_steps or 1)
         if waits is not None:
             parts.append(Chart("ranks-waits", waits).html())
         parts.append(ops_table_html(report.collective_ops))
+        if len(report.collective_layers):
+            parts.append(layers_table_html(report.collective_layers))
         parts.append('<p class="note">collectives.csv has every call of every rank: its wait '
                      "(its duration less the instance's fastest) and the rank that arrived "
                      "last</p>")

@@ -12,12 +12,16 @@ thread inside its range) takes that kernel's start and end. An export without ou
 kernels, per stream in the order its streams first ran one, are its calls, the n-th on a
 stream being the stream's n-th instance (every rank runs a communicator's collectives in one
 order), where every rank ran as many on that stream (else its order cannot pair them);
-their group is every rank of the export, their bytes unknown.
+their group is every rank of the export, their bytes unknown. In an export with our facts,
+the communication kernels no recorded call launched (DTensor's functional collectives, a
+library's own NCCL calls) are added the same way, their groups marked ``#k<n>`` (the n-th
+stream) so that they never pair with a recorded group's sequence numbers.
 
 Each call's **layer** and **pass**: an FSDP unit's collective carries them in its fact (the
 unit's layer and the pass that gathered or reduced it; ``fsdp`` true); any other call takes
 those of the range it was called in (its ``coll:`` range's, which ingest gives the
-enclosing module range's layer and phase), a kernel-only call its kernel's. Tensor-parallel
+enclosing module range's layer and phase; none inside a DDP bucket's range, whose gradients
+are many layers', report/layers/buckets.py), a kernel-only call its kernel's. Tensor-parallel
 layers' collectives so land on their modules. Its **exposed** time is the part of its
 duration no compute kernel of its GPU timeline overlaps; a call that ran no kernel (gloo) is
 exposed whole when it blocked its thread, unknown (NaN) when asynchronous.
@@ -40,7 +44,7 @@ from dlprof_lite.rules.collectives import (
     RANGE_PREFIX,
     ranks_text,
 )
-from dlprof_lite.rules.names import COLLECTIVE, DOMAIN
+from dlprof_lite.rules.names import COLLECTIVE, DDP_BUCKET_PREFIX, DOMAIN
 
 CALL_COLUMNS = ("pid", "tid", "rank", "group", "op", "seq", "bytes", "dtype", "async", "peer",
                 "start_ns", "end_ns", "from_kernels", "layer", "pass", "fsdp",
@@ -62,9 +66,14 @@ def collective_calls(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     kernels' times where they launched one), else the communication kernels; ``rank`` from
     ``rank_of`` (pid -> rank), the pid's order where it has none."""
     recorded = _recorded(profile, rank_of)
-    if len(recorded):
-        return _on_the_gpu(recorded, profile.kernels)
-    return _from_kernels(profile.kernels, rank_of)
+    if not len(recorded):
+        return _from_kernels(profile.kernels, rank_of)
+    timed, claimed = _on_the_gpu(recorded, profile.kernels)
+    rest = _from_kernels(profile.kernels, rank_of, claimed)
+    if rest.empty:
+        return timed
+    both = pd.concat([timed, rest.astype({"fsdp": bool})], ignore_index=True)
+    return both.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
 def _comm_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -78,14 +87,18 @@ def _comm_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
     return found
 
 
-def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """Each call that launched a communication kernel, timed by that kernel."""
+Claimed = set[tuple[int, int, int]]  # (pid, tid, launch start) of the kernels calls launched
+
+
+def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> tuple[pd.DataFrame, Claimed]:
+    """Each call that launched a communication kernel, timed by that kernel; and the kernels
+    so claimed."""
     comm = _comm_kernels(kernels)
     comm = comm.dropna(subset=["tid", "api_start_ns"])
     calls = calls.copy()
     calls["exposed_ns"] = _off_the_gpu(calls)
     if comm.empty:
-        return calls
+        return calls, set()
     comm = comm.drop(columns=["layer", "phase"]).astype(
         {"pid": "int64", "tid": "int64", "api_start_ns": "int64"}).rename(
         columns={"start_ns": "k_start", "end_ns": "k_end", "op": "k_op"}).sort_values(
@@ -104,7 +117,10 @@ def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
         kernels, timed["pid"].to_numpy(dtype=np.int64),
         joined.loc[inside, "device_id"].to_numpy(dtype=np.float64),
         timed["start_ns"].to_numpy(dtype=np.int64), timed["end_ns"].to_numpy(dtype=np.int64))
-    return out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
+    launched = joined.loc[inside, ["pid", "tid", "api_start_ns"]].astype("int64")
+    claimed = set(launched.itertuples(index=False, name=None))
+    ordered = out.loc[:, list(CALL_COLUMNS)].sort_values("start_ns").reset_index(drop=True)
+    return ordered, claimed
 
 
 def _off_the_gpu(calls: pd.DataFrame) -> np.ndarray:
@@ -135,8 +151,16 @@ def exposed(kernels: pd.DataFrame, pids: np.ndarray, devices: np.ndarray, starts
     return result
 
 
-def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int]) -> pd.DataFrame:
+def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int],
+                  claimed: Claimed | None = None) -> pd.DataFrame:  # fmt: skip
+    """The communication kernels as calls (``claimed``: leave those out, and mark the groups
+    as the unclaimed rest)."""
     comm = _comm_kernels(kernels)
+    if claimed is not None and len(comm):
+        keys = zip(comm["pid"].to_numpy(dtype=np.int64),
+                   comm["tid"].fillna(-1).to_numpy(dtype=np.int64),
+                   comm["api_start_ns"].fillna(-1).to_numpy(dtype=np.int64), strict=True)
+        comm = comm[np.fromiter((k not in claimed for k in keys), dtype=bool, count=len(comm))]
     if comm.empty:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
     comm = comm.sort_values("start_ns", kind="stable")
@@ -154,7 +178,9 @@ def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int]) -> pd.DataFram
     out = pd.DataFrame({
         "pid": comm["pid"].astype("int64"), "tid": comm["tid"],
         "rank": [rank_of.get(int(p), order[int(p)]) for p in comm["pid"]],
-        "group": [everyone if n == 1 else f"{everyone}#{int(n)}" for n in comm["stream_no"]],
+        "group": [f"{everyone}#k{int(n)}" if claimed is not None
+                  else everyone if n == 1 else f"{everyone}#{int(n)}"
+                  for n in comm["stream_no"]],
         "op": comm["op"], "seq": comm["seq"].astype("int64"), "bytes": 0, "dtype": None,
         "async": False, "peer": None, "start_ns": comm["start_ns"].astype("int64"),
         "end_ns": comm["end_ns"].astype("int64"), "from_kernels": True,
@@ -178,7 +204,8 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     names = r["name"].astype(object)
     ours = (r["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool) & names.str.startswith(
         RANGE_PREFIX, na=False).to_numpy(dtype=bool)  # fmt: skip
-    ranges = r.loc[ours, ["start_ns", "end_ns", "pid", "tid", "layer", "phase"]].copy()
+    ranges = r.loc[ours, ["start_ns", "end_ns", "pid", "tid", "layer", "phase",
+                          "parent_id"]].copy()  # fmt: skip
     if ranges.empty:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
     ranges["op"] = names[ours].str.slice(len(RANGE_PREFIX)).to_numpy()
@@ -200,6 +227,11 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     }).sort_values("at", kind="stable")  # fmt: skip
     ranges["layer"] = ranges["layer"].astype(object)
     ranges["phase"] = ranges["phase"].astype(object)
+    name_of = pd.Series(names.to_numpy(), index=r["range_id"].to_numpy(dtype=np.int64))
+    parents = name_of.reindex(ranges["parent_id"].to_numpy(dtype=np.int64))
+    in_bucket = parents.astype(str).str.startswith(DDP_BUCKET_PREFIX).to_numpy(dtype=bool)
+    ranges.loc[in_bucket, "layer"] = None
+    ranges = ranges.drop(columns="parent_id")
     ranges = ranges.sort_values("start_ns", kind="stable")
     joined = pd.merge_asof(wanted, ranges, left_on="at", right_on="start_ns",
                            by=["pid", "tid", "op"], direction="forward")  # fmt: skip
