@@ -11,7 +11,11 @@ Each call writes one ``collective`` fact, on its own thread, just before its ran
 ``op``, ``group`` (the group's ranks, ``0-3`` or ``0,2``), ``seq`` (the call's number among the
 collectives of that group in this process, from 1: every rank calls a group's collectives in
 the same order, so the same number on every rank is the same instance), ``bytes`` (nccl-tests'
-size, rules/collectives.py), ``dtype``, ``async`` and, for sends and receives, ``peer``.
+size, rules/collectives.py), ``dtype``, ``async`` and, for sends and receives, ``peer``; a
+send or receive is numbered on its own directed pair (``seq`` among the transfers from the
+sender to the receiver, :func:`~dlprof_lite.rules.collectives.pair_text`), never in its group:
+stages of a pipeline send different numbers of tensors, and would otherwise number the
+group's collectives differently.
 A collective an FSDP unit issued (FSDP1 or ``fully_shard``: its owner on the calling stack,
 rules/collectives.py) also names ``unit`` (the layer of the unit's first module) and ``pass``
 (``forward`` or ``backward``, from the unit's training state: a prefetched unit's is the pass
@@ -43,8 +47,10 @@ from dlprof_lite.rules.collectives import (
     FSDP_STACK_DEPTH,
     OPS,
     POINT_TO_POINT,
+    SENDS,
     SIZE_OF,
     fsdp_pass,
+    pair_text,
     range_name,
     ranks_text,
 )
@@ -126,7 +132,12 @@ class Collectives:
 
     def _fact(self, dist: Any, op: str, given: dict[str, Any], asynchronous: bool) -> str:
         group = self.group_text(dist, given.get("group"))
-        value: dict[str, Any] = {"op": op, "group": group, "seq": self.next_seq(group),
+        peer = given.get("dst", given.get("src")) if op in POINT_TO_POINT else None
+        counted = group
+        if isinstance(peer, int):
+            me = int(dist.get_rank())
+            counted = pair_text(me, peer) if op in SENDS else pair_text(peer, me)
+        value: dict[str, Any] = {"op": op, "group": group, "seq": self.next_seq(counted),
                                  "bytes": 0, "dtype": None, "async": asynchronous}  # fmt: skip
         held = SIZE_OF[op]
         if held is not None:
@@ -136,7 +147,7 @@ class Collectives:
             value["bytes"] = sum(t.numel() * t.element_size() for t in tensors)
             value["dtype"] = str(tensors[0].dtype).removeprefix("torch.") if tensors else None
         if op in POINT_TO_POINT:
-            value["peer"] = given.get("dst", given.get("src"))
+            value["peer"] = peer
         if self._layer_of is not None and FAMILY.get(op, op) in FSDP_FAMILIES:
             unit = fsdp_unit(self._layer_of)
             if unit is not None:

@@ -45,6 +45,12 @@ SIZE_OF: dict[str, str | None] = {
 }
 OPS = tuple(SIZE_OF)
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
+SENDS = ("send", "isend")
+# A send and its receive are one instance of the directed pair ``<sender>><receiver>`` (the
+# n-th transfer from one to the other, counted on each side): transfer and wait as for a
+# collective, but their ends are not simultaneous (a send may complete once buffered), so
+# clocks are never aligned on them.
+PAIR_SEP = ">"
 # NCCL kernels of point-to-point transfers (rules/comm.py names the function); NCCL runs an
 # all-to-all as sends and receives too, so these alone do not make a pipeline (ALL_TO_ALL_RE).
 P2P_KERNELS = ("SendRecv", "Send", "Recv")
@@ -127,12 +133,19 @@ def ranks_text(ranks: list[int]) -> str:
     return ",".join(map(str, ranks))
 
 
+def pair_text(sender: int, receiver: int) -> str:
+    """The directed pair a send from ``sender`` to ``receiver`` (and its receive) belongs to."""
+    return f"{sender}{PAIR_SEP}{receiver}"
+
+
 def ranks_count(text: str) -> int:
     """How many ranks a group's text names, without listing them (a profile's text is
-    untrusted: ``0-999999999`` is a count, not a list); a ``#n`` suffix (the n-th
-    communicator of an export without facts, report/collectives/calls.py) is not part of
-    them; 0 for text that is no group."""
+    untrusted: ``0-999999999`` is a count, not a list; a directed pair ``a>b`` is 2); a
+    ``#n`` suffix (the n-th communicator of an export without facts,
+    report/collectives/calls.py) is not part of them; 0 for text that is no group."""
     text = str(text).split("#", 1)[0]
+    if re.fullmatch(r"\d{1,9}>\d{1,9}", text):
+        return 2  # a directed pair (pair_text)
     if re.fullmatch(r"\d{1,9}-\d{1,9}", text):
         first, last = (int(v) for v in text.split("-"))
         count = last - first + 1

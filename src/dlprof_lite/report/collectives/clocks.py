@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.rules.collectives import POINT_TO_POINT
+
 OFFSET_COLUMNS = ("node", "node_ranks", "offset_ns", "error_ns", "instances")
 
 
@@ -57,6 +59,8 @@ def align(nodes: Sequence[tuple[str, pd.DataFrame]]) -> tuple[pd.DataFrame, pd.D
 
 
 def _ends(calls: pd.DataFrame) -> pd.Series:
-    """The median end of each instance (group, seq) on this node's ranks."""
-    ends: pd.Series = calls.groupby(["group", "seq"])["end_ns"].median()
+    """The median end of each collective instance (group, seq) on this node's ranks (not
+    sends and receives: their ends are not simultaneous, rules/collectives.py)."""
+    collective = ~calls["op"].isin(POINT_TO_POINT).to_numpy(dtype=bool)
+    ends: pd.Series = calls[collective].groupby(["group", "seq"])["end_ns"].median()
     return ends

@@ -1,9 +1,10 @@
 """Calls matched into instances, each rank's wait, and the summary per op and size.
 
 Rows of the ``collectives`` table are (instance, rank): a group's collective with one
-sequence number, on each rank that recorded it. Point-to-point sends and receives are not
-instances (no group-wide sequence pairs them) and are left out. With the window cutting,
-an instance counts when its last rank's call ends inside it.
+sequence number, on each rank that recorded it. A send and its receive are an instance of
+their directed pair (``0>1``, rules/collectives.py): the n-th transfer from the sender to the
+receiver on each side, numbered here in start order; one without its peer is left out. With
+the window cutting, an instance counts when its last rank's call ends inside it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.report.steps.window import StepWindow
-from dlprof_lite.rules.collectives import POINT_TO_POINT, bus_factor, ranks_count
+from dlprof_lite.rules.collectives import (
+    PAIR_SEP,
+    POINT_TO_POINT,
+    SENDS,
+    bus_factor,
+    pair_text,
+    ranks_count,
+)
 
 INSTANCE_COLUMNS = ("group", "op", "seq", "rank", "start_ns", "end_ns", "duration_ns",
                     "transfer_ns", "wait_ns", "last_rank", "ranks", "complete", "bytes",
@@ -27,14 +35,17 @@ OP_COLUMNS = ("group", "op", "size_bytes", "ranks", "instances", "bytes_mean",
 def match(calls: pd.DataFrame, window: StepWindow | None = None) -> pd.DataFrame:
     """The (instance, rank) rows of :data:`INSTANCE_COLUMNS` from :func:`.calls.collective_calls`:
     instances two or more ranks recorded, with one op on all of them."""
-    c = calls[~calls["op"].isin(POINT_TO_POINT).to_numpy(dtype=bool)].copy()
+    p2p = calls["op"].isin(POINT_TO_POINT).to_numpy(dtype=bool)
+    c = pd.concat([calls[~p2p], _pairs(calls[p2p])], ignore_index=True)
     if c.empty:
         return pd.DataFrame(columns=list(INSTANCE_COLUMNS))
     c["duration_ns"] = c["end_ns"] - c["start_ns"]
+    # one kind per instance: the op of a collective; a send and a receive pair as one
+    c["kind"] = c["op"].where(~c["op"].isin(POINT_TO_POINT), PAIR_SEP)
     by = c.groupby(["group", "seq"], sort=False)
     c["ranks"] = by["rank"].transform("nunique")
     c = c[(c["ranks"] >= 2).to_numpy(dtype=bool)
-          & (by["op"].transform("nunique") == 1).to_numpy(dtype=bool)]  # fmt: skip
+          & (by["kind"].transform("nunique") == 1).to_numpy(dtype=bool)]  # fmt: skip
     if c.empty:
         return pd.DataFrame(columns=list(INSTANCE_COLUMNS))
     by = c.groupby(["group", "seq"], sort=False)
@@ -49,6 +60,23 @@ def match(calls: pd.DataFrame, window: StepWindow | None = None) -> pd.DataFrame
         c = c[((ends > window.start_ns) & (ends <= (window.end_ns or 0))).to_numpy(dtype=bool)]
     out = c.loc[:, list(INSTANCE_COLUMNS)].sort_values(["start_ns", "rank"], kind="stable")
     return out.reset_index(drop=True)
+
+
+def _pairs(calls: pd.DataFrame) -> pd.DataFrame:
+    """Sends and receives with a known peer, each in its directed pair's group, numbered per
+    rank in start order (the recorded numbers of an older annotation counted the group)."""
+    c = calls[calls["peer"].notna().to_numpy(dtype=bool)].copy()
+    if c.empty:
+        return c
+    rank = c["rank"].to_numpy(dtype=np.int64)
+    peer = c["peer"].to_numpy(dtype=np.float64).astype(np.int64)
+    sending = c["op"].isin(SENDS).to_numpy(dtype=bool)
+    c["group"] = [pair_text(int(a), int(b)) for a, b in zip(np.where(sending, rank, peer),
+                                                            np.where(sending, peer, rank),
+                                                            strict=True)]  # fmt: skip
+    c = c.sort_values("start_ns", kind="stable")
+    c["seq"] = c.groupby(["rank", "group"]).cumcount() + 1
+    return c
 
 
 def op_summary(instances: pd.DataFrame) -> pd.DataFrame:
