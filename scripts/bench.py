@@ -1,14 +1,14 @@
 """Benchmark: ``dlprof-lite analyze`` against ``nsys stats`` on synthetic exports of growing size.
 
-Not a test: it prints figures and ratios measured in one run. For each case it makes (or
-reuses) a synthetic export with ``make_profile.py``, runs the whole ``dlprof-lite analyze
---no-db`` (ingest, correlation, Tensor Cores, launch overhead, iterations, every report file;
-nothing recorded into the user's run store) in a child process, and ``nsys stats -r
-nvtxkernsum`` on the same file, and prints wall time (the fastest of ``--repeats`` runs), its
-peak RSS, peak RSS per million kernels and the ratio of the two tools' times; then the 5M/1M
-time and memory ratios and each target of issue 17 met or missed.
+Not a test: it prints figures and ratios measured in one run. For each case (a size and a
+shape, :data:`SHAPES`) it makes (or reuses) a synthetic export with ``make_profile.py``, runs
+``nsys stats -r nvtxkernsum`` on it and, in a child process each, two ``dlprof-lite analyze``
+commands: the one a user runs (``defaults``: tables and page, recorded into a temporary run
+store) and the lean one (``lean``: ``--no-db --formats csv,json``). It prints wall time (the
+fastest of ``--repeats`` runs), peak RSS, peak RSS per million kernels and the ratio of the two
+tools' times; then the 5M/1M ratios and each target met or missed.
 
-    python scripts/bench.py                       # 100k, 1M, 5M kernels, with/without ranges
+    python scripts/bench.py                       # 100k, 1M, 5M kernels, every shape
     python scripts/bench.py --sizes 1000000 --no-nsys
     python scripts/bench.py --sizes "" --deep     # only the deep-nesting cases
 
@@ -40,16 +40,25 @@ NSYS_REPORTS = "nvtxkernsum"  # the report issue 17 compares with
 DEEP_CASES = ((2_000, 1_400, False), (20_000, 10_000, True))
 
 
+# The shapes of real runs (layers, kernels per layer, one range per kernel, numbered steps):
+# the synthetic model's own (~100k ranges per 1M kernels); one NVTX range per kernel
+# (emit_nvtx-like, ~1.35M ranges); a 50-layer model of 10 kernels per layer whose step ranges
+# carry their number (``iteration 17``, the script's own naming).
+SHAPES: dict[str, tuple[int, int, bool, bool]] = {
+    "main": (8, 12, False, False),
+    "op-ranges": (32, 3, True, False),
+    "numbered": (50, 10, False, True),
+}
+
+
 @dataclass(frozen=True)
 class Case:
     kernels: int
-    per_kernel_ranges: bool
+    shape: str = "main"
 
     @property
-    def shape(self) -> tuple[int, int]:
-        """(layers, kernels per layer): ~100k ranges per 1M kernels without per-kernel
-        ranges (8 layers x 12 kernels), ~1.35M with them (32 x 3, one range per kernel)."""
-        return (32, 3) if self.per_kernel_ranges else (8, 12)
+    def per_kernel_ranges(self) -> bool:
+        return SHAPES[self.shape][2]
 
     @property
     def label(self) -> str:
@@ -58,7 +67,7 @@ class Case:
             if self.kernels >= 1_000_000
             else (f"{self.kernels // 1000}k")
         )
-        return size + (" +op ranges" if self.per_kernel_ranges else "")
+        return size if self.shape == "main" else f"{size} {self.shape}"
 
 
 @dataclass(frozen=True)
@@ -90,15 +99,16 @@ def measure(cmd: list[str], timeout: float) -> Run:
 
 
 def export_for(case: Case, work: Path) -> tuple[Path, GroundTruth]:
-    path = work / f"bench_{case.kernels}_{int(case.per_kernel_ranges)}.sqlite"
+    tag = {"main": "0", "op-ranges": "1"}.get(case.shape, case.shape)  # the old files' names
+    path = work / f"bench_{case.kernels}_{tag}.sqlite"
     truth_path = Path(f"{path}.truth.json")
     if path.exists() and truth_path.exists():
         return path, GroundTruth.load(truth_path)
-    layers, per_layer = case.shape
+    layers, per_layer, per_kernel, numbered = SHAPES[case.shape]
     per_iter = 2 * layers * per_layer + max(1, layers // 4)
     truth = make_profile(
         path, iterations=max(1, round(case.kernels / per_iter)), layers=layers,
-        kernels_per_layer=per_layer, per_kernel_ranges=case.per_kernel_ranges,
+        kernels_per_layer=per_layer, per_kernel_ranges=per_kernel, numbered_steps=numbered,
     )  # fmt: skip
     os.sync()  # a freshly written GB still being flushed slows the first reader down
     return path, truth
@@ -124,9 +134,14 @@ def run_deep(work: Path, timeout: float, repeats: int) -> None:
               f"{'-':>13} {'-':>10}{flag}", flush=True)  # fmt: skip
 
 
-def analyze_cmd(path: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "dlprof_lite", "analyze", str(path), "-o", str(out),
-            "--force", "--quiet", "--no-db"]  # fmt: skip
+def analyze_cmd(path: Path, out: Path, store: Path | None = None) -> list[str]:
+    """The lean command (``--no-db``, tables only), or with ``store`` the one a user runs:
+    every default output (tables and page), recorded into that run store."""
+    cmd = [sys.executable, "-m", "dlprof_lite", "analyze", str(path), "-o", str(out), "--force",
+           "--quiet"]  # fmt: skip
+    if store is None:
+        return [*cmd, "--no-db", "--formats", "csv,json"]
+    return [*cmd, "--db", f"sqlite:///{store}"]
 
 
 def nsys_cmd(nsys: str, path: Path, out: Path) -> list[str]:
@@ -155,39 +170,47 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="analyze runs per case; the fastest is shown (nsys stats runs once)",
     )
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help=f"which shapes, comma-separated ({', '.join(SHAPES)})")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     nsys = None if args.no_nsys else shutil.which("nsys")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    cases = [Case(n, r) for r in (False, True) for n in sizes]
+    shapes = [s for s in args.shapes.split(",") if s.strip()]
+    cases = [Case(n, shape) for shape in shapes for n in sizes]
 
-    header = (f"{'case':>16} {'kernels':>9} {'ranges':>9} {'analyze s':>10} {'peak MB':>8} "
-              f"{'MB/M kern':>10} {'nsys stats s':>13} {'nsys/ours':>10}")  # fmt: skip
+    header = (f"{'case':>18} {'kernels':>9} {'ranges':>9} {'command':>9} {'analyze s':>10} "
+              f"{'peak MB':>8} {'MB/M kern':>10} {'nsys stats s':>13} {'nsys/ours':>10}")
     print(header)
-    results: dict[Case, Run] = {}
-    speedups: dict[Case, float] = {}
+    results: dict[tuple[Case, str], Run] = {}
+    speedups: dict[tuple[Case, str], float] = {}
     for case in cases:
         path, truth = export_for(case, args.work)
         out = args.work / f"out_{path.stem}"
-        runs = [measure(analyze_cmd(path, out), args.timeout) for _ in range(args.repeats)]
-        ours = min(runs, key=lambda r: r.wall_s)
-        results[case] = ours
         theirs = None
         if nsys and case.kernels <= args.nsys_max_kernels:
             shutil.rmtree(args.work / "stats_out", ignore_errors=True)
             (args.work / "stats_out").mkdir()
             theirs = measure(nsys_cmd(nsys, path, args.work / "stats_out"), args.timeout)
-        t = truth.totals
-        if theirs and theirs.returncode == 0:
-            speedups[case] = theirs.wall_s / ours.wall_s
-        nsys_s = f"{theirs.wall_s:13.2f}" if theirs else f"{'-':>13}"
-        ratio = f"{speedups[case]:9.1f}x" if case in speedups else f"{'-':>10}"
-        flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
-        per_million = ours.peak_rss_mb / (t["kernels"] / 1e6)
-        print(f"{case.label:>16} {t['kernels']:>9} {t['ranges']:>9} {ours.wall_s:10.2f} "
-              f"{ours.peak_rss_mb:8.0f} {per_million:10.0f} {nsys_s} {ratio}{flag}",
-              flush=True)  # fmt: skip
-    _print_scaling(results, sizes)
+        for mode in MODES:
+            store = args.work / "runs.db" if mode == "defaults" else None
+            if store is not None:
+                store.unlink(missing_ok=True)  # a temporary run store, as a first run has
+            runs = [measure(analyze_cmd(path, out, store), args.timeout)
+                    for _ in range(args.repeats)]  # fmt: skip
+            ours = min(runs, key=lambda r: r.wall_s)
+            results[case, mode] = ours
+            t = truth.totals
+            if theirs and theirs.returncode == 0:
+                speedups[case, mode] = theirs.wall_s / ours.wall_s
+            nsys_s = f"{theirs.wall_s:13.2f}" if theirs else f"{'-':>13}"
+            ratio = f"{speedups[case, mode]:9.1f}x" if (case, mode) in speedups else f"{'-':>10}"
+            flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
+            per_million = ours.peak_rss_mb / (t["kernels"] / 1e6)
+            print(f"{case.label:>18} {t['kernels']:>9} {t['ranges']:>9} {mode:>9} "
+                  f"{ours.wall_s:10.2f} {ours.peak_rss_mb:8.0f} {per_million:10.0f} {nsys_s} "
+                  f"{ratio}{flag}", flush=True)  # fmt: skip
+    _print_scaling(results)
     _print_targets(results, speedups)
     if args.deep:
         run_deep(args.work, args.timeout, args.repeats)
@@ -199,47 +222,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# Issue 17's targets for the large cases (1 and 5).
-TARGET_1M_S, TARGET_1M_MB, TARGET_SPEEDUP = 3.0, 700.0, 6.0
-TARGET_MB_PER_MILLION, TARGET_SCALING = 500.0, 5.5
+# The commands measured: the one a user runs (every default output, recorded into a run store)
+# and the lean one (--no-db, tables only).
+MODES = ("defaults", "lean")
+# Targets at 1M kernels, each shape, with the defaults: the speed-up over nsys stats
+# (issue 38); peak RSS per million kernels per shape; 5M/1M scaling (issue 17).
+TARGET_SPEEDUP = 8.0
+TARGET_MB_PER_MILLION = {"main": 450.0, "op-ranges": 700.0, "numbered": 450.0}
+TARGET_SCALING = 5.5
 
 
-def _print_targets(results: dict[Case, Run], speedups: dict[Case, float]) -> None:
-    """Each target of issue 17 for the big profile, met or missed, from this run's figures."""
+def _print_targets(results: dict[tuple[Case, str], Run],
+                   speedups: dict[tuple[Case, str], float]) -> None:  # fmt: skip
+    """Each target met or missed, from this run's figures."""
     checks: list[tuple[str, float, float, bool]] = []  # what, figure, target, lower is better
-    for case, run in results.items():
-        if case.kernels == 1_000_000 and not case.per_kernel_ranges:
-            checks += [(f"{case.label} wall s", run.wall_s, TARGET_1M_S, True),
-                       (f"{case.label} peak MB", run.peak_rss_mb, TARGET_1M_MB, True)]  # fmt: skip
-            if case in speedups:
-                checks.append((f"{case.label} nsys/ours", speedups[case], TARGET_SPEEDUP, False))
-        if case.kernels in (1_000_000, 5_000_000):
-            per_million = run.peak_rss_mb / (case.kernels / 1e6)
-            checks.append((f"{case.label} MB per M kernels", per_million,
-                           TARGET_MB_PER_MILLION, True))  # fmt: skip
-    for ranges in (False, True):
-        pair = [results.get(Case(n, ranges)) for n in (1_000_000, 5_000_000)]
+    for (case, mode), run in results.items():
+        if case.kernels != 1_000_000 or mode != "defaults":
+            continue
+        if (case, mode) in speedups:
+            checks.append((f"{case.label} nsys/ours", speedups[case, mode], TARGET_SPEEDUP,
+                           False))  # fmt: skip
+        checks.append((f"{case.label} MB per M kernels", run.peak_rss_mb,
+                       TARGET_MB_PER_MILLION[case.shape], True))  # fmt: skip
+    for shape in SHAPES:
+        pair = [results.get((Case(n, shape), "defaults")) for n in (1_000_000, 5_000_000)]
         if pair[0] and pair[1]:
-            label = "5M/1M" + (" +op ranges" if ranges else "")
-            checks += [(f"{label} time", pair[1].wall_s / pair[0].wall_s, TARGET_SCALING, True),
-                       (f"{label} memory", pair[1].peak_rss_mb / pair[0].peak_rss_mb,
-                        TARGET_SCALING, True)]  # fmt: skip
+            checks += [(f"5M/1M {shape} time", pair[1].wall_s / pair[0].wall_s, TARGET_SCALING,
+                        True), (f"5M/1M {shape} memory", pair[1].peak_rss_mb /
+                                pair[0].peak_rss_mb, TARGET_SCALING, True)]  # fmt: skip
     for what, figure, target, lower in checks:
         met = figure <= target if lower else figure >= target
         sign = "<=" if lower else ">="
         print(f"target {what}: {figure:.2f} ({sign} {target:g}) {'met' if met else 'MISSED'}")
 
 
-def _print_scaling(results: dict[Case, Run], sizes: list[int]) -> None:
-    for ranges in (False, True):
-        by_size = {c.kernels: r for c, r in results.items() if c.per_kernel_ranges == ranges}
-        if 1_000_000 in by_size and 5_000_000 in by_size:
-            a, b = by_size[1_000_000], by_size[5_000_000]
-            kind = "with op ranges" if ranges else "without op ranges"
-            print(
-                f"5M / 1M {kind}: time {b.wall_s / a.wall_s:.2f}x, "
-                f"peak RSS {b.peak_rss_mb / a.peak_rss_mb:.2f}x"
-            )
+def _print_scaling(results: dict[tuple[Case, str], Run]) -> None:
+    for shape in SHAPES:
+        a = results.get((Case(1_000_000, shape), "defaults"))
+        b = results.get((Case(5_000_000, shape), "defaults"))
+        if a and b:
+            print(f"5M / 1M {shape}: time {b.wall_s / a.wall_s:.2f}x, "
+                  f"peak RSS {b.peak_rss_mb / a.peak_rss_mb:.2f}x")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class ThreadState:
         self.clock = T0_NS + 2 * int(self.rng.integers(0, 50_000))
         self.first_start = self.clock
         self.api_calls = 0
+        self.iterations = 0  # written so far (numbered step ranges count from it)
         self.gpu_end: int | None = None
 
 
@@ -287,7 +288,7 @@ def write_chunk(db: NsysDb, tpl: Template, sim: dict[str, np.ndarray], st: Threa
 
 
 def write_ranges(db: NsysDb, tpl: Template, sim: dict[str, np.ndarray], st: ThreadState,
-                 ids: dict[str, Any]) -> None:  # fmt: skip
+                 ids: dict[str, Any], numbered: bool = False) -> None:  # fmt: skip
     """Push/pop rows by start (registered names as textId in the dlprof-lite domain, emit_nvtx
     names as inline text in the default domain) and a ``step`` mark per iteration."""
     n = sim["cpu_start"].shape[0]
@@ -299,11 +300,20 @@ def write_ranges(db: NsysDb, tpl: Template, sim: dict[str, np.ndarray], st: Thre
     text_id[inline] = None
     text = np.asarray(tpl.vocab, dtype=object)[name]
     text[~inline] = None
+    domain = np.where(inline, 0, ids["domain"])
+    if numbered:  # the iteration range (each iteration's first push) named by its number
+        first = np.zeros((n, len(tpl.range_push)), dtype=bool)
+        first[:, 0] = True
+        step = first.ravel()[order]
+        text[step] = [f"iteration {st.iterations + i}" for i in range(n)]
+        text_id[step] = None
+        domain[step] = 0
+    st.iterations += n
     gtid = global_tid(st.pid, st.tid)
     db.insert("NVTX_EVENTS", {
         "start": start[order], "end": sim["cpu_end"][:, tpl.range_pop].ravel()[order],
         "eventType": NVTX_PUSH_POP, "text": text, "globalTid": gtid, "textId": text_id,
-        "domainId": np.where(inline, 0, ids["domain"]),
+        "domainId": domain,
     })  # fmt: skip
     db.insert("NVTX_EVENTS", {"start": sim["cpu_start"][:, 0] + 2, "eventType": NVTX_MARK,
                               "globalTid": gtid, "textId": ids["mark"], "domainId": 0})  # fmt: skip
@@ -324,13 +334,16 @@ def make_profile(path: str | Path, *, iterations: int, layers: int, kernels_per_
                  threads: int = 1, processes: int = 1, per_kernel_ranges: bool = False,
                  seed: int = 0, optimizer_kernels: int | None = None, memcpy: bool = True,
                  stall_probability: float = 0.05, epoch_range: bool = True,
-                 chunk_kernels: int = 250_000) -> GroundTruth:  # fmt: skip
+                 chunk_kernels: int = 250_000,
+                 numbered_steps: bool = False) -> GroundTruth:  # fmt: skip
     """Write a synthetic export to ``path`` and its ground truth to ``<path>.truth.json``.
 
     Kernels per thread = ``iterations × (2 × layers × kernels_per_layer + optimizer_kernels)``
     (optimizer kernels default to ``max(1, layers // 4)``). ``stall_probability``: chance of a
     10-120 µs host stall before a launch. ``epoch_range``: one start/end range ``epoch`` per
-    process, on its main thread, around all of its iterations.
+    process, on its main thread, around all of its iterations. ``numbered_steps``: each
+    iteration's range is the script's own ``iteration <n>`` (inline text, default domain, n
+    from 0 per thread), as most scripts name their steps, not the annotation's ``iteration``.
     """
     path = Path(path)
     model = build_model(layers, kernels_per_layer)
@@ -351,7 +364,8 @@ def make_profile(path: str | Path, *, iterations: int, layers: int, kernels_per_
                 sim = simulate(tpl, n, st.rng, st.clock)
                 st.clock = int(sim["next_clock"])
                 write_chunk(db, tpl, sim, st, ids)
-                write_ranges(db, tpl, sim, st, {**ids, "domain": domains[st.pid]})
+                write_ranges(db, tpl, sim, st, {**ids, "domain": domains[st.pid]},
+                             numbered=numbered_steps)  # fmt: skip
                 truth.add(sim, st)
         for pid in sorted(domains) if epoch_range else []:
             own = [st for st in states if st.pid == pid]
@@ -385,13 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-memcpy", action="store_true")
+    ap.add_argument("--numbered-steps", action="store_true",
+                    help="name each iteration's range 'iteration <n>' (the script's own)")
     a = ap.parse_args(argv)
     iters = a.iterations or plan(a.kernels, a.threads, a.processes, a.layers, a.kernels_per_layer)
     t0 = time.perf_counter()
     truth = make_profile(a.out, iterations=iters, layers=a.layers,
                          kernels_per_layer=a.kernels_per_layer, threads=a.threads,
                          processes=a.processes, per_kernel_ranges=a.per_kernel_ranges,
-                         seed=a.seed, memcpy=not a.no_memcpy)  # fmt: skip
+                         seed=a.seed, memcpy=not a.no_memcpy,
+                         numbered_steps=a.numbered_steps)  # fmt: skip
     t = truth.totals
     print(f"{a.out}: {t['kernels']} kernels, {t['api_calls']} API calls, {t['ranges']} ranges, "
           f"{iters} iterations x {a.threads * a.processes} threads, "

@@ -247,9 +247,10 @@ def test_random_valid_trace_matches_the_stack(seed: int) -> None:
     own, true_parent = names.str.split("<").str[0], names.str.split("<").str[1]
     found_parent = pd.Series(own.to_numpy(), index=r["range_id"]).reindex(r["parent_id"])
     assert (found_parent.fillna("-").to_numpy() == true_parent.to_numpy()).all()
-    # path = names along the chain of true parents; depth = its length - 1
+    # path = path names (these unique, growing numbers are a counter's: rules/templates.py)
+    # along the chain of true parents; depth = its length - 1
     parent_of = dict(zip(own, true_parent, strict=True))
-    name_of = dict(zip(own, names, strict=True))
+    name_of = dict(zip(own, r["path_name"].astype(str), strict=True))
     for me, path, depth in zip(own, r["path"].astype(str), r["depth"], strict=True):
         chain = [me]
         while parent_of[chain[-1]] != "-":

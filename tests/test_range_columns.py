@@ -147,14 +147,17 @@ def slow_reference(profile: dlprof_lite.Profile) -> pd.DataFrame:
     out["gpu_start_ns"] = span["first"].reindex(index).astype("Int64")
     out["gpu_end_ns"] = span["last"].reindex(index).astype("Int64")
     out["projected_ns"] = (out["gpu_end_ns"] - out["gpu_start_ns"]).fillna(0).astype("int64")
-    # chains of (name, domain) and module directions, walked up parent by parent
+    # chains of (path name, domain) (a counter's template, ingest/templates.py) and module
+    # directions (from the names), walked up parent by parent
     parent = dict(zip(r["range_id"], r["parent_id"], strict=True))
     label = dict(zip(r["range_id"], zip(r["name"].astype(str), r["domain"].astype(str))))
+    path_label = dict(zip(r["range_id"], zip(r["path_name"].astype(str),
+                                             r["domain"].astype(str))))  # fmt: skip
     chain: dict[int, tuple] = {}
     direction: dict[int, object] = {}
     for rid in r["range_id"]:  # a parent precedes its children
         up = parent[rid]
-        chain[rid] = (*(chain[up] if up >= 0 else ()), label[rid])
+        chain[rid] = (*(chain[up] if up >= 0 else ()), path_label[rid])
         module = parse_module_range(label[rid][0])
         d = module.direction if module else None
         at = up

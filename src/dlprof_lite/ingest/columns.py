@@ -148,8 +148,11 @@ RANGE_COLUMNS: tuple[Column, ...] = (
         "names from the top-level range down, joined by '/'; a deep chain's middle is elided "
         "(ingest/paths.py), the whole chain follows parent_id",
     ),
-    # Written by nvtx.build_ranges with the nesting (ingest/paths.py).
-    _d("path_id", "int64", "", "id of the chain of (name, domain) pairs down to this range"),
+    # Written by nvtx.build_ranges with the nesting (ingest/paths.py, ingest/templates.py).
+    _d("path_name", "category", "", "the name its path uses: its own, or its template (digits "
+       "as '#') when its siblings' numbers are a counter (rules/templates.py)"),
+    _d("path_id", "int64", "", "id of the chain of (path_name, domain) pairs down to this "
+       "range"),
     _d("parent_path_id", "int64", "", "path_id of the enclosing range, -1 at top level"),
     # Written by range_columns.enrich_ranges once ops are correlated and classified.
     _d("module_direction", "category", "", "forward, backward or recompute for a module range"),

@@ -48,6 +48,7 @@ import pandas as pd
 
 from dlprof_lite.ingest.columns import coerce, empty_frame
 from dlprof_lite.ingest.paths import PATH_SEP, path_labels, with_path_ids
+from dlprof_lite.ingest.templates import path_names
 from dlprof_lite.numeric import range_positions
 from dlprof_lite.rules.names import PUSH_POP, START_END
 
@@ -79,12 +80,14 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
     tid = nvtx["tid"].to_numpy(dtype=np.int64)[order]
     push_pop = (nvtx["style"] == PUSH_POP).to_numpy(dtype=bool)[order]
     name = nvtx["name"].array.take(order)
+    domain = nvtx["domain"].array.take(order)
     depth, parent = _nest(_thread_codes(pid, tid, push_pop), start, end, push_pop)
+    labelled = path_names(name, domain, parent, depth, pid, tid)  # counters under their template
     ranges = pd.DataFrame(
         {
             "range_id": np.arange(n, dtype=np.int64),
             "name": name,
-            "domain": nvtx["domain"].array.take(order),
+            "domain": domain,
             "style": nvtx["style"].array.take(order),
             "pid": pid,
             "tid": tid,
@@ -94,7 +97,8 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
             "closed": closed_raw[order],
             "depth": depth,
             "parent_id": parent,
-            "path": path_labels(name, parent, depth),
+            "path": path_labels(labelled, parent, depth),
+            "path_name": labelled,
         },
         copy=False,
     )

@@ -153,13 +153,14 @@ def _clip(text: str) -> str:
 
 
 def path_groups(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per range (row order): the id of its chain of ``(name, domain)`` pairs, its parent's
+    """Per range (row order): the id of its chain of ``(path_name, domain)`` pairs (``name``
+    where a frame has no ``path_name``), its parent's
     chain id (-1 at the top) and its depth. Ranges with one chain id are instances of one
     path; ids are numbered level by level, so a parent's id is below its children's."""
     ids = ranges["range_id"].to_numpy(dtype=np.int64)
     parent = range_positions(ids, ranges["parent_id"].to_numpy(dtype=np.int64))
     depth = consistent_depth(parent, ranges["depth"].to_numpy(dtype=np.int64))
-    name = _codes(ranges["name"])
+    name = _codes(ranges["path_name"] if "path_name" in ranges.columns else ranges["name"])
     domain = _codes(ranges["domain"])
     label = name * (int(domain.max()) + 1) + domain
     key = chain_keys(label, parent, by_level(depth))
@@ -168,10 +169,13 @@ def path_groups(ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def with_path_ids(ranges: pd.DataFrame) -> pd.DataFrame:
     """``ranges`` with ``path_id`` and ``parent_path_id`` (:func:`path_groups`), replaced
-    where present; the input is not modified."""
+    where present, and ``path_name`` (the name itself where absent: a hand-built frame); the
+    input is not modified."""
     none = np.empty(0, dtype=np.int64)
     key, parent_key, _ = path_groups(ranges) if len(ranges) else (none, none, none)
     out = ranges.copy(deep=False)
+    if "path_name" not in out.columns:
+        out["path_name"] = out["name"].astype("category")
     out["path_id"] = key
     out["parent_path_id"] = parent_key
     return out

@@ -94,8 +94,11 @@ def ranges_table(kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFra
     # Instances of a chain share path, name, domain, parent chain and depth; style is the
     # first instance's (a start/end and a push/pop range of one name share a top level row).
     first = np.unique(per["path_id"].to_numpy(), return_index=True)[1]  # path_id order
-    for c in ("path", "name", "domain", "style"):
+    for c in ("path", "domain", "style"):
         out[c] = ranges[c].iloc[first].to_numpy(dtype=object)
+    # a chain's name: its path name (a counter's template, ingest/templates.py)
+    out["name"] = ranges["path_name" if "path_name" in ranges else "name"].iloc[first].to_numpy(
+        dtype=object)  # fmt: skip
     for c in ("parent_path_id", "depth"):
         out[c] = ranges[c].to_numpy(dtype="int64")[first]
     out["tc_share"] = share(out["tc_gpu_ns"], out["gpu_ns"])
