@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from dlprof_lite.rules.facts import fact_text
 from dlprof_lite.rules.names import DOMAIN, PHASES
 from nsys_db import NsysDb
 from nsys_schema import NVTX_MARK, NVTX_PUSH_POP, global_pid, global_tid
@@ -334,8 +335,9 @@ def make_profile(path: str | Path, *, iterations: int, layers: int, kernels_per_
                  threads: int = 1, processes: int = 1, per_kernel_ranges: bool = False,
                  seed: int = 0, optimizer_kernels: int | None = None, memcpy: bool = True,
                  stall_probability: float = 0.05, epoch_range: bool = True,
-                 chunk_kernels: int = 250_000,
-                 numbered_steps: bool = False) -> GroundTruth:  # fmt: skip
+                 chunk_kernels: int = 250_000, numbered_steps: bool = False,
+                 rank: int | None = None,
+                 world_size: int | None = None) -> GroundTruth:  # fmt: skip
     """Write a synthetic export to ``path`` and its ground truth to ``<path>.truth.json``.
 
     Kernels per thread = ``iterations × (2 × layers × kernels_per_layer + optimizer_kernels)``
@@ -344,6 +346,8 @@ def make_profile(path: str | Path, *, iterations: int, layers: int, kernels_per_
     process, on its main thread, around all of its iterations. ``numbered_steps``: each
     iteration's range is the script's own ``iteration <n>`` (inline text, default domain, n
     from 0 per thread), as most scripts name their steps, not the annotation's ``iteration``.
+    ``rank``: each process records the annotation's process fact, rank ``rank + process`` of
+    ``world_size`` (one node's export of a job).
     """
     path = Path(path)
     model = build_model(layers, kernels_per_layer)
@@ -358,6 +362,10 @@ def make_profile(path: str | Path, *, iterations: int, layers: int, kernels_per_
         described = [_describe(db, st) for st in states]
         domains = {st.pid: db.domain(DOMAIN, pid=st.pid, tid=st.pid, start=T0_NS - 1000)
                    for st in states}  # fmt: skip
+        for p, pid in enumerate(sorted(domains)) if rank is not None else []:
+            db.mark(T0_NS - 900, fact_text("process", {
+                "rank": rank + p, "local_rank": p, "world_size": world_size or processes,
+            }), pid, pid, domain=DOMAIN)  # fmt: skip
         for lo in range(0, iterations, per_chunk):
             n = min(per_chunk, iterations - lo)
             for st in states:
