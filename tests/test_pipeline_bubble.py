@@ -35,6 +35,9 @@ def test_the_bubble_is_the_schedules(tmp_path: Path, stages: int, micro: int) ->
     assert got == pytest.approx(want, rel=0.05)
     fires = any(a.problem == BUBBLE for a in report.summary.advice)
     assert fires is (got >= 20.0)
+    # the stages' send/receive kernels name no peer and interleave in each stage's own order:
+    # never paired by order as a collective's are (two stages run as many of them)
+    assert report.collectives.empty
 
 
 @pytest.mark.corpus

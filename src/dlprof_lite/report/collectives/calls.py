@@ -11,7 +11,9 @@ thread inside its range) takes that kernel's start and end. An export without ou
 (no annotation, or one from elsewhere) has only the kernels: each process's communication
 kernels, per stream in the order its streams first ran one, are its calls, the n-th on a
 stream being the stream's n-th instance (every rank runs a communicator's collectives in one
-order), where every rank ran as many on that stream (else its order cannot pair them);
+order), where every rank ran as many on that stream (else its order cannot pair them); the
+send/receive kernels of a pipeline are left out (a stage's sends and receives interleave in
+an order of its own, and a kernel names no peer: only recorded calls pair them);
 their group is every rank of the export, their bytes unknown. In an export with our facts,
 the communication kernels no recorded call launched (DTensor's functional collectives, a
 library's own NCCL calls) are added the same way, their groups marked ``#k<n>`` (the n-th
@@ -66,10 +68,13 @@ def collective_calls(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     kernels' times where they launched one), else the communication kernels; ``rank`` from
     ``rank_of`` (pid -> rank), the pid's order where it has none."""
     recorded = _recorded(profile, rank_of)
+    kernels = profile.kernels
+    if pipelined(profile) and len(kernels):  # sends and receives: never paired by order
+        kernels = kernels[~np.isin(comm_ops(kernels["name"]), P2P_KERNELS)]
     if not len(recorded):
-        return _from_kernels(profile.kernels, rank_of)
+        return _from_kernels(kernels, rank_of)
     timed, claimed = _on_the_gpu(recorded, profile.kernels)
-    rest = _from_kernels(profile.kernels, rank_of, claimed)
+    rest = _from_kernels(kernels, rank_of, claimed)
     if rest.empty:
         return timed
     both = pd.concat([timed, rest.astype({"fsdp": bool})], ignore_index=True)
