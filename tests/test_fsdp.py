@@ -69,6 +69,9 @@ def test_real_units_carry_their_layer_and_padded_bytes(nsys: str, tmp_path: Path
             assert float(row["calls_per_step"]) == 1.0 and row["fsdp"] == "True"
             assert float(row["time_ns"]) == pytest.approx(
                 float(row["transfer_ns"]) + float(row["wait_ns"]), rel=1e-12)
+    # gloo blocks: exposed by definition, and no prefetch would hide it: no FSDP advice
+    advice = json.loads((out / "advice.json").read_text(encoding="utf-8"))["rows"]
+    assert not [a for a in advice if a["problem"].startswith("FSDP")]
     # the blocks are gathered again for their backward (the root keeps its parameters)
     backward = {r["layer"] for r in table if r["pass"] == "backward" and r["op"].startswith("all")}
     assert backward & {"blocks.0", "blocks.1"}

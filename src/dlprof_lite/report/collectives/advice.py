@@ -83,8 +83,9 @@ _FSDP_REMEDY = {
 
 def fsdp_exposed(summary: Summary, layers: pd.DataFrame) -> list[Advice]:
     """Per (op family, pass) of FSDP's calls: their exposed time over the mean step, when at
-    least FSDP_EXPOSED_WARN_SHARE."""
-    if layers.empty:
+    least FSDP_EXPOSED_WARN_SHARE. Only on GPUs: on the CPU (gloo) a blocking collective is
+    exposed whole by definition, and no prefetch would overlap it with compute."""
+    if layers.empty or not summary.totals.kernel_count:
         return []
     rows = layers[layers["fsdp"].eq(True).to_numpy(dtype=bool)].copy()
     if rows.empty:
