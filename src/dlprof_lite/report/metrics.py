@@ -500,7 +500,8 @@ COLLECTIVE_LAYERS_REPORT = _cols(
     ("exposed_ns", "ns", "of which no compute overlapped (empty: an asynchronous call with no "
      "kernel)"),
     ("hidden_ns", "ns", "time_ns - exposed_ns: overlapped by compute"),
-    ("exposed_share", "", "exposed_ns / the mean analysed iteration (0-1)"),
+    ("exposed_step_ratio", "", "exposed_ns / the mean analysed iteration (a ratio, not capped: "
+     "collectives run between the steps too)"),
 )
 
 # Several inputs (nodes): each input's clock against the first's (report/collectives/clocks.py).

@@ -123,7 +123,7 @@ COLLECTIVE_TEXT = ("group", "op", "dtype", "layer", "pass")
 COLLECTIVE_BOOLS = ("complete", "async", "fsdp")
 COLLECTIVE_FLOATS = ("bytes_mean", "transfer_median_ns", "wait_mean_ns", "wait_share",
                      "algbw_gbps", "busbw_gbps", "exposed_ns", "calls_per_step", "time_ns",
-                     "transfer_ns", "wait_ns", "hidden_ns", "exposed_share")  # fmt: skip
+                     "transfer_ns", "wait_ns", "hidden_ns", "exposed_step_ratio")  # fmt: skip
 
 
 def empty_collectives() -> pd.DataFrame:

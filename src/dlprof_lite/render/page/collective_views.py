@@ -77,7 +77,7 @@ LAYER_COLUMNS = (
     Column("transfer", "transfer_ns", duration),
     Column("wait", "wait_ns", duration),
     Column("exposed", "exposed_ns", duration),
-    Column("of the step", "exposed_share", percent),
+    Column("of the step", "exposed_step_ratio", percent),
 )
 
 

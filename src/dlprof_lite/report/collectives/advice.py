@@ -93,7 +93,7 @@ def fsdp_exposed(summary: Summary, layers: pd.DataFrame) -> list[Advice]:
     rows["family"] = [FAMILY.get(str(op), str(op)) for op in rows["op"]]
     found = []
     for (family, phase), g in rows.groupby(["family", "pass"], sort=True):
-        share = float(g["exposed_share"].sum(min_count=1))
+        share = float(g["exposed_step_ratio"].sum(min_count=1))
         remedy = _FSDP_REMEDY.get((str(family), str(phase)))
         if remedy is None or not share >= FSDP_EXPOSED_WARN_SHARE:
             continue
@@ -107,7 +107,7 @@ def fsdp_exposed(summary: Summary, layers: pd.DataFrame) -> list[Advice]:
                     f"overlapping them ({float(g['exposed_ns'].sum()) / 1e6:.3g} ms per step, "
                     f"{len(g)} layers); most: {named}")
         found.append(Advice(f"FSDP {phase} {name}s are exposed", "warn", evidence, remedy,
-                            "exposed_share", share, FSDP_EXPOSED_WARN_SHARE,
+                            "exposed_step_ratio", share, FSDP_EXPOSED_WARN_SHARE,
                             "dlprof-lite choice (rules/collectives.py): exposed FSDP "
                             "collectives of one pass at least "
                             f"{FSDP_EXPOSED_WARN_SHARE:.0%} of the mean step"))

@@ -16,13 +16,13 @@ import pandas as pd
 
 LAYER_COLUMNS = ("layer", "pass", "group", "op", "fsdp", "ranks", "calls_per_step", "bytes_mean",
                  "time_ns", "transfer_ns", "wait_ns", "exposed_ns", "hidden_ns",
-                 "exposed_share")  # fmt: skip
+                 "exposed_step_ratio")  # fmt: skip
 _KEYS = ["layer", "pass", "group", "op"]
 
 
 def layer_table(instances: pd.DataFrame, steps: int, step_ns: float | None) -> pd.DataFrame:
     """Per (layer, pass, group, op) of :data:`LAYER_COLUMNS`, most exposed first; figures per
-    rank and analysed step (``steps``; the whole window when 0); ``exposed_share`` is the
+    rank and analysed step (``steps``; the whole window when 0); ``exposed_step_ratio`` is the
     exposed time over the mean step ``step_ns``."""
     if instances.empty:
         return pd.DataFrame(columns=list(LAYER_COLUMNS))
@@ -44,7 +44,7 @@ def layer_table(instances: pd.DataFrame, steps: int, step_ns: float | None) -> p
             "transfer_ns": float(g["transfer_ns"].sum()) / scale,
             "wait_ns": float(g["wait_ns"].sum()) / scale, "exposed_ns": known,
             "hidden_ns": time - known,
-            "exposed_share": known / step_ns if step_ns else float("nan"),
+            "exposed_step_ratio": known / step_ns if step_ns else float("nan"),
         })  # fmt: skip
     out = pd.DataFrame(rows, columns=list(LAYER_COLUMNS))
     order = np.lexsort((-out["time_ns"].to_numpy(), -out["exposed_ns"].fillna(-1).to_numpy()))
