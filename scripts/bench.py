@@ -15,6 +15,10 @@ tools' times; then the 5M/1M ratios and each target met or missed.
 Then, unless ``--no-startup``, ``scripts/bench_startup.py``: ``--help``, a small export, the
 18 corpus exports in one call and the run form (issue 17's targets 2-4).
 
+``--huge N`` adds one export of N kernels (the main shape; 25,000,000 is ~2.9 GB), analysed
+with the lean command: its peak RSS against 4 GB and its time against 30x the 1M time of the
+same run (the scale issue's targets for exports larger than memory).
+
 ``--deep`` adds NVTX nesting thousands of levels deep (``make_deep_profile.py``): 2,000 ranges
 1,400 deep (a recursive module), and 20,000 ranges 10,000 deep whose chain is never popped.
 """
@@ -134,6 +138,26 @@ def run_deep(work: Path, timeout: float, repeats: int) -> None:
               f"{'-':>13} {'-':>10}{flag}", flush=True)  # fmt: skip
 
 
+# Exports larger than memory (the scale issue): peak RSS and time against 30x the 1M time.
+TARGET_HUGE_MB, TARGET_HUGE_TIME = 4096.0, 30.0
+
+
+def run_huge(kernels: int, work: Path, timeout: float, one_million: Run | None) -> None:
+    """One export of ``kernels`` kernels, the lean command once: wall time and peak RSS."""
+    path, _ = export_for(Case(kernels), work)
+    ours = measure(analyze_cmd(path, work / f"out_{path.stem}"), timeout)
+    flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
+    print(f"huge {kernels} kernels ({path.stat().st_size / 2**30:.1f} GiB): {ours.wall_s:.1f} s, "
+          f"peak RSS {ours.peak_rss_mb:.0f} MB{flag}", flush=True)  # fmt: skip
+    met = ours.peak_rss_mb <= TARGET_HUGE_MB
+    print(f"target huge peak MB: {ours.peak_rss_mb:.0f} (<= {TARGET_HUGE_MB:g}) "
+          f"{'met' if met else 'MISSED'}")  # fmt: skip
+    if one_million is not None and one_million.wall_s > 0:
+        ratio = ours.wall_s / one_million.wall_s
+        print(f"target huge time / 1M time: {ratio:.1f} (<= {TARGET_HUGE_TIME:g}) "
+              f"{'met' if ratio <= TARGET_HUGE_TIME else 'MISSED'}")  # fmt: skip
+
+
 def analyze_cmd(path: Path, out: Path, store: Path | None = None) -> list[str]:
     """The lean command (``--no-db``, tables only), or with ``store`` the one a user runs:
     every default output (tables and page), recorded into that run store."""
@@ -162,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--deep", action="store_true", help="add the deep-nesting cases")
+    ap.add_argument("--huge", type=int, default=0,
+                    help="add one export of this many kernels (e.g. 25000000), lean command")
     ap.add_argument("--no-startup", action="store_true",
                     help="skip bench_startup.py (start-up, small and many exports, run form)")
     ap.add_argument(
@@ -212,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ratio}{flag}", flush=True)  # fmt: skip
     _print_scaling(results)
     _print_targets(results, speedups)
+    if args.huge:
+        run_huge(args.huge, args.work, args.timeout, results.get((Case(1_000_000), "lean")))
     if args.deep:
         run_deep(args.work, args.timeout, args.repeats)
     if not args.no_startup:  # issue 17's targets 2-4, in the same run
