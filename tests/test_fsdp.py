@@ -57,6 +57,7 @@ def test_real_units_carry_their_layer_and_padded_bytes(nsys: str, tmp_path: Path
         # gloo blocks the calling thread: no kernel overlaps, all of it is exposed
         assert float(call["exposed_ns"]) == int(call["duration_ns"])
     table = rows(out / "collective_layers.csv")
+    steps = json.loads((out / "summary.json").read_text(encoding="utf-8"))["window_steps"]
     # by family: all_gather_single, all_gather_into_tensor or (FSDP1 on the CPU) all_gather
     found = {(r["layer"], r["pass"], r["op"].split("_")[0]): r for r in table}
     for layer, sizes in units.items():
@@ -66,7 +67,11 @@ def test_real_units_carry_their_layer_and_padded_bytes(nsys: str, tmp_path: Path
         reduce = found[(layer, "backward", "reduce")]
         assert float(reduce["bytes_mean"]) == sizes["reduce_scatter_bytes"]
         for row in (forward, reduce):
-            assert float(row["calls_per_step"]) == 1.0 and row["fsdp"] == "True"
+            # one call per step; the all-ranks report's window starts at the first analysed
+            # step of the ranks together, so a loaded machine may leave one rank's first call
+            # of a unit just outside it (an instance counts where its last call ends)
+            per_step = float(row["calls_per_step"])
+            assert 1.0 - 1.0 / steps <= per_step <= 1.0 and row["fsdp"] == "True", row
             assert float(row["time_ns"]) == pytest.approx(
                 float(row["transfer_ns"]) + float(row["wait_ns"]), rel=1e-12)
     # gloo blocks: exposed by definition, and no prefetch would hide it: no FSDP advice
