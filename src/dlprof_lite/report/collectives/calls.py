@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
-from dlprof_lite.report.intervals import covered_between, merge
+from dlprof_lite.report.intervals import busy_per_device, covered_between
 from dlprof_lite.report.ranks.table import collectives as comm_ops
 from dlprof_lite.rules.collectives import (
     ALL_TO_ALL_RE,
@@ -71,10 +71,11 @@ def collective_calls(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     kernels = profile.kernels
     if pipelined(profile) and len(kernels):  # sends and receives: never paired by order
         kernels = kernels[~np.isin(comm_ops(kernels["name"]), P2P_KERNELS)]
+    busy = compute_busy(profile.kernels)  # once, for every call's exposed time
     if not len(recorded):
-        return _from_kernels(kernels, rank_of)
-    timed, claimed = _on_the_gpu(recorded, profile.kernels)
-    rest = _from_kernels(kernels, rank_of, claimed)
+        return _from_kernels(kernels, rank_of, busy)
+    timed, claimed = _on_the_gpu(recorded, profile.kernels, busy)
+    rest = _from_kernels(kernels, rank_of, busy, claimed)
     if rest.empty:
         return timed
     both = pd.concat([timed, rest.astype({"fsdp": bool})], ignore_index=True)
@@ -95,7 +96,8 @@ def _comm_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
 Claimed = set[tuple[int, int, int]]  # (pid, tid, launch start) of the kernels calls launched
 
 
-def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> tuple[pd.DataFrame, Claimed]:
+def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame,
+                busy: Busy) -> tuple[pd.DataFrame, Claimed]:  # fmt: skip
     """Each call that launched a communication kernel, timed by that kernel; and the kernels
     so claimed."""
     comm = _comm_kernels(kernels)
@@ -119,7 +121,7 @@ def _on_the_gpu(calls: pd.DataFrame, kernels: pd.DataFrame) -> tuple[pd.DataFram
     out.loc[inside, "end_ns"] = joined.loc[inside, "k_end"].to_numpy(dtype=np.int64)
     timed = out.loc[inside]
     out.loc[inside, "exposed_ns"] = exposed(
-        kernels, timed["pid"].to_numpy(dtype=np.int64),
+        busy, timed["pid"].to_numpy(dtype=np.int64),
         joined.loc[inside, "device_id"].to_numpy(dtype=np.float64),
         timed["start_ns"].to_numpy(dtype=np.int64), timed["end_ns"].to_numpy(dtype=np.int64))
     launched = joined.loc[inside, ["pid", "tid", "api_start_ns"]].astype("int64")
@@ -135,28 +137,29 @@ def _off_the_gpu(calls: pd.DataFrame) -> np.ndarray:
     return found
 
 
-def exposed(kernels: pd.DataFrame, pids: np.ndarray, devices: np.ndarray, starts: np.ndarray,
+Busy = dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]  # (pid, device) -> segments
+
+
+def compute_busy(kernels: pd.DataFrame) -> Busy:
+    """The merged busy segments of each GPU timeline's compute kernels (not communication)."""
+    if kernels.empty:
+        return {}
+    return busy_per_device(kernels[comm_ops(kernels["name"]) == ""])
+
+
+def exposed(busy: Busy, pids: np.ndarray, devices: np.ndarray, starts: np.ndarray,
             ends: np.ndarray) -> np.ndarray:
-    """Of each interval on GPU timeline ``(pid, device)``, the time no compute kernel (one that
-    is not communication) of that timeline overlaps (one merge per timeline)."""
+    """Of each interval on GPU timeline ``(pid, device)``, the time no compute kernel of that
+    timeline (``busy``, :func:`compute_busy`) overlaps."""
     out: np.ndarray = (ends - starts).astype(np.float64)
-    if kernels.empty or not len(pids):
-        return out
-    compute = kernels[comm_ops(kernels["name"]) == ""]
-    k_pid = compute["pid"].to_numpy(dtype=np.int64)
-    k_dev = compute["device_id"].to_numpy(dtype=np.float64)
-    k_start = compute["start_ns"].to_numpy(dtype=np.int64)
-    k_end = compute["end_ns"].to_numpy(dtype=np.int64)
-    for pid, device in {(int(p), float(d)) for p, d in zip(pids, devices, strict=True)}:
+    for (pid, device), segments in busy.items():
         mine = (pids == pid) & (devices == device)
-        theirs = (k_pid == pid) & (k_dev == device)
-        busy = merge(k_start[theirs], k_end[theirs])
-        out[mine] -= covered_between(busy, starts[mine], ends[mine])
-    result: np.ndarray = out
-    return result
+        if mine.any():
+            out[mine] -= covered_between(segments, starts[mine], ends[mine])
+    return out
 
 
-def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int],
+def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int], busy: Busy,
                   claimed: Claimed | None = None) -> pd.DataFrame:  # fmt: skip
     """The communication kernels as calls (``claimed``: leave those out, and mark the groups
     as the unclaimed rest)."""
@@ -192,7 +195,7 @@ def _from_kernels(kernels: pd.DataFrame, rank_of: dict[int, int],
         "layer": comm["layer"].astype(object), "pass": comm["phase"].astype(object),
         "fsdp": False,
     })  # fmt: skip
-    out["exposed_ns"] = exposed(kernels, out["pid"].to_numpy(dtype=np.int64),
+    out["exposed_ns"] = exposed(busy, out["pid"].to_numpy(dtype=np.int64),
                                 comm["device_id"].to_numpy(dtype=np.float64),
                                 out["start_ns"].to_numpy(dtype=np.int64),
                                 out["end_ns"].to_numpy(dtype=np.int64))  # fmt: skip
