@@ -2,11 +2,12 @@
 
     python device.py --nsys TARGET_NSYS --out OUT [--budget 480] [--dry-run]
 
-1. **Probe** what can profile there: the nsys target binary carried in (Nsight Systems 2022.4,
-   whose ``.qdstrm`` the importer here reads) with dlprof-lite's trace set less ``osrt`` (whose
-   buffers add ~22 MB to every ``.qdstrm``), captured from step :data:`CAPTURE_FROM` to the
-   program's exit (workload.py says why), then ``--trace=cuda,nvtx``, then the whole run; and
-   any nsys that machine has of its own (one ships inside Nsight Compute) if none worked.
+1. **Probe** what can profile there: the nsys target binary carried in (Nsight Systems 2024.2,
+   whose ``.qdstrm`` the importer here reads: ``gpu_check.sh host``) with dlprof-lite's trace
+   set less ``osrt`` (whose buffers add ~22 MB to every ``.qdstrm``) over the whole run; then
+   captured from step :data:`CAPTURE_FROM` to the program's exit (what an importer that stops
+   at CUDA calls it cannot name needs: workload.py), then ``--trace=cuda,nvtx``; and any
+   nsys that machine has of its own (one ships inside Nsight Compute) if none worked.
 2. **Profile** each configuration of :data:`CONFIGS` (priority order: what the time budget
    leaves out is the end of the list) under dlprof-lite's bootstrap, 30 steps, with the
    workload's CUDA-event oracle (workload.py) in the same process.
@@ -55,10 +56,11 @@ _NO_OSRT = "--trace=" + ",".join(
 # The capture from the workload's start to its exit (workload.py --profiler-api says why).
 CAPTURE = ("--capture-range=cudaProfilerApi", "--capture-range-end=stop")
 CAPTURE_FROM = 3  # the steps before it make CUDA 13's one-time driver calls (workload.py)
+PROBE_STEPS = CAPTURE_FROM + 2  # a captured probe records two steps
 TRACE_SETS = {
+    "whole_no_osrt": (_NO_OSRT,),
     "captured_no_osrt": (_NO_OSRT, *CAPTURE),
     "captured_cuda_nvtx": ("--trace=cuda,nvtx", *CAPTURE),
-    "whole_no_osrt": (_NO_OSRT,),
 }
 # What one profiled configuration may take on the GPU machine, and on the CPU (dry run).
 COST_S = {"compile": 100.0, "run": 35.0}
@@ -115,6 +117,8 @@ def workload_args(check: Check, config: str, name: str, steps: int,
         args += ["--tiny", "--device", "cpu"]
     if captured:
         args += ["--capture-from", str(CAPTURE_FROM)]
+    if os.environ.get("GPU_CHECK_NO_HOLD"):
+        args.append("--no-hold")
     return args
 
 
@@ -173,13 +177,14 @@ def choose(check: Check, carried: str) -> tuple[str, tuple[str, ...]] | None:
     chosen: tuple[str, tuple[str, ...]] | None = None
     traces = [("--trace=nvtx",)] if check.dry else list(TRACE_SETS.values())
     for index, trace in enumerate(traces):
-        if profile(check, carried, trace, "cnn:fp32", f"probe_carried_{index}", 3,
+        if profile(check, carried, trace, "cnn:fp32", f"probe_carried_{index}", PROBE_STEPS,
                    TIMEOUT_S["probe"]):  # fmt: skip
             chosen = (carried, trace)
             break
     for index, nsys in enumerate([] if check.dry or chosen else own_nsys()):
         trace = TRACE_SETS["captured_cuda_nvtx"]
-        if profile(check, nsys, trace, "cnn:fp32", f"probe_own_{index}", 3, TIMEOUT_S["probe"]):
+        if profile(check, nsys, trace, "cnn:fp32", f"probe_own_{index}", PROBE_STEPS,
+                   TIMEOUT_S["probe"]):
             return nsys, trace
     return chosen
 
@@ -273,7 +278,7 @@ def main() -> None:
                         help="model:precision[:compile], comma-separated (default: all, "
                              "in priority order)")
     parser.add_argument("--no-probe", action="store_true",
-                        help="profile with the carried nsys and the captured trace set at once")
+                        help="profile with the carried nsys over the whole run at once")
     parser.add_argument("--profiles-only", action="store_true",
                         help="skip the ncu and Kineto oracles (a rerun of the profiles)")
     args = parser.parse_args()
@@ -281,7 +286,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     check = Check(args.out, args.work, time.time(), args.budget, args.dry_run)
     environment(check)
-    chosen = ((args.nsys, TRACE_SETS["captured_no_osrt"]) if args.no_probe
+    chosen = ((args.nsys, TRACE_SETS["whole_no_osrt"]) if args.no_probe
               else choose(check, args.nsys))  # fmt: skip
     done: list[str] = []
     if chosen is None:
