@@ -175,8 +175,12 @@ def compare_layers(report: Path, oracle: dict[str, Any], section: Section) -> No
             key = f"{parts[0]}:{label}"
             ours[key] = ours.get(key, 0.0) + float(row[column]) / 1e6 / len(steps)
     for kind, prefix in (("forward", "fwd"), ("backward", "bwd")):
+        # The events' own edge, measured on the GPU (workload.Hold), off each call.
+        edge = float(oracle.get("event_edge_ms") or 0.0)
+        calls = oracle.get("calls", {}).get(f"layer_{kind}", {})
         for label, per_step in sorted(oracle["ms"].get(f"layer_{kind}", {}).items()):
-            truth = statistics.fmean(per_step[s] for s in steps)
+            made = calls.get(label, [0] * len(per_step))
+            truth = statistics.fmean(per_step[s] - edge * made[s] for s in steps)
             if truth < LAYER_MIN_MS or f"{prefix}:{label}" not in ours:
                 continue
             mine = ours[f"{prefix}:{label}"]

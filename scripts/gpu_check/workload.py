@@ -16,7 +16,9 @@ GPU's own clock (``torch.cuda.Event``, ``perf_counter_ns`` on the CPU for the dr
   step back to back, and a module's events bracket its kernels only. Without the hold, a
   step the host cannot feed leaves the GPU idle between the events and the kernels, and the
   events measure host time (seen on the H200: ResNet-18 in BF16, 100-µs convolutions timed
-  30-50 % long). ``--no-hold`` turns it off;
+  30-50 % long). ``--no-hold`` turns it off. What the two events add to the span on a busy
+  GPU (``event_edge_ms``, ~6 µs on the H200) is measured once and kept with the calls per
+  step, so that the comparison can take it off each call;
 * the backward of the modules in ``models.BACKWARD_ORACLE``, from the hook on the gradient of
   its output (its backward can start) to the hook on the gradient of its input (done).
 
@@ -92,6 +94,30 @@ class Hold:
             end.record()
             end.synchronize()
             self.cycles_per_ms = cycles / start.elapsed_time(end)
+        self.edge_ms = self.event_edge_ms() if self.on else 0.0
+
+    def event_edge_ms(self) -> float:
+        """What a pair of events adds to the span of the work between them, on a busy GPU.
+
+        A module's events are queued right before its first kernel and right after its last:
+        the span holds the step from each event to the kernel beside it too. Measured as
+        ``2 * span(sleep n) - span(sleep 2n)`` (the sleep's own time cancels), each pair
+        queued behind a 2-ms sleep as the step's modules are; the median of 21.
+        """
+        n = int(0.05 * self.cycles_per_ms)
+        pairs = []
+        for _ in range(21):
+            torch.cuda._sleep(int(2 * self.cycles_per_ms))
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            events[0].record()
+            torch.cuda._sleep(n)
+            events[1].record()
+            events[2].record()
+            torch.cuda._sleep(2 * n)
+            events[3].record()
+            pairs.append(events)
+        torch.cuda.synchronize()
+        return statistics.median(2 * a.elapsed_time(b) - c.elapsed_time(d) for a, b, c, d in pairs)
 
     def hold(self) -> None:
         if not self.on:
@@ -212,9 +238,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     per_step: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    calls: dict[str, dict[str, list[int]]] = defaultdict(dict)
     for kind, name, step, a, b in clock.intervals:
         row = per_step[kind].setdefault(name, [0.0] * args.steps)
         row[step] += clock.ms(a, b)
+        calls[kind].setdefault(name, [0] * args.steps)[step] += 1
     return {
         "model": args.model,
         "precision": args.precision,
@@ -230,6 +258,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "loss": float(loss.detach().float().item()),
         "backward_layers": list(backward),
         "hold": {"on": hold.on, "slept_ms": hold.slept_ms, "host_queue_ms": hold.host_ms},
+        "event_edge_ms": hold.edge_ms,
+        "calls": {kind: dict(rows) for kind, rows in calls.items()},
         "ms": {kind: dict(rows) for kind, rows in per_step.items()},
     }
 
