@@ -13,7 +13,7 @@ import pytest
 
 from builders import query
 from dlprof_lite.ingest.tensorcore import classify_kernel_names
-from dlprof_lite.rules.gemm import FP32_GEMM_RULES, fp32_gemm_rule, is_fp32_gemm
+from dlprof_lite.rules.gemm import FP32_GEMM_RULES, fp32_gemm_rule, is_fp32_gemm, is_matmul_kernel
 
 TRT = "NVIDIA__trt-samples-for-hackathon-cn__cookbook_09-Advance_MultiStream_calculation-bound"
 TRT_FILE = f"{TRT}.qdrep.sqlite"
@@ -136,3 +136,74 @@ def test_no_tensor_core_kernel_of_the_tsv_is_fp32_gemm(shared_dir: Path) -> None
     fp32 = [n for n in tsv["name"] if is_fp32_gemm(n)]
     assert len(fp32) >= 20
     assert set(classify_kernel_names(fp32)) == {"no_tc"}
+
+
+# -- GEMM and convolution kernels in any precision (is_matmul_kernel) -------------------------
+
+# Kernels of conv and linear modules that do no multiply-adds, from an H200 run of ResNet-18
+# and GPT-2 in BF16 and FP32 (docs/gpu-validation.md): what the mixed-precision advice must
+# not count, since no precision change moves them onto Tensor Cores.
+AROUND_MATMUL = [
+    "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, "
+    "(bool)0, (bool)1, (cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nchw2nhwc_params_t"
+    "<T3>, const T1 *, T2 *)",
+    "void cudnn::engines_precompiled::nhwcToNchwKernel<float, float, float, (bool)1, (bool)0, "
+    "(cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nhwc2nchw_params_t<T3>, const T1 *, "
+    "T2 *)",
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::"
+    "TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const>(int, T1, T2)",
+    "void at::native::<unnamed>::CatArrayBatchedCopy<at::native::<unnamed>::OpaqueType<(unsigned"
+    " int)2>, unsigned int, (int)4, (int)64, (int)64>(T1 *, at::native::<unnamed>::CatArrInputT"
+    "ensorMetadata<T1, T2, T4, T5>, at::native::<unnamed>::TensorSizeStride<T2, (unsigned int)4>"
+    ", int, T2)",
+    "void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::"
+    "implicit_gemm::wgrad_indexed::Warp_specialized_params<xmma__5x_cudnn::Sm90_warpgroup_traits"
+    ">>(T1)",
+    "void cutlass__5x_cudnn::Kernel<cutlass__5x_cudnn::reduction::kernel::ReduceSplitK<cutlass__"
+    "5x_cudnn::MatrixShape<(int)4, (int)256>, cutlass__5x_cudnn::epilogue::thread::"
+    "LinearCombination<float, (int)4, float, float>>>(T1::Params)",
+    "void cudnn::fusion::convert_dq_to_16bits<(bool)1>(const void *, void *, unsigned int, "
+    "unsigned int, unsigned int, unsigned int, unsigned int, unsigned int)",
+    "void cudnn::engines_precompiled::scalePackedTensor_kernel<float, float>(long, T1 *, T2)",
+    "void flip_filter<float, float>(T2 *, const T1 *, int, int, int, int)",
+    "void splitKreduce_kernel<(int)32, (int)16, int, float, float, float, float, (bool)1, "
+    "(bool)0, (bool)0>(cublasSplitKParams<T6>, const T4 *, const T5 *, T5 *, const T6 *)",
+]
+# Multiply-adds from the same runs that ran on CUDA cores, one per family.
+MATMUL_NO_TC = [
+    "void precomputed_convolve_sgemm<__nv_bfloat16, (int)128, (int)6, (int)7, (int)3, (int)3, "
+    "(int)5, (int)1, (bool)0>(int, int, int, const T1 *, int, T1 *, const T1 *, kernel_conv_"
+    "params, unsigned long long, int, float, float, int, const T1 *, const T1 *)",
+    "void cudnn::detail::dgrad_engine<float, (int)512, (int)6, (int)5, (int)3, (int)3, (int)3, "
+    "(bool)0>(int, int, int, const T1 *, int, const T1 *, int, T1 *, kernel_grad_params, "
+    "unsigned long long, int, unsigned long long, int, float, int, int, int)",
+    "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(T1::Params)",
+    "void cudnn::winograd_nonfused::winogradWgradData4x4<float, float>(cudnn::winograd_"
+    "nonfused::WinogradDataParams<T1, T2>)",
+]
+
+
+def test_fp32_and_tensor_core_gemms_of_the_tsv_are_matmul_kernels(shared_dir: Path) -> None:
+    tsv = pd.read_csv(shared_dir / "tc_kernels.tsv", sep="\t", dtype=str, keep_default_na=False)
+    fp32 = [n for n in tsv["name"] if is_fp32_gemm(n)]
+    tc = list(tsv.loc[tsv["label"] == "tc", "name"])
+    assert len(fp32) >= 20 and len(tc) > 50
+    assert [n for n in fp32 + tc if not is_matmul_kernel(n)] == []
+
+
+@pytest.mark.parametrize("name", MATMUL_NO_TC)
+def test_cuda_core_matmul_kernels(name: str) -> None:
+    assert is_matmul_kernel(name)
+
+
+@pytest.mark.parametrize("name", AROUND_MATMUL)
+def test_kernels_around_a_matmul_are_not_matmul_kernels(name: str) -> None:
+    assert not is_matmul_kernel(name)
+
+
+def test_a_mangled_name_is_read_by_its_own_function() -> None:
+    # vLLM's KV-cache copy names "flash" in its own name, not as flash attention
+    assert not is_matmul_kernel(
+        "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEE")
+    assert is_matmul_kernel(
+        "_ZN5cudnn6detail23implicit_convolve_sgemmIffLi1024ELi5ELi5ELi3ELi3ELi3ELi1ELb1ELb0ELb1EEE")

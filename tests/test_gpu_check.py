@@ -12,6 +12,7 @@ a few kernels of that run): dlprof-lite's name verdicts must equal what the tens
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import os
 import subprocess
@@ -95,3 +96,16 @@ def test_the_dry_run_profiles_bundles_and_compares(nsys: str, tmp_path: Path) ->
                              "on the GPU")  # fmt: skip
     # on the same device the replay and FlopCounterMode on real tensors count the same
     assert [(r[0], r[-1]) for r in flops] == [("cnn_fp32", "yes"), ("gpt_bf16", "yes")]
+
+
+def test_kernels_match_by_function_across_the_two_spellings() -> None:
+    """nsys and Kineto name the same kernel differently (template parameters as ``T1``, an
+    anonymous namespace as ``<unnamed>``, a name c++filt cannot demangle left mangled): real
+    pairs from the H200 run, each matched to its function, and to no other."""
+    compare = compare_module()
+    with open(FIXTURES / "kernel_spellings.tsv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    assert len(rows) == 5 and rows[-1]["kineto"].startswith("_ZN17cutlass")
+    for row in rows:
+        assert row["nsys"] != row["kineto"]
+        assert compare.base_name(row["nsys"]) == compare.base_name(row["kineto"]) == row["function"]

@@ -14,7 +14,7 @@ from dlprof_lite.report.build import build_report
 from dlprof_lite.report.metrics import REPORTS, column_names, definitions
 from dlprof_lite.report.summary_types import Gpu, Summary, build_summary
 from dlprof_lite.rules.advice import THRESHOLDS
-from example_profiles import training_profile
+from example_profiles import _step_ops, training_profile
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,8 @@ def test_graded_thresholds_fire_at_the_boundary() -> None:
 
 def test_tensor_core_advice_needs_tensor_cores() -> None:
     layers = pd.DataFrame(
-        [dict(layer="conv", type="Conv2d", gpu_ns=100, tc_gpu_ns=0, tc_eligible=True)]
+        [dict(layer="conv", type="Conv2d", gpu_ns=100, tc_gpu_ns=0, tc_miss_gpu_ns=100,
+              tc_eligible=True)]
     )
     volta = [dict(compute_capability="7.0")]
     s = _summary(eligible_non_tc_share=1.0, eligible_non_tc_ns=100, gpus=volta)
@@ -164,6 +165,36 @@ def test_tensor_core_advice_needs_tensor_cores() -> None:
     pascal = [dict(compute_capability="6.1"), dict(compute_capability="8.0")]
     assert rules.tensor_cores(_with(s, gpus=pascal), layers) is None
     assert rules.tensor_cores(_with(s, eligible_non_tc_share=0.04), layers) is None
+
+
+def test_tensor_core_advice_counts_matmul_kernels_only() -> None:
+    """fc1's backward in BF16 on Tensor Cores with the layout and cast kernels cuDNN and
+    autocast put around it (no Tensor Cores, as on the H200): no mixed-precision advice,
+    whose remedy would not move them; the same time in an FP32 sgemm: the advice."""
+
+    def variant(names: list[str]) -> dict:
+        kernels = []
+        for b in (1000, 3000, 5000):
+            ops, _ = _step_ops(b, 0)
+            sgemm = next(k for k in ops if k["name"] == "sgemm_128x64_nt")
+            ops.remove(sgemm)
+            for i, name in enumerate(names):  # 200 ns split over the same launch window
+                kernels.append(dict(sgemm, name=name, tc=name.startswith("sm90"),
+                                    start_ns=sgemm["start_ns"] + 100 * i, dur_ns=100))
+            kernels += ops
+        return build_report(training_profile(kernels=kernels))
+
+    bf16 = variant(["sm90_xmma_gemm_bf16bf16_tn", "void cudnn::engines_precompiled::"
+                    "nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float>(T1)"])
+    fc1 = bf16.layers.set_index("layer").loc["fc1"]
+    # forward gemm (TC) 2 x 100 + backward (TC gemm 100 + layout 100) per analysed step
+    assert (fc1["gpu_ns"], fc1["tc_gpu_ns"], fc1["tc_miss_gpu_ns"]) == (600, 400, 0)
+    assert bf16.summary["eligible_non_tc_ns"] == 0
+    assert "eligible_non_tc_share" not in set(bf16.advice["metric"])
+    fp32 = variant(["sm90_xmma_gemm_bf16bf16_tn", "volta_sgemm_128x32_nt"])
+    assert fp32.layers.set_index("layer").loc["fc1", "tc_miss_gpu_ns"] == 200
+    assert fp32.summary["eligible_non_tc_ns"] == 200
+    assert "eligible_non_tc_share" in set(fp32.advice["metric"])
 
 
 def test_iteration_variance_suggests_the_steady_window() -> None:

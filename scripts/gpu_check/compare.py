@@ -1,9 +1,10 @@
 """Here, after the GPU run: import and analyse its profiles, hold each figure to its oracle.
 
-    python scripts/gpu_check/compare.py RESULTS [--work DIR] [--markdown FILE] [--nsys PATH]
+    python scripts/gpu_check/compare.py RESULTS... [--work DIR] [--markdown FILE] [--nsys PATH]
         [--strict]
 
-RESULTS is the folder the device tool brought back (``results.tgz.NN`` parts) or one that
+RESULTS is the folder the device tool brought back (``results.tgz.NN`` parts), several such
+folders (oldest first: a later run's files replace an earlier one's), or one folder that
 holds the unpacked files. The checks, each a table in ``--markdown`` (docs/gpu-validation.md
 quotes them) and a line on the console:
 
@@ -19,9 +20,11 @@ quotes them) and a line on the console:
 * **FP32 advice**: the share of kernel time in FP32 GEMM/convolution kernels on CUDA cores,
   from the Kineto kernels and dlprof-lite's rules, against the advice's threshold: it must
   fire for the FP32 runs and not for the BF16 ones;
-* **FLOPs and MFU**: dlprof-lite's FLOP count (its fake-tensor replay, run here on the same
-  shapes) against ``FlopCounterMode`` on the GPU's real tensors, and the MFU that those
-  FLOPs, the CUDA-event median step and the GPU's peak give.
+* **mixed-precision advice**: dlprof-lite's own advice in each report recommends mixed
+  precision (or TF32) for the FP32 runs and for no other;
+* **FLOPs and MFU**: the report's FLOPs per step (counted in the profiled run, on its GPU)
+  against ``FlopCounterMode`` on the GPU's real tensors, and the report's MFU against those
+  FLOPs over the CUDA events' median step (same steps) and the GPU's peak, within 10 %.
 
 ``--strict`` exits 1 when a check that ran failed (tests/test_gpu_check.py).
 """
@@ -33,6 +36,7 @@ import csv
 import functools
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -96,18 +100,28 @@ class Section:
         return f"{self.title}: {self.checked - self.failed}/{self.checked} within the oracle"
 
 
-def unpack(results: Path, work: Path) -> Path:
-    parts = sorted(results.glob("results.tgz.*"))
-    if not parts:
-        return results
+def unpack(results: list[Path], work: Path) -> Path:
+    """The files of one or more device runs, in order (a later run's file replaces an
+    earlier one's of the same name); a folder without parts is taken as already unpacked."""
+    if len(results) == 1 and not any(results[0].glob("results.tgz.*")):
+        return results[0]
     work.mkdir(parents=True, exist_ok=True)
-    archive = work / "results.tgz"
-    with open(archive, "wb") as out:
-        for part in parts:
-            out.write(part.read_bytes())
-    with tarfile.open(archive) as tar:
-        tar.extractall(work, filter="data")
-    archive.unlink()
+    for result in results:
+        parts = sorted(result.glob("results.tgz.*"))
+        if not parts:
+            raise SystemExit(f"compare: {result} holds no results.tgz.NN parts")
+        archive = work / "results.tgz"
+        with open(archive, "wb") as out:
+            for part in parts:
+                out.write(part.read_bytes())
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():  # a newer run's profile is analysed afresh
+                stale = work / f"{member.name.split('.')[0]}.dlprof"
+                if member.name.endswith(".qdstrm") and stale.is_dir():
+                    shutil.rmtree(stale)
+                    (work / f"{member.name.split('.')[0]}.sqlite").unlink(missing_ok=True)
+            tar.extractall(work, filter="data")
+        archive.unlink()
     return work
 
 
@@ -348,67 +362,83 @@ def fp32_advice(files: Path, tiny: bool) -> Section:
     return section
 
 
-def our_flops(config: str, tiny: bool) -> int | None:
-    """dlprof-lite's count of one training step's FLOPs, replayed here on fake tensors."""
-    import models
-    import torch
-
-    from dlprof_lite.annotate.flop_count import CallState, TensorSpec, count_call
-
-    model_name, precision, *_ = config.split("_")
-    model, shape = models.build(model_name, tiny)
-    inputs, targets = models.batch(model_name, shape, torch.device("cpu"))
-
-    def spec(t: torch.Tensor) -> TensorSpec:
-        return TensorSpec(tuple(t.shape), t.stride(), t.dtype, t.device, False)
-
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    state = CallState(True, ("cpu", dtype) if dtype else None, (False, False))
-    if model_name == "cnn":
-        args: tuple[Any, ...] = (spec(inputs),)
-        kwargs: dict[str, Any] = {}
-    else:
-        args, kwargs = (), {"input_ids": spec(inputs), "labels": spec(targets)}
-    counted = count_call(model, args, kwargs, state)
-    if counted.forward is None or counted.backward is None:
-        return None
-    return sum(counted.forward.values()) + sum(counted.backward.values())
-
-
-def flops_and_mfu(files: Path, tiny: bool) -> tuple[Section, Section]:
+def flops_and_mfu(files: Path, reports: dict[str, Path]) -> tuple[Section, Section]:
+    """The report's FLOPs per step (counted in the profiled run, on its device) against
+    ``FlopCounterMode`` on the GPU's real tensors; its MFU against the same FLOPs over the
+    CUDA events' median step of the same steps and the GPU's peak."""
     flops = Section("FLOPs per step: dlprof-lite's count against FlopCounterMode on the GPU",
-                    ["config", "FlopCounterMode (GPU, real tensors)", "dlprof-lite (replay)",
+                    ["config", "FlopCounterMode (GPU, real tensors)", "dlprof-lite",
                      "difference", "equal within 0.1 %"])  # fmt: skip
-    mfu = Section("MFU from the oracles",
-                  ["config", "GPU", "median step (CUDA events)", "FLOP/s", "peak", "MFU"])
-    for path in sorted(files.glob("flops_*.json")):
-        config = path.stem.removeprefix("flops_")
-        truth = json.loads(path.read_text(encoding="utf-8"))["flops_per_step"]
-        mine = our_flops(config, tiny)
-        if mine is None:
-            flops.add([config, f"{truth:.4e}", "unknown", ""], False)
-        else:
-            error = mine / truth - 1
-            flops.add([config, f"{truth:.4e}", f"{mine:.4e}", f"{error:+.2%}"],
-                      abs(error) <= 0.001)  # fmt: skip
-        oracle_path = files / f"run_{config}.oracle.json"
-        if not oracle_path.is_file():
-            continue
-        oracle = json.loads(oracle_path.read_text(encoding="utf-8"))
-        steps = oracle["ms"]["step"]["step"]
-        warm = 3 if len(steps) > 6 else 1  # the first steps warm up allocators and caches
-        median_ms = statistics.median(steps[max(warm, int(oracle.get("captured_from") or 0)):])
-        rate = truth / (median_ms / 1e3)
+    mfu = Section("MFU against FLOPs / CUDA-event step time",
+                  ["config", "GPU", "median step (CUDA events)", "peak", "oracle MFU",
+                   "dlprof-lite MFU", "difference", "within 10 %"])  # fmt: skip
+    counted = {p.stem.removeprefix("flops_"): json.loads(p.read_text(encoding="utf-8"))
+               for p in sorted(files.glob("flops_*.json"))}  # fmt: skip
+    for name, report in sorted(reports.items()):
+        config = name.removeprefix("run_")
+        data = summary_data(report)
+        oracle = json.loads((files / f"{name}.oracle.json").read_text(encoding="utf-8"))
+        model = config.split("_")[0]
+        truth = next((c["flops_per_step"] for k, c in counted.items()
+                      if k == config or k.split("_")[0] == model), None)  # fmt: skip
+        mine = data.get("model_flops_per_step")
+        if config in counted and truth is not None:
+            error = float(mine) / truth - 1 if mine else float("nan")
+            flops.add([config, f"{truth:.4e}", f"{mine:.4e}" if mine else "none",
+                       f"{error:+.2%}"], mine is not None and abs(error) <= 0.001)  # fmt: skip
         peak = peak_tflops(oracle["device_name"], PEAK_DTYPE[oracle["precision"]])
-        share = f"{rate / (peak * 1e12):.1%}" if peak else "no peak"
-        mfu.add([config, oracle["device_name"], f"{median_ms:.2f} ms", f"{rate / 1e12:.1f} T",
-                 f"{peak} T" if peak else "-", share])  # fmt: skip
+        if truth is None or not peak or oracle["clock"] != "cuda_event":
+            continue
+        if (oracle.get("hold") or {}).get("on"):
+            continue  # a held step's GPU sleep is not in its events: see workload.Hold
+        start, stop = window(report)
+        first = int(oracle.get("captured_from") or 0)
+        # dlprof-lite's MFU is over the steady (median) step: summary model_flops_per_s
+        step_ms = statistics.median(oracle["ms"]["step"]["step"][first + start:first + stop])
+        theirs = truth / (step_ms / 1e3) / (peak * 1e12)
+        ours = data.get("mfu")
+        error = float(ours) / theirs - 1 if ours else float("nan")
+        mfu.add([config, oracle["device_name"], f"{step_ms:.2f} ms", f"{peak} T",
+                 f"{theirs:.1%}", f"{ours:.1%}" if ours else "none", f"{error:+.1%}"],
+                ours is not None and abs(error) <= MFU_TOLERANCE)  # fmt: skip
+    if not mfu.checked:
+        mfu.note = "no un-held GPU run with a known peak"
     return flops, mfu
+
+
+def summary_data(report: Path) -> dict[str, Any]:
+    summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
+    data: dict[str, Any] = summary.get("data", summary)
+    return data
+
+
+# The advice rules that recommend mixed precision (or TF32), by the metric each tests.
+PRECISION_METRICS = ("eligible_non_tc_share", "fp32_gemm_share")
+
+
+def precision_advice(files: Path, reports: dict[str, Path]) -> Section:
+    """dlprof-lite's own advice in each report: mixed precision for the FP32 runs only."""
+    section = Section("Mixed-precision advice in dlprof-lite's reports",
+                      ["config", "advice (metric = value)", "fires", "should"])
+    for name, report in sorted(reports.items()):
+        oracle = json.loads((files / f"{name}.oracle.json").read_text(encoding="utf-8"))
+        if oracle["clock"] != "cuda_event":
+            continue
+        fired = [r for r in read_csv(report / "advice.csv") if r["metric"] in PRECISION_METRICS]
+        should = oracle["precision"] == "fp32"
+        said = "; ".join(f"{r['problem']} ({r['metric']} = {float(r['value']):.2f})"
+                         for r in fired)  # fmt: skip
+        section.add([name.removeprefix("run_"), said or "-", "yes" if fired else "no",
+                     "yes" if should else "no"], bool(fired) == should)  # fmt: skip
+    if not section.checked:
+        section.note = "no GPU run could be imported here"
+    return section
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+",
+                        help="the device runs' folders, oldest first")
     parser.add_argument("--work", type=Path, default=Path("gpu_check_results"))
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--nsys", help="the nsys whose importer and export read the profiles")
@@ -424,10 +454,12 @@ def main() -> None:
                       "within 5 %"])  # fmt: skip
     kernels = Section("Kernels per step against Kineto",
                       ["config", "what", "Kineto", "dlprof-lite", "difference", "equal"])
+    reports: dict[str, Path] = {}
     for name in runs(files):
         report = analyse(files, name, imported, args.nsys)
         if report is None:
             continue
+        reports[name] = report
         oracle = json.loads((files / f"{name}.oracle.json").read_text(encoding="utf-8"))
         compare_layers(report, oracle, layers)
         if oracle["clock"] == "cuda_event":
@@ -436,9 +468,9 @@ def main() -> None:
         layers.note = "no run could be imported here"
     if not kernels.checked:
         kernels.note = "no GPU run could be imported here"
-    flops, mfu = flops_and_mfu(files, tiny)
-    sections = [imported, layers, kernels, tensor_cores(files), fp32_advice(files, tiny), flops,
-                mfu]  # fmt: skip
+    flops, mfu = flops_and_mfu(files, reports)
+    sections = [imported, layers, kernels, tensor_cores(files), precision_advice(files, reports),
+                fp32_advice(files, tiny), flops, mfu]  # fmt: skip
     for section in sections:
         print(section.verdict())
     if args.markdown:

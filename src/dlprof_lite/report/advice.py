@@ -101,14 +101,15 @@ def tensor_cores(summary: Summary, layers: pd.DataFrame) -> Advice | None:
     if grade is None:
         return None
     eligible = layers[layers["tc_eligible"].fillna(False).to_numpy(dtype=bool)]
-    miss = (eligible["gpu_ns"] - eligible["tc_gpu_ns"]).rename("miss")
+    miss = eligible["tc_miss_gpu_ns"].rename("miss")
     top = eligible.assign(miss=miss).nlargest(3, "miss")
     names = ", ".join(
         f"{r['layer']} ({r['type']}) {short(r['miss'])}" for r in top.to_dict("records")
     )
     evidence = (
         f"{short(_f(summary.tensor_cores.eligible_non_tc_ns))} ({share:.0%} of kernel time) in "
-        f"Tensor-Core-eligible layers ran on kernels without Tensor Cores; largest: {names}"
+        f"Tensor-Core-eligible layers ran on GEMM/convolution kernels without Tensor Cores; "
+        f"largest: {names}"
     )
     return _make(
         "Tensor Cores unused by eligible layers",

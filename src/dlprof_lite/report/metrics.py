@@ -160,6 +160,8 @@ LAYER_COLUMNS = _cols(
     ("tc_gpu_ns", "ns", "GPU time of its own Tensor Core kernels"),
     ("tc_share", "", "tc_gpu_ns / gpu_ns; empty without kernels"),
     ("tc_eligible", "", "module type can use Tensor Cores (conv, linear, matmul, attention, RNN)"),
+    ("tc_miss_gpu_ns", "ns", "GPU time of its own GEMM and convolution kernels that use no Tensor "
+     "Cores (not the layout, cast and copy kernels around them: rules/gemm.py is_matmul_kernel)"),
     ("host_gap_ns", "ns", "GPU idle time the CPU caused before this module's own kernels"),
 )  # fmt: skip
 

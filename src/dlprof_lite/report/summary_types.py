@@ -314,8 +314,8 @@ class TensorCores(_Group):
         "tc_inferred: recorded dtype and GPU allow Tensor Cores): inferred, not measured")
     eligible_non_tc_ns: int | None = _d(
         "ns",
-        "GPU time of TC-eligible layers in kernels without Tensor Cores (layers table: the "
-        "window)")
+        "GPU time of TC-eligible layers in GEMM/convolution kernels without Tensor Cores "
+        "(layers table tc_miss_gpu_ns: the window)")
     eligible_non_tc_share: float | None = _d("", "eligible_non_tc_ns / window_kernel_ns")
     fp32_gemm_ns: int | None = _d(
         "ns",

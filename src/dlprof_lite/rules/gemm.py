@@ -5,7 +5,8 @@ Place in the pipeline: cited classification data next to the Tensor Core rule ta
 (:mod:`dlprof_lite.rules.tensor_cores`); the layers table marks TC-eligible modules with
 :func:`is_tc_eligible`, and the summary sums the GPU time of FP32 GEMM/conv kernels with
 :func:`is_fp32_gemm` to advise mixed precision (or TF32) from kernel names alone, when a
-profile has no layer ranges to say which modules ran them.
+profile has no layer ranges to say which modules ran them; :func:`is_matmul_kernel` tells a
+layer's GEMM and convolution kernels from the layout, cast and copy kernels around them.
 
 The layers table (:mod:`dlprof_lite.report.layers.kernels`) infers Tensor Core use where
 the name table says ``unknown``: :func:`unknown_is_matmul` (names that still say GEMM),
@@ -144,6 +145,67 @@ def is_fp32_gemm(name: str) -> bool:
     """True for an FP32 GEMM or convolution kernel name (apply to non-Tensor-Core kernels)."""
     rule = fp32_gemm_rule(name)
     return rule is not None and next(r.fp32 for r in FP32_GEMM_RULES if r.id == rule)
+
+# Kernels that do a GEMM's or a convolution's multiply-adds, in any precision: what Tensor
+# Cores could run. Not the work around them in a conv or linear module (cuDNN's NCHW<->NHWC
+# layout kernels, autocast's casts, bias, concatenation, split-K reduction, dropout), which
+# no precision change moves onto Tensor Cores: counting those made the mixed-precision
+# advice fire on BF16 runs (the GPU check on an H200: 18 % of a BF16 ResNet-18's kernel time
+# in nchwToNhwcKernel/nhwcToNchwKernel inside its convolutions). The families are those of
+# FP32_GEMM_RULES without their precision: BLAS ?gemm/?gemv, cuDNN *scudnn* and its legacy
+# engines (implicit/precomputed/explicit_convolve_*, wgrad_alg*, dgrad*engine, winograd*,
+# fft2d_*), xmma, CUTLASS and cuBLASLt (nvjet) GEMM/conv names (gemm, fprop, dgrad, wgrad),
+# fused attention (fmha, flash, cuDNN's sdpa), and Inductor's tl.dot templates. Matched on
+# the function a name calls, not its template arguments (a workspace or reduction kernel
+# names the GEMM it serves there). Depthwise convolutions (conv_depthwise2d_*) are left out:
+# they run on CUDA cores in every precision, so mixed precision would not move them.
+_MATMUL_FAMILY = re.compile(
+    r"gemm|gemv|bmm_|nvjet|s\d*cudnn|convolve|winograd|fft2d_[rc]2[rc]"
+    r"|s\d*(?:fprop|dgrad|wgrad)|wgrad_alg|dgrad\w*engine"
+    r"|fmha|flash_?(?:fwd|bwd|attn|attention)|sdpa|^triton_tem_",
+    re.IGNORECASE,
+)
+
+
+# A generic kernel template (CUTLASS's Kernel/Kernel2 and device_kernel, cuBLAS's
+# gemvx::kernel) says what it runs in its scope and template arguments:
+# cutlass::Kernel2<cutlass_80_simt_sgemm_...>.
+_GENERIC_HEAD = re.compile(r"^(?:Kernel2?|device_kernel|kernel)$")
+_SOURCE_NAME = re.compile(r"(\d+)")
+# A demangled name's return type: void, or SFINAE's std::enable_if<...>::type (cuBLAS gemvx)
+_RETURN_TYPE = re.compile(r"^(?:void\s+|std::enable_if<.*?>::type\s+)")
+
+
+def _mangled_head(name: str) -> str:
+    """The last source name of a mangled (Itanium C++ ABI) function name's nested name:
+    ``_ZN4vllm30reshape_and_cache_flash_kernelIt...`` is ``reshape_and_cache_flash_kernel``;
+    for a generic template, the whole name (its arguments say what it runs)."""
+    rest = name[3:] if name.startswith("_ZN") else name[2:]
+    head = ""
+    while (size := _SOURCE_NAME.match(rest)) is not None:
+        head = rest[size.end():size.end() + int(size[1])]
+        rest = rest[size.end() + int(size[1]):]
+    return name if not head or _GENERIC_HEAD.match(head) else head
+
+
+def _kernel_head(name: str) -> str:
+    """The function a kernel name calls, without return type, scope, template arguments or
+    parameters; a generic template's whole name (its arguments say what it runs)."""
+    if name.startswith("_Z"):
+        return _mangled_head(name)
+    text = _RETURN_TYPE.sub("", name.strip())
+    cut = min((i for i in (text.find("<"), text.find("(")) if i > 0), default=len(text))
+    head = text[:cut].rsplit("::", 1)[-1]
+    return text if _GENERIC_HEAD.match(head) else head
+
+
+@lru_cache(maxsize=65536)
+def is_matmul_kernel(name: str) -> bool:
+    """True for a GEMM or convolution kernel name, whatever its precision or Tensor Core use:
+    the family words in the function it calls (not in template arguments, where a workspace
+    or reduction kernel names the GEMM it serves: init_device_workspace_kernel<...gemm...>)."""
+    return _MATMUL_FAMILY.search(_kernel_head(name)) is not None
+
 
 # ---- Tensor Core use from a layer's compute dtype, where kernel names cannot tell ----
 # The first compute capability whose MMA instructions take each input type: PTX ISA,

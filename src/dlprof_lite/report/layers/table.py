@@ -31,14 +31,14 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.errors import SchemaError
-from dlprof_lite.numeric import sum_by
+from dlprof_lite.numeric import cat_mask, sum_by
 from dlprof_lite.report.frames import groups, ordered, share
 from dlprof_lite.report.layers.buckets import layer_grad_sync
 from dlprof_lite.report.layers.flops import gpu_of, layer_flops
 from dlprof_lite.report.layers.memory import layer_memory
 from dlprof_lite.report.model import empty_report
 from dlprof_lite.report.steps.window import NO_ITERATIONS, StepWindow, op_steps, step_of
-from dlprof_lite.rules.gemm import is_tc_eligible
+from dlprof_lite.rules.gemm import is_matmul_kernel, is_tc_eligible
 from dlprof_lite.rules.names import DIRECTIONS, parse_module_range
 
 _FWD, _BWD, _REC = range(3)  # codes into DIRECTIONS
@@ -251,7 +251,7 @@ def _totals(rows: pd.DataFrame, calls: _Calls, kernels: pd.DataFrame) -> pd.Data
     out = sums.groupby("layer", sort=False).sum().astype("int64").reset_index()
     own = _own_kernel_sums(kernels)
     out = out.merge(own, on="layer", how="left")
-    counts = ["gpu_ns", "kernels", "tc_gpu_ns", "host_gap_ns"]
+    counts = ["gpu_ns", "kernels", "tc_gpu_ns", "tc_miss_gpu_ns", "host_gap_ns"]
     out[counts] = out[counts].fillna(0).astype("int64")
     types = calls.types
     kernel_type = out.pop("kernel_type").astype(object)
@@ -267,7 +267,8 @@ def _totals(rows: pd.DataFrame, calls: _Calls, kernels: pd.DataFrame) -> pd.Data
 
 
 def _own_kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
-    """Per layer: own kernel time, count, Tensor Core time, host gaps, first kernel's type.
+    """Per layer: own kernel time, count, Tensor Core time, GEMM/convolution time without
+    Tensor Cores, host gaps, first kernel's type.
 
     Summed on the layer's category codes into arrays of one slot per layer: a frame of the
     layered kernels grouped by layer held six columns of a million rows (+45 MB at 1M)."""
@@ -278,6 +279,7 @@ def _own_kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
     n = len(layer.cat.categories)
     dur = kernels["dur_ns"].to_numpy(dtype=np.int64)[has]
     tc = kernels["uses_tensor_cores"].to_numpy(dtype=bool)[has]
+    miss = cat_mask(kernels["name"], lambda names: names.map(is_matmul_kernel))[has] & ~tc
     count = np.bincount(group, minlength=n).astype(np.int64)
     # A layer found without module ranges (emit_nvtx ops, DLProf payloads) gets the type
     # of its first kernel that has one (in row order; none: missing).
@@ -295,6 +297,7 @@ def _own_kernel_sums(kernels: pd.DataFrame) -> pd.DataFrame:
             "gpu_ns": sum_by(group, dur, n)[present],
             "kernels": count[present],
             "tc_gpu_ns": sum_by(group[tc], dur[tc], n)[present],
+            "tc_miss_gpu_ns": sum_by(group[miss], dur[miss], n)[present],
             "host_gap_ns": sum_by(
                 group, kernels["host_gap_ns"].to_numpy(dtype=np.int64)[has], n
             )[present],
