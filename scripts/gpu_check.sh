@@ -70,7 +70,11 @@ host() {  # the importer and export of the carried target's release, here; print
         cp -P "$root"/usr/lib/x86_64-linux-gnu/lib{arrow,parquet}.so.500* "$hostdir/"
         local ssh
         ssh=$(ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}')
-        [ -n "$ssh" ] || { echo "gpu_check: install libssh-4 (apt-get install libssh-4) for QdstrmImporter" >&2; exit 1; }
+        if [ -z "$ssh" ] && command -v apt-get >/dev/null 2>&1; then  # Debian's, as setup.sh
+            $([ "$(id -u)" -eq 0 ] || echo sudo) apt-get install -y -qq libssh-4 >&2
+            ssh=$(ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}')
+        fi
+        [ -n "$ssh" ] || { echo "gpu_check: QdstrmImporter needs libssh 4 (Debian: libssh-4)" >&2; exit 1; }
         ln -sfn "$ssh" "$hostdir/libssh.so"
     fi
     "$hostdir/QdstrmImporter" --version >&2

@@ -44,7 +44,7 @@ ADDED_LATER: dict[str, frozenset[str]] = {
         "straggler_layer_ns", "pipeline_bubble_pct", *(f"idle_{c}_ns" for c in DEVICE_CAUSES),
         *(f"host_{c}_ns" for c in HOST_CAUSES),
     }),
-    "layers": frozenset({"wrapper", "folded_call_ns"}),  # and the cost columns, below
+    "layers": frozenset({"wrapper", "folded_call_ns", "tc_miss_gpu_ns"}),  # and cost, below
     "iterations": frozenset({"between_before_ns"}),
     "timeline": frozenset({"track"}),
     "ranks": frozenset({"step_coll_wait_ns", "step_waited_for_ns", "bubble_pct"}),
