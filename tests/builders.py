@@ -18,7 +18,7 @@ start/end ranges, top-level; module ranges push/pop):
     ``layer``/``layer_type``/``direction`` come from the innermost ``fwd:``/``bwd:`` range,
     ``phase`` from the innermost phase range (else ``other``), ``iteration`` from the window
     ``(start, end]`` holding the launch;
-  - ``api_ns``/``queue_ns`` follow from the times given; ``host_gap_ns`` is stated by the test.
+  - ``host_gap_ns`` is stated by the test.
 
 :func:`example_profiles.training_profile` is the shared example built with them.
 """
@@ -231,10 +231,6 @@ _OP_DEFAULTS = dict(
     device_id=0, context_id=1, stream_id=7, pid=PID, tid=TID, correlation_id=0,
     graph_node_id=pd.NA, host_gap_ns=0,
 )  # fmt: skip
-_KERNEL_DEFAULTS = dict(
-    grid_x=1, grid_y=1, grid_z=1, block_x=128, block_y=1, block_z=1,
-    registers_per_thread=32, static_smem_bytes=0, dynamic_smem_bytes=0,
-)  # fmt: skip
 
 
 def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
@@ -263,11 +259,7 @@ def _derive(op: dict, ranges: pd.DataFrame, iterations: pd.DataFrame) -> dict:
         phase=phase["name"] if phase else ("backward" if bucket_id is not None else "other"),
         ddp_bucket=pd.NA if bucket_id is None else bucket_id,
         iteration=_iteration_of(t, iterations),
-        api_ns=out["api_end_ns"] - launch if has_api else pd.NA,
-        queue_ns=pd.NA,
     )
-    if has_api and out["start_ns"] - out["api_end_ns"] >= 0:
-        derived["queue_ns"] = out["start_ns"] - out["api_end_ns"]
     if not has_api:
         out.update(api_start_ns=pd.NA, api_end_ns=pd.NA, api_name=pd.NA)
     return {**derived, **out}
@@ -294,7 +286,7 @@ def _iteration_of(t: int, iterations: pd.DataFrame) -> object:
 def build_kernels(specs: Sequence[dict], ranges: pd.DataFrame, iterations: pd.DataFrame):
     rows = []
     for i, spec in enumerate(specs):
-        row = {**_KERNEL_DEFAULTS, "correlation_id": 1000 + i, **spec}
+        row = {"correlation_id": 1000 + i, **spec}
         row.setdefault("short_name", row["name"])
         tc = row.pop("tc", False)
         row.setdefault("tc_class", "tc" if tc else "no_tc")

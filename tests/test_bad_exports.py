@@ -203,8 +203,8 @@ for _table, _column in INTEGER_COLUMNS:
         CASES[f"{_kind} in {_table}.{_column}"] = Case(
             last_row(_table, _column, _value), rf"{_table}\.{_column} holds {_word}"
         )
-CASES["NULL in CUPTI_ACTIVITY_KIND_KERNEL.gridX"] = Case(
-    last_row(K, "gridX", "NULL"), rf"{K}\.gridX holds NULL"
+CASES["NULL in CUPTI_ACTIVITY_KIND_KERNEL.streamId"] = Case(
+    last_row(K, "streamId", "NULL"), rf"{K}\.streamId holds NULL"
 )
 
 

@@ -64,9 +64,8 @@ def check(out: Path, ranks: int) -> None:
     waited = sum(float(r["wait_ns"]) for r in calls if r["rank"] != r["last_rank"])
     steps = summary["window_steps"]
     assert summary["straggler_waited_ns"] == pytest.approx(waited / (ranks - 1) / steps)
-    # per analysed step: an instance at the window's edge may fall outside it on a loaded
-    # machine (an instance counts where its last call ends), one step's worth at most
-    assert summary["straggler_waited_ns"] >= 0.9 * d * (steps - 1) / steps
+    # per analysed step: each rank's calls count in its own analysed steps
+    assert summary["straggler_waited_ns"] >= 0.9 * d
     assert any(a["problem"] == "Rank 1 makes the others wait in collectives"
                for a in summary["advice"])  # fmt: skip
 

@@ -46,10 +46,7 @@ def gpu_ops(table: str, rows: list[tuple], **extra: object) -> pd.DataFrame:
 
 
 def kernels(rows: list[tuple]) -> pd.DataFrame:
-    dims = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-    sizes = ("registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes")
-    extra = {"name": "k", "short_name": "k", **dict.fromkeys(dims, 1)}
-    return gpu_ops("kernels", rows, **extra, **dict.fromkeys(sizes, 0))
+    return gpu_ops("kernels", rows, name="k", short_name="k")
 
 
 def memops(rows: list[tuple], kinds: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -168,24 +168,6 @@ def test_sqlite3_and_arrow_drivers_read_the_same(
     assert arrow.meta == plain.meta
 
 
-@pytest.mark.corpus
-@pytest.mark.parametrize("path", CORPUS, ids=[p.name[:40] for p in CORPUS])
-def test_launch_configuration_survives_packing(corpus_dir: Path, path: Path) -> None:
-    kernels = read_export(path).kernels
-    tables = {r[0] for r in query(path, "SELECT name FROM sqlite_master")}
-    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-        assert kernels.empty
-        return
-    raw = query(
-        path,
-        "SELECT gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
-        "staticSharedMemory, dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL",
-    )
-    cols = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-            "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes"]  # fmt: skip
-    assert [tuple(r) for r in kernels[cols].to_numpy().tolist()] == raw
-
-
 def _same_frames(a: object, b: object) -> None:
     for table in ("kernels", "memops", "api", "nvtx", "marks", "gpus"):
         x, y = getattr(a, table), getattr(b, table)

@@ -77,8 +77,6 @@ _GPU_OP_DERIVED = (
         "category of ids: a byte per op, as most ops have none)",
     ),
     _d("iteration", "Int32", "", "iteration index (0-based), <NA> outside iterations"),
-    _d("api_ns", "Int64", "ns", "launch API duration, api_end - api_start"),
-    _d("queue_ns", "Int64", "ns", "start - api_end when >= 0 (time queued on the GPU)"),
     _d("host_gap_ns", "int64", "ns", "idle GPU time before this op that the CPU caused"),
 )
 
@@ -86,17 +84,8 @@ KERNEL_COLUMNS: tuple[Column, ...] = (
     *_GPU_OP_BASE,
     _c("name", "category", "", "demangled kernel name (short name when absent)"),
     _c("short_name", "category", "", "bare kernel name"),
-    # The launch configuration is int32: the reader unpacks each value from at most 31 bits
-    # (reader.LAUNCH_CONFIG_FIELDS), so every value is exact; 36 MB less at 1M kernels.
-    _c("grid_x", "int32", "", "grid size x"),
-    _c("grid_y", "int32", "", "grid size y"),
-    _c("grid_z", "int32", "", "grid size z"),
-    _c("block_x", "int32", "", "block size x"),
-    _c("block_y", "int32", "", "block size y"),
-    _c("block_z", "int32", "", "block size z"),
-    _c("registers_per_thread", "int32", "", "registers per thread"),
-    _c("static_smem_bytes", "int32", "B", "static shared memory"),
-    _c("dynamic_smem_bytes", "int32", "B", "dynamic shared memory"),
+    # The launch configuration (grid, block, registers, shared memory) is not read: no
+    # table, page or advice uses it, and its nine columns were 36 MB at 1M kernels.
     *_GPU_OP_DERIVED,
     _d("tc_class", "category", "", "tc, no_tc or unknown (Tensor Core rule table)"),
     _d("uses_tensor_cores", "bool", "", "tc_class == 'tc'"),

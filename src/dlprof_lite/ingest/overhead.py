@@ -2,8 +2,11 @@
 
 Place in the pipeline: an analysis step of ``ingest`` (see :mod:`dlprof_lite.ingest.load`),
 run after ``correlate.attach_launches`` has joined each GPU op to the API call that launched
-it. It adds the derived columns ``api_ns``, ``queue_ns`` and ``host_gap_ns``; the report
-aggregates them per kernel, iteration, layer and phase (:mod:`dlprof_lite.report.overhead`).
+it. It adds the derived column ``host_gap_ns``; the report computes ``api_ns`` and
+``queue_ns`` from the op's own columns where it needs them
+(:func:`dlprof_lite.report.overhead.launch_times`: kept as columns they cost 18 MB per
+million kernels for two aggregations) and aggregates them per kernel, iteration, layer and
+phase (:mod:`dlprof_lite.report.overhead`).
 
 Definitions (docs/design.md "Launch overhead"):
 
@@ -41,17 +44,11 @@ import pandas as pd
 def launch_overhead(
     kernels: pd.DataFrame, memops: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Copies of ``kernels`` and ``memops`` with ``api_ns``, ``queue_ns`` and ``host_gap_ns``."""
+    """Copies of ``kernels`` and ``memops`` with ``host_gap_ns``."""
     gaps = _host_gaps([kernels, memops])
     out = []
     for frame, gap in zip((kernels, memops), gaps, strict=True):
         new = frame.copy(deep=False)  # new columns only: the input is never touched
-        api_start = _int64(frame["api_start_ns"])
-        api_end = _int64(frame["api_end_ns"])
-        new["api_ns"] = api_end - api_start
-        queue = _int64(frame["start_ns"]) - api_end
-        # Int64 arithmetic keeps <NA> where the op has no API row; a negative queue is no queue.
-        new["queue_ns"] = queue.mask(queue.lt(0).fillna(False))
         new["host_gap_ns"] = gap
         out.append(new)
     return out[0], out[1]

@@ -48,15 +48,6 @@ from dlprof_lite.ingest.system_env import SYSTEM_ENV_TABLE, read_system_env
 UNNAMED_KERNEL = "<unnamed kernel>"
 READ_THREADS = 2  # the machines this was measured on have two cores
 
-# How schema.kernel_query packs the launch configuration: (column, shift, bits) per value.
-LAUNCH_CONFIG_FIELDS = {
-    "grid": (("grid_x", 32, 31), ("grid_y", 16, 16), ("grid_z", 0, 16)),
-    "block": (("block_x", 32, 31), ("block_y", 16, 16), ("block_z", 0, 16)),
-    "resources": (("registers_per_thread", 48, 15), ("static_smem_bytes", 24, 24),
-                  ("dynamic_smem_bytes", 0, 24)),
-}  # fmt: skip
-
-
 def read_export(path: Path) -> RawExport:
     """Read ``path`` into base frames; raise :class:`InputError` on any bad input."""
     check_sqlite_file(path)
@@ -209,12 +200,6 @@ def _kernels(
     c = fetch.columns(schema.kernel_query())
     columns = _gpu_op_base(c)
     columns["name"], columns["short_name"] = _kernel_names(c, strings, repairs)
-    for packed, fields in LAUNCH_CONFIG_FIELDS.items():
-        for name, shift, bits in fields:
-            value = c[packed] >> shift
-            value &= (1 << bits) - 1
-            columns[name] = value.astype(np.int32)  # at most 31 bits: exact (columns.py)
-            del value
     # copy=False: the arrays are this function's own; no consolidated copy of 5M-row blocks.
     return coerce(pd.DataFrame(columns, copy=False), "kernels")
 

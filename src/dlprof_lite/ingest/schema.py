@@ -100,14 +100,6 @@ class ExportSchema:
             # A NULL name id is read as an id StringIds lacks: the reader names the kernel.
             f"COALESCE(demangledName, {NULL_INT}) AS demangledName, "
             f"COALESCE(shortName, {NULL_INT}) AS shortName, "
-            # Launch configuration packed three values to a column: the drivers pay per
-            # result cell, and these nine are rarely read. Lossless within CUDA's limits
-            # (gridX < 2^31, gridY/Z and block dims <= 65535, registers <= 255, shared
-            # memory < 16 MiB); unpacked by the reader.
-            "(gridX << 32) | (gridY << 16) | gridZ AS grid, "
-            "(blockX << 32) | (blockY << 16) | blockZ AS block, "
-            "(registersPerThread << 48) | (staticSharedMemory << 24) | dynamicSharedMemory "
-            "AS resources, "
             f"{self._opt(t, 'graphNodeId', 'graphNodeId')} "
             f"FROM {t}"
         )

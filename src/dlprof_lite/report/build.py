@@ -27,7 +27,12 @@ from dlprof_lite.report.idle.table import idle_table
 from dlprof_lite.report.layers.table import layers_table
 from dlprof_lite.report.metrics import column_names
 from dlprof_lite.report.model import Report, empty_report, typed_collectives
-from dlprof_lite.report.ranks.table import communication_summary, ranks_table, straggler_layer
+from dlprof_lite.report.ranks.table import (
+    communication_summary,
+    process_spans,
+    ranks_table,
+    straggler_layer,
+)
 from dlprof_lite.report.steps.projection import ProjectionInput
 from dlprof_lite.report.steps.table import device_count, iterations_table
 from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, step_of
@@ -83,7 +88,7 @@ def build_report(
               "timeline_end_ns": shown_to}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
     between_tables()
-    collectives = match(calls_of(profile), window)
+    collectives = match(calls_of(profile), window, process_spans(profile, window))
     ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)))
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's

@@ -1,8 +1,9 @@
 """Launch-overhead aggregations: short kernels and per-group overhead totals.
 
-Place in the pipeline: report. Ingest labelled every kernel and memop with ``api_ns``,
-``queue_ns`` and ``host_gap_ns`` (:mod:`dlprof_lite.ingest.overhead`, where the definitions
-are cited); these pure functions aggregate them for the kernels table and the summary.
+Place in the pipeline: report. Ingest labelled every kernel and memop with ``host_gap_ns``
+(:mod:`dlprof_lite.ingest.overhead`, where the definitions are cited); :func:`launch_times`
+gives ``api_ns`` and ``queue_ns`` from an op's launch times; these pure functions aggregate
+them for the kernels table and the summary.
 """
 
 from __future__ import annotations
@@ -11,13 +12,33 @@ import numpy as np
 import pandas as pd
 
 
+def launch_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``api_ns`` and ``queue_ns`` of each op, as floats: NaN where the op has no launch call,
+    and ``queue_ns`` NaN where the op started before its call returned (no queue time)."""
+    # Differences in integers first: an export on the epoch clock (~1.7e18 ns) is past
+    # float64's exact integers.
+    start, end = _int64(ops["api_start_ns"]), _int64(ops["api_end_ns"])
+    missing = (start.isna() | end.isna()).to_numpy(dtype=bool)
+    a = start.to_numpy(dtype=np.int64, na_value=0)
+    b = end.to_numpy(dtype=np.int64, na_value=0)
+    api = (b - a).astype(np.float64)
+    queue = (ops["start_ns"].to_numpy(dtype=np.int64) - b).astype(np.float64)
+    api[missing] = np.nan
+    queue[missing | (queue < 0)] = np.nan
+    return api, queue
+
+
+def _int64(series: pd.Series) -> pd.Series:
+    return series if str(series.dtype) == "Int64" else series.astype("Int64")
+
+
 def is_short_kernel(ops: pd.DataFrame) -> pd.Series:
     """True for a kernel whose GPU duration is shorter than its launch call (HTA's short kernel).
 
-    ``ops`` needs ``dur_ns`` and ``api_ns``. False without an API row, and False for memop rows
-    when ``ops`` mixes kernels and memops (memops carry a non-null ``kind``).
+    ``ops`` needs ``dur_ns`` and its launch times. False without an API row, and False for
+    memop rows when ``ops`` mixes kernels and memops (memops carry a non-null ``kind``).
     """
-    api = _as_float(ops["api_ns"])
+    api, _ = launch_times(ops)
     short = ops["dur_ns"].to_numpy(dtype=np.float64) < api  # NaN compares False
     if "kind" in ops.columns:
         short &= ops["kind"].isna().to_numpy()
@@ -34,11 +55,12 @@ def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     wherever they began: a share of a time window needs the gaps clipped to the window, as the
     iterations table does (:func:`dlprof_lite.report.steps.table.iterations_table`).
     """
+    api, queue = launch_times(ops)
     data = pd.DataFrame(
         {
             "host_gap_ns": ops["host_gap_ns"].to_numpy(dtype=np.int64),
-            "api_ns": _as_float(ops["api_ns"]),
-            "queue_ns": _as_float(ops["queue_ns"]),
+            "api_ns": api,
+            "queue_ns": queue,
             "short_kernels": is_short_kernel(ops).to_numpy(dtype=np.int64),
         },
         index=ops.index,
@@ -62,8 +84,3 @@ def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     if not by:
         out = out.drop(columns="_all")
     return out.astype({"ops": "int64", "host_gap_ns": "int64", "short_kernels": "int64"})
-
-
-def _as_float(series: pd.Series) -> np.ndarray:
-    values = series if str(series.dtype) == "Int64" else series.astype("Int64")
-    return values.to_numpy(dtype=np.float64, na_value=np.nan)

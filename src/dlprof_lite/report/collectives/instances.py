@@ -32,9 +32,14 @@ OP_COLUMNS = ("group", "op", "size_bytes", "ranks", "instances", "bytes_mean",
               "busbw_gbps")  # fmt: skip
 
 
-def match(calls: pd.DataFrame, window: StepWindow | None = None) -> pd.DataFrame:
+Spans = dict[int, tuple[np.ndarray, np.ndarray]]  # pid -> its analysed steps' (start, end]
+
+
+def match(calls: pd.DataFrame, window: StepWindow | None = None,
+          spans: Spans | None = None) -> pd.DataFrame:  # fmt: skip
     """The (instance, rank) rows of :data:`INSTANCE_COLUMNS` from :func:`.calls.collective_calls`:
-    instances two or more ranks recorded, with one op on all of them."""
+    instances two or more ranks recorded, with one op on all of them; when ``window`` cuts,
+    each rank's calls in its own analysed steps (``spans``: pid -> (start, end] bounds)."""
     p2p = calls["op"].isin(POINT_TO_POINT).to_numpy(dtype=bool)
     c = pd.concat([calls[~p2p], _pairs(calls[p2p])], ignore_index=True)
     if c.empty:
@@ -56,10 +61,30 @@ def match(calls: pd.DataFrame, window: StepWindow | None = None) -> pd.DataFrame
     size = {g: ranks_count(str(g)) for g in c["group"].unique()}
     c["complete"] = c["ranks"] == c["group"].map(size)
     if window is not None and window.cuts and window.start_ns is not None:
-        ends = c.groupby(["group", "seq"])["end_ns"].transform("max")
-        c = c[((ends > window.start_ns) & (ends <= (window.end_ns or 0))).to_numpy(dtype=bool)]
+        c = c[_in_steps(c, window, spans or {})]
     out = c.loc[:, list(INSTANCE_COLUMNS)].sort_values(["start_ns", "rank"], kind="stable")
     return out.reset_index(drop=True)
+
+
+def _in_steps(c: pd.DataFrame, window: StepWindow, spans: Spans) -> np.ndarray:
+    """Which calls count in the window: a call of a process with analysed steps of its own
+    when it ends in one of them (each rank's steps hold exactly its calls, wherever the ranks'
+    steps begin: the window is the key process's); else when its instance's last call ends
+    inside the window."""
+    last = c.groupby(["group", "seq"])["end_ns"].transform("max").to_numpy(dtype=np.int64)
+    keep: np.ndarray = (last > (window.start_ns or 0)) & (last <= (window.end_ns or 0))
+    pid = c["pid"].to_numpy(dtype=np.int64)
+    end = c["end_ns"].to_numpy(dtype=np.int64)
+    for p, (starts, ends) in spans.items():
+        mine = pid == p
+        if not mine.any():
+            continue
+        at = np.searchsorted(ends, end[mine], side="left")  # first step ending at or after
+        found = at < ends.size
+        inside = np.zeros(at.size, dtype=bool)
+        inside[found] = end[mine][found] > starts[at[found]]
+        keep[mine] = inside
+    return keep
 
 
 def _pairs(calls: pd.DataFrame) -> pd.DataFrame:

@@ -59,26 +59,36 @@ def ranks_of(profile: Profile, pids: list[int]) -> dict[int, int]:
 
 
 def process_steps(profile: Profile, window: StepWindow) -> dict[int, np.ndarray]:
-    """Each process's analysed step wall times, from its own annotated ``iteration`` ranges
-    (an iteration ends where its range ends and starts where the previous one ended; the
-    first, at its own start); those whose end lies in the window when the window cuts."""
+    """Each process's analysed step wall times (:func:`process_spans`)."""
+    return {pid: ends - starts for pid, (starts, ends) in process_spans(profile, window).items()}
+
+
+Spans = tuple[np.ndarray, np.ndarray]  # a process's analysed steps: (start, end] bounds
+
+
+def process_spans(profile: Profile, window: StepWindow) -> dict[int, Spans]:
+    """Each process's analysed steps, from its own annotated ``iteration`` ranges (an
+    iteration ends where its range ends and starts where the previous one ended; the first,
+    at its own start); those whose end lies in the window when the window cuts."""
     it = profile.iterations
     if "pid" in it.columns:  # iterations found per process already
         chosen = it[np.isin(it["iteration"].to_numpy(), np.asarray(window.steps, dtype=np.int64))]
-        return {int(cast(int, p)): g["wall_ns"].to_numpy(dtype=np.int64)
+        return {int(cast(int, p)): (g["start_ns"].to_numpy(dtype=np.int64),
+                                    g["end_ns"].to_numpy(dtype=np.int64))
                 for p, g in chosen.groupby("pid")}  # fmt: skip
     r = profile.ranges
     ours = (r["name"].astype(object) == ITERATION).to_numpy(dtype=bool) & (
         r["domain"].astype(object) == DOMAIN
     ).to_numpy(dtype=bool)
-    out: dict[int, np.ndarray] = {}
+    out: dict[int, Spans] = {}
     for pid, group in r[ours].groupby("pid"):
         g = group.sort_values("end_ns")
         ends = g["end_ns"].to_numpy(dtype=np.int64)
-        walls = np.diff(ends, prepend=int(g["start_ns"].iloc[0]))
+        starts = np.concatenate([g["start_ns"].to_numpy(dtype=np.int64)[:1], ends[:-1]])
         if window.cuts:
-            walls = walls[_analysed(ends, len(profile.iterations), window)]
-        out[int(cast(int, pid))] = walls
+            keep = _analysed(ends, len(profile.iterations), window)
+            starts, ends = starts[keep], ends[keep]
+        out[int(cast(int, pid))] = (starts, ends)
     return out
 
 
