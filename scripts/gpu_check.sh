@@ -23,11 +23,14 @@ HOST=.gpu-host
 NVTX_WHEEL="nvtx==0.2.11"
 POOL=http://deb.debian.org/debian/pool/non-free/n/nvidia-cuda-toolkit
 RELEASE="2024.2.3.38~12.5.0-2+b1"
+TARGET_DEB="nsight-systems-target_${RELEASE}_amd64.deb"
+HOST_DEBS=("$TARGET_DEB" "nsight-systems_${RELEASE}_amd64.deb"
+           "libarrow500_0~~12.5.0-2+b1_amd64.deb" "libparquet500_0~~12.5.0-2+b1_amd64.deb")
 declare -A SHA256=(
-    [nsight-systems-target_${RELEASE}_amd64.deb]=87b96111e6699581cf031981204a5027446580802673b09cebb82f358b95b7d0
-    [nsight-systems_${RELEASE}_amd64.deb]=e81a8a5ffa1bde826e34f54d5f1b36c7f5f420d89682f73816e30cf16095005f
-    [libarrow500_0~~12.5.0-2+b1_amd64.deb]=c29299270ef1283d3909f3a92ff3c02c447218f04af860240f1622fd1666b2dc
-    [libparquet500_0~~12.5.0-2+b1_amd64.deb]=f19f75fe51a2a30f740c5ab46d73591a25ee063d2a75b0bf009c06b5f0455763
+    [${HOST_DEBS[0]}]=87b96111e6699581cf031981204a5027446580802673b09cebb82f358b95b7d0
+    [${HOST_DEBS[1]}]=e81a8a5ffa1bde826e34f54d5f1b36c7f5f420d89682f73816e30cf16095005f
+    [${HOST_DEBS[2]}]=c29299270ef1283d3909f3a92ff3c02c447218f04af860240f1622fd1666b2dc
+    [${HOST_DEBS[3]}]=f19f75fe51a2a30f740c5ab46d73591a25ee063d2a75b0bf009c06b5f0455763
 )
 
 fetch() {  # fetch DEB DIR: download a pinned package into DIR once, checked by its SHA-256
@@ -45,7 +48,7 @@ prepare() {
     mkdir -p "$CARRIED"
     rm -f "$CARRIED"/nsight-systems-target_*.deb.part
     find "$CARRIED" -name 'nsight-systems-target_*.deb' ! -name "*${RELEASE}*" -delete
-    fetch "nsight-systems-target_${RELEASE}_amd64.deb" "$CARRIED"
+    fetch "$TARGET_DEB" "$CARRIED"
     local python=python3
     [ -x .venv/bin/python ] && python=.venv/bin/python  # the project's venv has pip
     "$python" -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
@@ -59,8 +62,7 @@ host() {  # the importer and export of the carried target's release, here; print
     local nsys="$root/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
     local hostdir="$root/usr/lib/nsight-systems/host-linux-x64"
     if [ ! -x "$hostdir/QdstrmImporter" ]; then
-        for deb in "nsight-systems-target_${RELEASE}_amd64.deb" "nsight-systems_${RELEASE}_amd64.deb" \
-            "libarrow500_0~~12.5.0-2+b1_amd64.deb" "libparquet500_0~~12.5.0-2+b1_amd64.deb"; do
+        for deb in "${HOST_DEBS[@]}"; do
             fetch "$deb" "$HOST/debs" >&2
             dpkg -x "$HOST/debs/$deb" "$root"
         done
@@ -69,10 +71,11 @@ host() {  # the importer and export of the carried target's release, here; print
         ln -sfn "$PWD/$hostdir" "$(dirname "$(dirname "$nsys")")/host-linux-x64"
         cp -P "$root"/usr/lib/x86_64-linux-gnu/lib{arrow,parquet}.so.500* "$hostdir/"
         local ssh
-        ssh=$(ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}')
+        libssh() { ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}'; }
+        ssh=$(libssh)
         if [ -z "$ssh" ] && command -v apt-get >/dev/null 2>&1; then  # Debian's, as setup.sh
             $([ "$(id -u)" -eq 0 ] || echo sudo) apt-get install -y -qq libssh-4 >&2
-            ssh=$(ldconfig -p | awk '/libssh\.so\.4 /{print $NF; exit}')
+            ssh=$(libssh)
         fi
         [ -n "$ssh" ] || { echo "gpu_check: QdstrmImporter needs libssh 4 (Debian: libssh-4)" >&2; exit 1; }
         ln -sfn "$ssh" "$hostdir/libssh.so"

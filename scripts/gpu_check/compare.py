@@ -169,8 +169,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def window(report: Path) -> tuple[int, int]:
-    summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
-    data = summary.get("data", summary)
+    data = summary_data(report)
     return int(data["window_iter_start"]), int(data["window_iter_stop"])
 
 

@@ -38,11 +38,14 @@ def is_short_kernel(ops: pd.DataFrame) -> pd.Series:
     ``ops`` needs ``dur_ns`` and its launch times. False without an API row, and False for
     memop rows when ``ops`` mixes kernels and memops (memops carry a non-null ``kind``).
     """
-    api, _ = launch_times(ops)
-    short = ops["dur_ns"].to_numpy(dtype=np.float64) < api  # NaN compares False
+    return pd.Series(_short(ops, launch_times(ops)[0]), index=ops.index, name="short_kernel")
+
+
+def _short(ops: pd.DataFrame, api: np.ndarray) -> np.ndarray:
+    short: np.ndarray = ops["dur_ns"].to_numpy(dtype=np.float64) < api  # NaN compares False
     if "kind" in ops.columns:
         short &= ops["kind"].isna().to_numpy()
-    return pd.Series(short, index=ops.index, name="short_kernel")
+    return short
 
 
 def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -61,7 +64,7 @@ def overhead_summary(ops: pd.DataFrame, by: list[str]) -> pd.DataFrame:
             "host_gap_ns": ops["host_gap_ns"].to_numpy(dtype=np.int64),
             "api_ns": api,
             "queue_ns": queue,
-            "short_kernels": is_short_kernel(ops).to_numpy(dtype=np.int64),
+            "short_kernels": _short(ops, api).astype(np.int64),
         },
         index=ops.index,
     )

@@ -146,6 +146,7 @@ def is_fp32_gemm(name: str) -> bool:
     rule = fp32_gemm_rule(name)
     return rule is not None and next(r.fp32 for r in FP32_GEMM_RULES if r.id == rule)
 
+
 # Kernels that do a GEMM's or a convolution's multiply-adds, in any precision: what Tensor
 # Cores could run. Not the work around them in a conv or linear module (cuDNN's NCHW<->NHWC
 # layout kernels, autocast's casts, bias, concatenation, split-K reduction, dropout), which
@@ -169,8 +170,8 @@ _MATMUL_FAMILY = re.compile(
 
 # A generic kernel template (CUTLASS's Kernel/Kernel2 and device_kernel, cuBLAS's
 # gemvx::kernel) says what it runs in its scope and template arguments:
-# cutlass::Kernel2<cutlass_80_simt_sgemm_...>.
-_GENERIC_HEAD = re.compile(r"^(?:Kernel2?|device_kernel|kernel)$")
+# cutlass::Kernel2<cutlass_80_simt_sgemm_...> (the layers table shows it so too).
+GENERIC_KERNEL = re.compile(r"^(?:Kernel2?|device_kernel|kernel)$")
 _SOURCE_NAME = re.compile(r"(\d+)")
 # A demangled name's return type: void, or SFINAE's std::enable_if<...>::type (cuBLAS gemvx)
 _RETURN_TYPE = re.compile(r"^(?:void\s+|std::enable_if<.*?>::type\s+)")
@@ -185,7 +186,7 @@ def _mangled_head(name: str) -> str:
     while (size := _SOURCE_NAME.match(rest)) is not None:
         head = rest[size.end():size.end() + int(size[1])]
         rest = rest[size.end() + int(size[1]):]
-    return name if not head or _GENERIC_HEAD.match(head) else head
+    return name if not head or GENERIC_KERNEL.match(head) else head
 
 
 def _kernel_head(name: str) -> str:
@@ -196,7 +197,7 @@ def _kernel_head(name: str) -> str:
     text = _RETURN_TYPE.sub("", name.strip())
     cut = min((i for i in (text.find("<"), text.find("(")) if i > 0), default=len(text))
     head = text[:cut].rsplit("::", 1)[-1]
-    return text if _GENERIC_HEAD.match(head) else head
+    return text if GENERIC_KERNEL.match(head) else head
 
 
 @lru_cache(maxsize=65536)

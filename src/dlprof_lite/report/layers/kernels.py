@@ -31,6 +31,7 @@ from dlprof_lite.report.frames import groups
 from dlprof_lite.report.metrics import LAYER_IMPLEMENTATION_REPORT
 from dlprof_lite.report.run_facts import module_facts
 from dlprof_lite.rules.gemm import (
+    GENERIC_KERNEL,
     mma_capable,
     mma_input_type,
     tc_eligible_family,
@@ -46,9 +47,8 @@ TC_INFERRED = "tc (inferred)"
 DEVICES = ("gpu", "cpu", "mixed")
 _TAGS = {"tc": "tc", "no_tc": "no tc", "unknown": "tc?"}  # name verdicts as top_kernels says them
 _PATH_SEP = "/"  # ingest.paths.PATH_SEP: range paths join range names with it
-# Short names that say nothing (CUTLASS's ``Kernel``/``Kernel2``, CuTe's ``device_kernel``):
-# the first template argument of the full name says which kernel it is.
-_GENERIC = re.compile(r"^(?:Kernel2?|device_kernel|kernel)$")
+# Short names that say nothing (rules/gemm.py GENERIC_KERNEL: CUTLASS's ``Kernel``, CuTe's
+# ``device_kernel``): the first template argument of the full name says which kernel it is.
 _FIRST_ARG = re.compile(r"<\s*(?:\(\w+\)\s*)?([A-Za-z_][\w:]*)")
 
 
@@ -98,7 +98,7 @@ def display_name(name: str, short: str | None) -> str:
     (``Kernel``, ``device_kernel``) the short name with the full name's first template
     argument (``Kernel<cutlass_75_tensorop_f16_s1688gemm_f16_256x128_nn_align1>``)."""
     base = short or name
-    if _GENERIC.match(base):
+    if GENERIC_KERNEL.match(base):
         arg = _FIRST_ARG.search(name)
         if arg is not None:
             base = f"{base}<{arg[1].rsplit('::', 1)[-1]}>"
