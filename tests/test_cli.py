@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from builders import foreign_sqlite
 from dlprof_lite import __version__
 from dlprof_lite.cli import main
 from dlprof_lite.errors import InputError, NsysError, SchemaError
+from dlprof_lite.ingest.columns import empty_frame
 from dlprof_lite.ingest.selection import StepSelection
 from dlprof_lite.render.output import GRAPH_FILE, PAGE_FILE, TRACE_FILE
 from dlprof_lite.report.model import TABLES
@@ -40,14 +42,26 @@ class FakeLoad:
         self.calls: list[tuple[Path, dict]] = []
         self.fail = fail or {}
 
-    def __call__(self, path, **options):
+    def __call__(self, path, *, hand_over: bool = False, **options):
+        # hand_over (enrich may let the read frames go) changes no result: not recorded
         self.calls.append((Path(path), options))
         for word, error in self.fail.items():
             if word in Path(path).name:
                 raise error
         profile = training_profile()  # like the real load, it names its input
-        meta = dataclasses.replace(profile.meta, source=str(path))
+        meta = dataclasses.replace(profile.meta, source=os.fspath(path))
         return dataclasses.replace(profile, meta=meta)
+
+
+class FakeRaw(os.PathLike[str]):
+    """What the fake ``load_raw`` reads: its path, and no NVTX (one process, no ranks)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.marks, self.nvtx = empty_frame("marks"), empty_frame("nvtx_events")
+
+    def __fspath__(self) -> str:
+        return str(self.path)
 
 
 @pytest.fixture
@@ -57,7 +71,7 @@ def fake_load(monkeypatch) -> FakeLoad:
     stub.load = fake  # type: ignore[attr-defined]
     # The pipeline reads an export once (load_raw) and analyses it (enrich): the fake stands
     # for both, called with the path and the options as the real load is.
-    stub.load_raw = lambda path, **_: path  # type: ignore[attr-defined]
+    stub.load_raw = lambda path, **_: FakeRaw(path)  # type: ignore[attr-defined]
     stub.enrich = fake  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "dlprof_lite.ingest.load", stub)
     return fake

@@ -318,12 +318,13 @@ def test_attribute_ranges_without_ranges(k: pd.DataFrame, ranges: pd.DataFrame) 
 def random_trace(seed: int, huge: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Valid push/pop stacks on 6 threads of 2 processes, overlapping start/end ranges,
     launches at random times (some on a thread without ranges, some without API row).
-    ``huge``: one thread at 2**62 ns with tid 2**33, so packed int64 keys fall back."""
+    ``huge``: one thread at 2**62 ns with a negative tid (ids are int32, columns.py), so
+    packed int64 keys fall back."""
     rng = np.random.default_rng(seed)
     rows, horizon = [], 0
     for pid, tid in [(1, 10), (1, 11), (1, 12), (2, 10), (2, 20), (2, 21)]:
         far = 2**62 if huge and tid == 21 else 0
-        big_tid = 2**33 if huge and tid == 21 else tid
+        big_tid = -21 if huge and tid == 21 else tid
         t, stack = far, []
         for _ in range(300):
             t += int(rng.integers(1, 4))  # times repeat across threads, never on one
@@ -345,7 +346,7 @@ def random_trace(seed: int, huge: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     t = rng.integers(0, horizon + 20, n)
     if huge:
         t = np.where(tid == 21, t + 2**62, t)
-        tid = np.where(tid == 21, 2**33, tid)
+        tid = np.where(tid == 21, -21, tid)
     launched = np.flatnonzero(rng.random(n) < 0.95)
     name = "cudaLaunchKernel_v7000"
     calls = api([(name, int(t[i]), int(t[i]) + 5, int(pid[i]), int(tid[i]), i) for i in launched])

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from builders import nvtx_events
-from dlprof_lite.ingest.columns import check_frame
+from dlprof_lite.ingest.columns import SchemaError, check_frame
 from dlprof_lite.ingest.nvtx import build_ranges
 
 NA = pd.NA
@@ -211,13 +211,21 @@ def test_empty_input_gives_an_empty_contract_frame() -> None:
 
 def test_huge_timestamps_and_ids_still_nest() -> None:
     # Ends spread over 2**62 ns with many threads: the packed int64 "thread, end" key
-    # falls back to ranks. tid 2**40 exercises the factorized (pid, tid) key.
+    # falls back to ranks. A negative tid (ids are int32, columns.py) exercises the
+    # factorized (pid, tid) key.
     far = 2**62
     rows = [(f"t{t}", 0, far, PP, 1, t) for t in range(8)]
     rows += [("x", 10, 20, PP, 1, 3), ("y", far - 20, far - 10, PP, 1, 5)]
-    rows += [("big", 0, 100, PP, 1, 2**40), ("in", 5, 6, PP, 1, 2**40)]
+    rows += [("big", 0, 100, PP, 1, -7), ("in", 5, 6, PP, 1, -7)]
     r = by_name(build(rows))
     assert (r["x"]["path"], r["y"]["path"], r["in"]["path"]) == ("t3/x", "t5/y", "big/in")
+
+
+def test_an_id_past_int32_is_refused_not_wrapped() -> None:
+    # Decoded nsys thread ids have 24 bits; a frame with a wider one is refused by the
+    # contract's cast (it would wrap into another thread's id).
+    with pytest.raises(SchemaError, match=r"nvtx_events\.tid"):
+        build([("a", 0, 10, PP, 1, 2**40)])
 
 
 def random_stack_trace(seed: int, threads: int = 4, pushes: int = 400) -> list[tuple]:

@@ -108,7 +108,7 @@ def _two_ranks(exposed: bool) -> object:
     profile = make_profile(ranges=ranges, kernels=kernels, iterations=steps, marks=marks,
                            session=(0, 4 * STEP))  # fmt: skip
     r = profile.ranges.copy()
-    r["pid"] = np.where(r["tid"].to_numpy() == 20, 2, 1)  # the second process's ranges
+    r["pid"] = np.where(r["tid"].to_numpy() == 20, 2, 1).astype(np.int32)  # the 2nd process
     return replace(profile, ranges=r)
 
 
@@ -205,7 +205,7 @@ def test_a_slow_ranks_warm_up_step_is_left_out_like_the_others() -> None:
     steps = [(i * STEP, (i + 1) * STEP, i == 0, True) for i in range(4)]
     profile = make_profile(ranges=ranges, iterations=steps, session=(0, 5 * STEP))
     r = profile.ranges.copy()
-    r["pid"] = np.where(r["tid"].to_numpy() == 20, 2, 1)
+    r["pid"] = np.where(r["tid"].to_numpy() == 20, 2, 1).astype(np.int32)
     t = build_report(replace(profile, ranges=r)).ranks.set_index("pid")
     assert list(t["steps"]) == [3, 3] and list(t["device_id"].isna()) == [True, True]
     assert (t.loc[2, "step_mean_ns"], t.loc[1, "step_mean_ns"]) == (STEP, STEP)

@@ -124,6 +124,7 @@ def _analyze_export(
     """All processes' report, then, for a profile of several ranks, each rank's: the frames
     read once, each rank's rows analysed apart (before any nesting or correlation, which
     must not mix processes)."""
+    from dlprof_lite.ingest.facts import facts_of
     from dlprof_lite.ingest.load import enrich, load_raw
     from dlprof_lite.memory import release_freed_memory
     from dlprof_lite.ranks_run import RankReport, rank_processes
@@ -131,10 +132,12 @@ def _analyze_export(
     extra: dict[str, Any] = {"progress": progress} if progress is not None else {}
     raw = load_raw(path, **extra)
     release_freed_memory()  # each stage starts on what the earlier ones still hold
-    profile = enrich(raw, steps=options.steps, **extra)
-    processes = rank_processes(profile.facts, profile.ranges) if ranks else []
+    processes = rank_processes(facts_of(raw.marks), raw.nvtx) if ranks else []
+    # One process: enrich lets its read frames go once used (peak memory); several: each
+    # rank's report reads them again.
+    profile = enrich(raw, steps=options.steps, hand_over=not processes, **extra)
     if not processes:
-        del raw  # one process: its frames go before the report is built (peak memory)
+        del raw
     release_freed_memory()
     (progress or no_progress)(Stage.WRITING)
     report, trace = _report_of(profile, options)

@@ -118,18 +118,18 @@ API_COLUMNS: tuple[Column, ...] = (
 )
 
 RANGE_COLUMNS: tuple[Column, ...] = (
-    _c("range_id", "int64", "", "0-based id, in order of start time"),
+    _c("range_id", "int32", "", "0-based id, in order of start time"),
     _c("name", "category", "", "range text (inline or registered string)"),
     _c("domain", "category", "", "NVTX domain name ('' for the default domain)"),
     _c("style", "category", "", "push_pop or start_end"),
-    _c("pid", "int64", "", "process id"),
-    _c("tid", "int64", "", "thread that opened the range"),
-    _c("end_tid", "Int64", "", "thread that closed a start/end range"),
+    _c("pid", "int32", "", "process id"),
+    _c("tid", "int32", "", "thread that opened the range"),
+    _c("end_tid", "Int32", "", "thread that closed a start/end range"),
     _c("start_ns", "int64", "ns", "range start"),
     _c("end_ns", "int64", "ns", "range end (session end when never closed)"),
     _c("closed", "bool", "", "False for a push without a pop"),
-    _c("depth", "int64", "", "nesting depth on its thread (0 = top level)"),
-    _c("parent_id", "int64", "", "range_id of the enclosing range, -1 at top level"),
+    _c("depth", "int32", "", "nesting depth on its thread (0 = top level)"),
+    _c("parent_id", "int32", "", "range_id of the enclosing range, -1 at top level"),
     _c(
         "path",
         "category",
@@ -140,21 +140,21 @@ RANGE_COLUMNS: tuple[Column, ...] = (
     # Written by nvtx.build_ranges with the nesting (ingest/paths.py, ingest/templates.py).
     _d("path_name", "category", "", "the name its path uses: its own, or its template (digits "
        "as '#') when its siblings' numbers are a counter (rules/templates.py)"),
-    _d("path_id", "int64", "", "id of the chain of (path_name, domain) pairs down to this "
+    _d("path_id", "int32", "", "id of the chain of (path_name, domain) pairs down to this "
        "range"),
-    _d("parent_path_id", "int64", "", "path_id of the enclosing range, -1 at top level"),
+    _d("parent_path_id", "int32", "", "path_id of the enclosing range, -1 at top level"),
     # Written by range_columns.enrich_ranges once ops are correlated and classified.
     _d("module_direction", "category", "", "forward, backward or recompute for a module range"),
     _d("layer", "category", "", "layer an op launched directly inside the range gets, if any"),
     _d("phase", "category", "", "phase such an op gets from its ranges; <NA>: from the time alone"),
     _d("gpu_ns", "int64", "ns", "kernel time launched inside the range (nested ranges too)"),
     _d("self_gpu_ns", "int64", "ns", "kernel time whose innermost range is this one"),
-    _d("kernels", "int64", "", "kernels launched inside the range (nested ranges too)"),
-    _d("memops", "int64", "", "memcpys and memsets launched inside the range"),
+    _d("kernels", "int32", "", "kernels launched inside the range (nested ranges too)"),
+    _d("memops", "int32", "", "memcpys and memsets launched inside the range"),
     _d("memop_ns", "int64", "ns", "GPU time of those memops"),
-    _d("gpu_start_ns", "Int64", "ns", "first GPU start of that work, <NA> without GPU work"),
-    _d("gpu_end_ns", "Int64", "ns", "last GPU end of that work, <NA> without GPU work"),
-    _d("projected_ns", "int64", "ns", "gpu_end - gpu_start, 0 without GPU work"),
+    _d("projected_ns", "int64", "ns", "last GPU end - first GPU start of that work, 0 without "
+       "GPU work (the span's ends are correlate.range_gpu_totals', not kept: 24 MB a "
+       "million ranges that nothing read)"),
     _d("tc_gpu_ns", "int64", "ns", "gpu_ns of kernels that use Tensor Cores"),
 )
 
@@ -165,9 +165,9 @@ NVTX_EVENT_COLUMNS: tuple[Column, ...] = (
     _c("name", "category", "", "range text (inline or registered string)"),
     _c("domain", "category", "", "NVTX domain name ('' for the default domain)"),
     _c("style", "category", "", "push_pop or start_end"),
-    _c("pid", "int64", "", "process id"),
-    _c("tid", "int64", "", "thread that opened the range"),
-    _c("end_tid", "Int64", "", "thread that closed a start/end range"),
+    _c("pid", "int32", "", "process id"),
+    _c("tid", "int32", "", "thread that opened the range"),
+    _c("end_tid", "Int32", "", "thread that closed a start/end range"),
 )
 
 MARK_COLUMNS: tuple[Column, ...] = (
@@ -276,8 +276,20 @@ def coerce(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     out = frame.copy(deep=False)
     for col in TABLES[table]:
         if col.name in out.columns and not _dtype_ok(out[col.name], col.dtype):
+            if col.dtype in ("int32", "Int32"):
+                _check_fits_int32(out[col.name], f"{table}.{col.name}")
             out[col.name] = out[col.name].astype(_pandas_dtype(col.dtype))
     return out
+
+
+def _check_fits_int32(series: pd.Series, name: str) -> None:
+    """Refuse a cast that would wrap: numpy's int64 -> int32 keeps the low 32 bits."""
+    if len(series) == 0 or not pd.api.types.is_integer_dtype(series.dtype):
+        return
+    info = np.iinfo(np.int32)
+    low, high = series.min(), series.max()
+    if (pd.notna(low) and low < info.min) or (pd.notna(high) and high > info.max):
+        raise SchemaError(f"{name}: values {low}..{high} do not fit its int32 column")
 
 
 def check_frame(frame: pd.DataFrame, table: str, *, derived: bool) -> None:

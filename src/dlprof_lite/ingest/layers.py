@@ -133,7 +133,7 @@ def _nearest_many(
     """
     if levels is None:
         return [_nearest(own, parent) for own in owns]
-    near = np.where(np.column_stack(owns), np.arange(parent.size)[:, None], -1)
+    near = np.where(np.column_stack(owns), np.arange(parent.size, dtype=parent.dtype)[:, None], -1)
     for rows in levels:
         mine = near[rows]
         np.copyto(mine, near[parent[rows]], where=mine < 0)
@@ -166,14 +166,21 @@ def _encode(info: pd.DataFrame, columns: list[str]) -> tuple[pd.Index, dict[str,
     only at the end: no per-op strings.
     """
     codes, vocabulary = pd.factorize(pd.concat([info[c] for c in columns], ignore_index=True))
+    codes = codes.astype(np.int32)  # per-range copies of these: half the memory of int64
     n = len(info)
     return pd.Index(vocabulary), {c: codes[i * n : (i + 1) * n] for i, c in enumerate(columns)}
 
 
 @dataclass(frozen=True)
-class _RangeLabels:
+class RangeLabels:
     """Per range (row order of ``ranges``): codes into ``layers``/``types``, direction codes
-    into :data:`DIRECTIONS`, phase codes into :data:`PHASE_VALUES` (-1: none)."""
+    into :data:`DIRECTIONS`, phase codes into :data:`PHASE_VALUES` (-1: none); int32, as
+    a profile with a range per kernel holds millions of them.
+
+    What an op launched directly inside the range gets (``layer`` ... ``bucket``), the
+    range's own phase (a phase range of ours) and its module direction. Computed once per
+    profile (:func:`label_ranges`) for the ops (:func:`assign_layers`) and the ranges'
+    own columns (``range_columns.enrich_ranges``)."""
 
     layers: pd.Index
     types: pd.Index
@@ -183,9 +190,24 @@ class _RangeLabels:
     thread_phase: np.ndarray
     implied_phase: np.ndarray
     bucket: np.ndarray  # id of the enclosing DDP bucket range nearer than any module range
+    own_phase: np.ndarray
+    module_direction: np.ndarray  # the range's own, recomputes included
+
+    @property
+    def phase(self) -> np.ndarray:
+        """The phase code an op launched directly inside the range gets from its ranges."""
+        return _first(self.thread_phase, self.implied_phase)
 
 
-def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
+def label_ranges(ranges: pd.DataFrame) -> RangeLabels:
+    """Every range's :class:`RangeLabels`, one pass over the distinct names and the nesting."""
+    if ranges.empty:
+        none = np.empty(0, dtype=np.int32)
+        return RangeLabels(pd.Index([]), pd.Index([]), *([none] * 8))
+    return _range_labels(ranges, _phase_codes(ranges))
+
+
+def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> RangeLabels:
     """``own_phase``: each range's own phase code (:func:`_phase_codes`)."""
     names = ranges["name"].astype("category")
     info = classify_range_names(list(names.cat.categories))
@@ -195,13 +217,11 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
     per_range = {f"layer:{c}": _take(v, codes) for c, v in lcode.items()}
     per_range |= {f"type:{c}": _take(v, codes) for c, v in tcode.items()}
     direction_of = info["module_direction"].map(_DIRECTION_CODE).fillna(-1)
-    own_direction = _take(direction_of.to_numpy(dtype=np.int64), codes)
+    own_direction = _take(direction_of.to_numpy(dtype=np.int32), codes)
     per_range["seq"] = _take(info["seq"].to_numpy(dtype=np.int64), codes)
-    kind = info["seq_kind"].map({"op": 0, "backward": 1}).fillna(-1).to_numpy(dtype=np.int64)
+    kind = info["seq_kind"].map({"op": 0, "backward": 1}).fillna(-1).to_numpy(dtype=np.int32)
     per_range["kind"] = _take(kind, codes)
-    parent = range_positions(
-        ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
-    )
+    parent = _parents(ranges)
     levels = _levels(parent, ranges["depth"].to_numpy(dtype=np.int64))
     owns = {
         "in_bwd": own_direction >= 1,  # bwd: or rec: ranges: a fwd: below is a recompute
@@ -236,7 +256,7 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
     implied_phase = np.where(implied & (direction >= 0), _DIRECTION_PHASE[direction], -1)
     layer = np.where(backward, _take(fwd_layer, source), fwd_layer)
     layer_type = np.where(backward, _take(fwd_type, source), fwd_type)
-    bucket = np.full(len(parent), -1, dtype=np.int64)
+    bucket = np.full(len(parent), -1, dtype=np.int32)
     if "bucket" in near:
         # A bucket's all-reduce runs inside the backward range of whichever layer made its
         # last gradient ready: it is the bucket's work, not that layer's.
@@ -244,22 +264,32 @@ def _range_labels(ranges: pd.DataFrame, own_phase: np.ndarray) -> _RangeLabels:
         bucket[mine] = bucket_ids[near["bucket"][mine]]
         layer[mine] = layer_type[mine] = direction[mine] = -1
         implied_phase[mine] = PHASE_VALUES.index("backward")
-    return _RangeLabels(
+    return RangeLabels(
         layers=layers,
         types=types,
         layer=layer,
         layer_type=layer_type,
-        direction=direction,
+        direction=direction.astype(np.int32, copy=False),
         thread_phase=_take(own_phase, near["phase"]),
-        implied_phase=implied_phase,
+        implied_phase=implied_phase.astype(np.int32, copy=False),
         bucket=bucket,
+        own_phase=own_phase,
+        module_direction=per_range["module_direction"],
     )
+
+
+def _parents(ranges: pd.DataFrame) -> np.ndarray:
+    """Each range's parent's row position (-1: top level), as int32 positions."""
+    parent = range_positions(
+        ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
+    )
+    return parent.astype(np.int32) if len(ranges) < 2**31 else parent
 
 
 def _bucket_ids(names: pd.Index) -> np.ndarray:
     """Per distinct range name: the id of a ``ddp:bucket:<id>`` range, else -1."""
     found = (DDP_BUCKET_RE.match(str(name)) for name in names)
-    return np.array([int(m["id"]) if m else -1 for m in found], dtype=np.int64)
+    return np.array([int(m["id"]) if m else -1 for m in found], dtype=np.int32)
 
 
 # Forward-side layer sources in priority order: (layer column, type column, nearest key).
@@ -284,31 +314,18 @@ def _recompute(own: np.ndarray, near_backward: np.ndarray) -> np.ndarray:
     return np.where((own == 0) & (near_backward >= 0), _DIRECTION_CODE["recompute"], own)
 
 
-def range_layers(ranges: pd.DataFrame) -> tuple[pd.Categorical, pd.Categorical]:
+def range_layers(labels: RangeLabels) -> tuple[pd.Categorical, pd.Categorical]:
     """Per range (row order): the layer and the phase an op launched directly inside it gets
     (``ranges.layer``/``ranges.phase``; <NA> where an op's phase would come from the time of
     its launch alone: the phase range of the process that holds it)."""
-    if ranges.empty:
-        none = np.empty(0, dtype=np.int64)
-        return categorical_from_codes(none, []), categorical_from_codes(none, list(PHASE_VALUES))
-    labels = _range_labels(ranges, _phase_codes(ranges))
-    phase = _first(labels.thread_phase, labels.implied_phase)
     return (used_categorical(labels.layer, labels.layers),
-            categorical_from_codes(phase, list(PHASE_VALUES)))  # fmt: skip
+            categorical_from_codes(labels.phase, list(PHASE_VALUES)))  # fmt: skip
 
 
 def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
     """Per range (row order): its module direction code into :data:`DIRECTIONS` (-1: not
     a module range), recomputes included: ``ranges.module_direction`` (range_columns.py)."""
-    names = ranges["name"].astype("category")
-    info = classify_range_names(list(names.cat.categories.astype(str)))
-    of_name = info["module_direction"].map(_DIRECTION_CODE).fillna(-1).to_numpy(dtype=np.int64)
-    own = _take(of_name, names.cat.codes.to_numpy())
-    parent = range_positions(
-        ranges["range_id"].to_numpy(dtype=np.int64), ranges["parent_id"].to_numpy(dtype=np.int64)
-    )
-    levels = _levels(parent, ranges["depth"].to_numpy(dtype=np.int64))
-    return _recompute(own, _nearest_many([own >= 1], parent, levels)[0])
+    return label_ranges(ranges).module_direction
 
 
 def _op_roots(
@@ -324,7 +341,7 @@ def _op_roots(
 def _phase_codes(ranges: pd.DataFrame) -> np.ndarray:
     names = ranges["name"].astype("category")
     per_name = [PHASE_VALUES.index(n) if n in PHASES else -1 for n in names.cat.categories]
-    codes = _take(np.asarray(per_name, dtype=np.int64), names.cat.codes.to_numpy())
+    codes = _take(np.asarray(per_name, dtype=np.int32), names.cat.codes.to_numpy())
     return np.where((ranges["domain"] == DOMAIN).to_numpy(dtype=bool), codes, -1)
 
 
@@ -332,7 +349,7 @@ def _match_backward(
     ranges: pd.DataFrame, is_node: np.ndarray, is_root: np.ndarray, seq: np.ndarray
 ) -> np.ndarray:
     """Per range: position of the forward root op a backward node came from (-1: none)."""
-    out = np.full(len(ranges), -1, dtype=np.int64)
+    out = np.full(len(ranges), -1, dtype=np.int32)
     nodes, roots = np.flatnonzero(is_node), np.flatnonzero(is_root)
     if nodes.size == 0 or roots.size == 0:
         return out
@@ -350,19 +367,22 @@ def _match_backward(
         direction="backward", suffixes=("_node", "_root"),
     )  # fmt: skip
     found = pairs["pos_root"].notna().to_numpy()
-    out[pairs["pos_node"].to_numpy()[found]] = pairs["pos_root"].to_numpy()[found].astype(np.int64)
+    out[pairs["pos_node"].to_numpy()[found]] = pairs["pos_root"].to_numpy()[found].astype(np.int32)
     return out
 
 
 def assign_layers(
-    kernels: pd.DataFrame, memops: pd.DataFrame, ranges: pd.DataFrame
+    kernels: pd.DataFrame,
+    memops: pd.DataFrame,
+    ranges: pd.DataFrame,
+    labels: RangeLabels | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Copies of ``kernels`` and ``memops`` with ``layer``, ``layer_type``, ``direction`` and
-    ``phase`` (see the module docstring for the rules)."""
-    phase = _phase_codes(ranges)  # one pass over the range names, used twice
-    labels = _range_labels(ranges, phase)
+    ``phase`` (see the module docstring for the rules); ``labels``: :func:`label_ranges` of
+    ``ranges``, computed here when not given."""
+    labels = label_ranges(ranges) if labels is None else labels
     ids = ranges["range_id"].to_numpy(dtype=np.int64)
-    spans = _phase_spans(ranges, phase)
+    spans = _phase_spans(ranges, labels.own_phase)
     return _label(kernels, ids, labels, spans), _label(memops, ids, labels, spans)
 
 
@@ -380,7 +400,7 @@ def _phase_spans(ranges: pd.DataFrame, code: np.ndarray) -> pd.DataFrame:
 
 
 def _label(
-    ops: pd.DataFrame, ids: np.ndarray, labels: _RangeLabels, spans: pd.DataFrame
+    ops: pd.DataFrame, ids: np.ndarray, labels: RangeLabels, spans: pd.DataFrame
 ) -> pd.DataFrame:
     at = range_positions(ids, ops["range_id"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64))
     phase = _first(_take(labels.thread_phase, at), _take(labels.implied_phase, at))

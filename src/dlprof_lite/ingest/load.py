@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from dlprof_lite.ingest.columns import coerce
+from dlprof_lite.ingest.columns import coerce, empty_frame
 from dlprof_lite.ingest.correlate import attach_launches, attribute_ranges
 from dlprof_lite.ingest.iterations import assign_iterations, choose_iterations
-from dlprof_lite.ingest.layers import assign_layers
+from dlprof_lite.ingest.layers import assign_layers, label_ranges
 from dlprof_lite.ingest.nvtx import build_ranges
 from dlprof_lite.ingest.overhead import launch_overhead
 from dlprof_lite.ingest.profile import Profile
@@ -88,26 +88,38 @@ def enrich(
     steps: StepSelection = EVERY_STEP_BY_RULE,
     progress: StageProgress = no_progress,
     pids: Collection[int] | None = None,
+    hand_over: bool = False,
 ) -> Profile:
-    """Every analysis step on read frames (of ``pids`` only, when given)."""
+    """Every analysis step on read frames (of ``pids`` only, when given).
+
+    ``hand_over``: the caller has no further use for ``raw``: its NVTX events and GPU ops
+    are emptied from it as soon as they are read, so that they are gone before the
+    analysis peaks (about 100 MB at a million ranges)."""
     if pids is not None:
         raw = only_pids(raw, pids)
     progress(Stage.NESTING)
     ranges = build_ranges(raw.nvtx, session_end_ns=raw.meta.session_end_ns)
+    if hand_over:
+        _empty(raw, "nvtx", "nvtx_events")
     progress(Stage.CORRELATING)
     kernels = attach_launches(raw.kernels, raw.api)
     memops = attach_launches(raw.memops, raw.api)
+    if hand_over:
+        _empty(raw, "kernels", "kernels")
+        _empty(raw, "memops", "memops")
     kernels = attribute_ranges(kernels, ranges)
     memops = attribute_ranges(memops, ranges)
     progress(Stage.ANALYSING)
     kernels = classify_kernels(kernels)
     kernels, memops = launch_overhead(kernels, memops)
-    kernels, memops = assign_layers(kernels, memops, ranges)
+    labels = label_ranges(ranges)  # one pass over the nesting, for the ops and the ranges
+    kernels, memops = assign_layers(kernels, memops, ranges, labels)
     found = choose_iterations(ranges, raw.marks, steps=steps,
                               work=Work(kernels, memops, ranges))  # fmt: skip
     iterations = found.table
     kernels, memops = assign_iterations(kernels, memops, iterations)
-    ranges = enrich_ranges(ranges, kernels, memops)  # per-range GPU work reads the TC flags
+    ranges = enrich_ranges(ranges, kernels, memops, labels)  # GPU work reads the TC flags
+    del labels
     meta = replace(raw.meta, key_range=found.name, key_range_source=found.source,
                    key_range_note=rejected_note(list(found.rejected)))  # fmt: skip
     return Profile(
@@ -120,6 +132,11 @@ def enrich(
         iterations=iterations,
         meta=meta,
     )
+
+
+def _empty(raw: RawExport, name: str, table: str) -> None:
+    """Replace one of ``raw``'s frames by an empty one of its table (base columns)."""
+    object.__setattr__(raw, name, empty_frame(table))  # frozen for readers, not for its owner
 
 
 @contextmanager

@@ -85,18 +85,18 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
     labelled = path_names(name, domain, parent, depth, pid, tid)  # counters under their template
     ranges = pd.DataFrame(
         {
-            "range_id": np.arange(n, dtype=np.int64),
+            "range_id": np.arange(n, dtype=np.int32),  # ids and counts: int32 (columns.py)
             "name": name,
             "domain": domain,
             "style": nvtx["style"].array.take(order),
-            "pid": pid,
-            "tid": tid,
+            "pid": pid.astype(np.int32),
+            "tid": tid.astype(np.int32),
             "end_tid": nvtx["end_tid"].array.take(order),
             "start_ns": start,
             "end_ns": end,
             "closed": closed_raw[order],
-            "depth": depth,
-            "parent_id": parent,
+            "depth": depth.astype(np.int32),
+            "parent_id": parent.astype(np.int32),
             "path": path_labels(labelled, parent, depth),
             "path_name": labelled,
         },

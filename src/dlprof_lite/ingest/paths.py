@@ -176,8 +176,8 @@ def with_path_ids(ranges: pd.DataFrame) -> pd.DataFrame:
     out = ranges.copy(deep=False)
     if "path_name" not in out.columns:
         out["path_name"] = out["name"].astype("category")
-    out["path_id"] = key
-    out["parent_path_id"] = parent_key
+    out["path_id"] = key.astype(np.int32)  # numbered level by level: below the range count
+    out["parent_path_id"] = parent_key.astype(np.int32)
     return out
 
 

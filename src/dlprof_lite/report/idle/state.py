@@ -55,6 +55,7 @@ class Threads:
     _comm: np.ndarray = field(init=False)
     _gc: np.ndarray = field(init=False)
     _phase_rows: np.ndarray = field(init=False)
+    _phase_names: np.ndarray = field(init=False)  # the name of each of those rows
     layers: pd.Index = field(init=False)
     _layer: np.ndarray = field(init=False)
     _phase: np.ndarray = field(init=False)
@@ -76,6 +77,8 @@ class Threads:
         ours = (domain == DOMAIN).to_numpy(dtype=bool)
         self._gc = ours & cat_mask(name, lambda s: s.str.startswith(GC_RANGE_PREFIX))
         self._phase_rows = np.flatnonzero(ours & name.isin(PHASES).to_numpy(dtype=bool))
+        # A handful of rows: not the million range names as Python objects at each look.
+        self._phase_names = name.iloc[self._phase_rows].astype(str).to_numpy()
         self._comm = _comm_rows(name, domain) if len(ranges) else np.zeros(0, dtype=bool)
         layer = ranges["layer"].astype("category")
         self.layers = pd.Index(layer.cat.categories.astype(str))
@@ -189,7 +192,7 @@ class Threads:
         """Our phase ranges of one name."""
         rows = self._phase_rows
         mask = np.zeros(len(self.ranges), dtype=bool)
-        mask[rows[(self.ranges["name"].to_numpy()[rows] == phase)]] = True
+        mask[rows[self._phase_names == phase]] = True
         return mask
 
     @staticmethod
