@@ -54,6 +54,28 @@ def test_a_users_own_malloc_tuning_wins() -> None:
     assert _probe("keep", MALLOC_ARENA_MAX="2")["applied"] is False
 
 
+# Which pool Arrow allocates from once the command line's settings are applied.
+ARROW_POOL = """
+import sys
+from dlprof_lite.memory import keep_freed_memory
+keep_freed_memory()
+import pyarrow
+print(pyarrow.default_memory_pool().backend_name)
+"""
+
+
+@pytest.mark.skipif(not _glibc(), reason="the setting applies to glibc's malloc on Linux only")
+@pytest.mark.parametrize(("users", "expected"), [(None, "system"), ("jemalloc", "jemalloc")])
+def test_arrow_allocates_from_the_heap_unless_the_user_chose(users, expected) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k != "ARROW_DEFAULT_MEMORY_POOL"}  # fmt: skip
+    if users is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = users
+    out = subprocess.run([sys.executable, "-c", ARROW_POOL], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert out.stdout.split()[-1] == expected
+
+
 # The command line, then a library user: the collector's thresholds each process ends with.
 THRESHOLDS = """
 import contextlib, gc, io, json, sys

@@ -60,7 +60,8 @@ def collect_less_often() -> None:
 
 def keep_freed_memory() -> bool:
     """Ask glibc to serve large blocks from the heap, keep what is freed and use one arena
-    for every thread; True if set."""
+    for every thread, and Arrow to allocate there too (:func:`arrow_from_the_heap`); True
+    if set."""
     if not sys.platform.startswith("linux"):
         return False
     if any(name.startswith("MALLOC_") for name in os.environ):
@@ -74,7 +75,20 @@ def keep_freed_memory() -> bool:
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     settings = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
-    return all([bool(mallopt(param, value)) for param, value in settings])
+    kept = all([bool(mallopt(param, value)) for param, value in settings])
+    if kept:
+        arrow_from_the_heap()
+    return kept
+
+
+def arrow_from_the_heap() -> None:
+    """Have Arrow (the reader's columns) allocate from malloc's heap too, not its own
+    mimalloc pool: a buffer freed after reading then backs the analysis' next columns
+    instead of being handed back and faulted in again. At a million kernels, ``analyze``
+    took 5.2-5.4 s instead of 5.9 s with a range per kernel (3.2 s instead of 3.3 s on
+    the main shape), peak memory unchanged. A user's ``ARROW_DEFAULT_MEMORY_POOL`` wins;
+    read when Arrow first allocates, so this must run before."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def release_freed_memory() -> None:

@@ -53,14 +53,28 @@ def range_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(found, order[at], -1)
 
 
-def last_at_least(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> np.ndarray:
+def block_maxima(a: np.ndarray) -> list[np.ndarray]:
+    """The maxima of ``a``'s aligned power-of-two blocks, level by level (``a`` itself
+    first; 2n values in all): what :func:`last_at_least` climbs."""
+    maxima = [a]
+    while maxima[-1].size > 1:
+        m = maxima[-1]
+        maxima.append(np.maximum(m[0 : m.size - 1 : 2], m[1 : m.size : 2]))
+    return maxima
+
+
+def last_at_least(
+    a: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: np.ndarray,
+    maxima: Callable[[], list[np.ndarray]] | None = None,
+) -> np.ndarray:  # fmt: skip
     """For each query, the largest ``j`` in ``[lo, hi)`` with ``a[j] >= t``, else -1.
 
     Finds the largest ``j < hi`` with ``a[j] >= t`` over block maxima of aligned
     power-of-two blocks (2n values in all): climb left from ``hi`` over whole blocks whose
     maximum is below ``t`` (Fenwick-style, growing blocks), then descend inside the block
     that stopped the climb; a ``j`` below ``lo`` (another key's range) means none. O(log n)
-    vectorised passes over the queries; no per-query loop.
+    vectorised passes over the queries; no per-query loop. ``maxima``: gives
+    :func:`block_maxima` of ``a``, kept by a caller that asks of one ``a`` many times.
     """
     found = np.full(t.size, -1, dtype=np.int64)
     last = np.maximum(hi - 1, 0)
@@ -69,21 +83,18 @@ def last_at_least(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, t: np.ndarray) 
     rest = np.flatnonzero((hi > lo) & ~direct)
     if rest.size == 0:
         return found
-    maxima = [a]
-    while maxima[-1].size > 1:
-        m = maxima[-1]
-        maxima.append(np.maximum(m[0 : m.size - 1 : 2], m[1 : m.size : 2]))
+    levels = block_maxima(a) if maxima is None else maxima()
     # pos: every a[pos:hi] is below t (a[hi - 1] is, or the direct case took it)
     pos, need = hi[rest] - 1, t[rest]
     stop = np.full(rest.size, -1, dtype=np.int64)
-    for k in range(len(maxima)):  # climb: the block [pos - 2**k, pos) when pos has bit k
+    for k in range(len(levels)):  # climb: the block [pos - 2**k, pos) when pos has bit k
         i = np.flatnonzero((stop < 0) & ((pos >> k) & 1 == 1))
-        skip = maxima[k][(pos[i] >> k) - 1] < need[i]
+        skip = levels[k][(pos[i] >> k) - 1] < need[i]
         pos[i[skip]] -= 1 << k
         stop[i[~skip]] = k
-    for k in range(len(maxima) - 2, -1, -1):  # descend: right half first, then left
+    for k in range(len(levels) - 2, -1, -1):  # descend: right half first, then left
         i = np.flatnonzero(stop > k)
-        skip = maxima[k][(pos[i] >> k) - 1] < need[i]
+        skip = levels[k][(pos[i] >> k) - 1] < need[i]
         pos[i[skip]] -= 1 << k
     j = pos - 1
     ok = (j >= lo[rest]) & (a[np.maximum(j, 0)] >= need)

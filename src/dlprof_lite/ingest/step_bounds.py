@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.rules.names import BACKWARD_END_MARK, DOMAIN, PHASES, UPDATE_MARK
 
 # The phases a step's own work starts with (compilation may run outside steps).
@@ -51,7 +52,7 @@ def ours(frame: pd.DataFrame, names: tuple[str, ...] | None = None, prefix: str 
     npt.NDArray[np.bool_]
 ):
     """Rows of the annotation's domain named one of ``names`` or starting with ``prefix``."""
-    mine = (frame["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool)
+    mine = cat_mask(frame["domain"], lambda s: s == DOMAIN)
     if not mine.any():
         return mine
     text = frame["name"].astype(object)

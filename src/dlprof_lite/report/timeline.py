@@ -28,6 +28,7 @@ import pandas as pd
 
 from dlprof_lite.errors import InputError
 from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.report.model import empty_timeline, typed_timeline
 from dlprof_lite.report.steps.window import op_steps, step_of
 from dlprof_lite.rules.comm import is_comm_kernel
@@ -309,7 +310,7 @@ def _own_labels(
                       dtype=object)  # fmt: skip
     layer = pd.Series(layer_of[codes], index=names.index, dtype=object)
     way = pd.Series(way_of[codes], index=names.index, dtype=object)
-    ours = (domains.astype(object) == DOMAIN).to_numpy(dtype=bool)
+    ours = cat_mask(domains, lambda s: s == DOMAIN)
     phase = names.astype(object).where(names.isin(PHASES).to_numpy(dtype=bool) & ours)
     return layer, phase, way
 

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.report.intervals import busy_per_device, covered_between
 from dlprof_lite.report.ranks.table import collectives as comm_ops
 from dlprof_lite.rules.collectives import (
@@ -209,14 +210,14 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     r = profile.ranges
     if facts.empty or r.empty:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
-    names = r["name"].astype(object)
-    ours = (r["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool) & names.str.startswith(
-        RANGE_PREFIX, na=False).to_numpy(dtype=bool)  # fmt: skip
+    names = r["name"]
+    ours = cat_mask(r["domain"], lambda s: s == DOMAIN) & cat_mask(
+        names, lambda s: s.str.startswith(RANGE_PREFIX))  # fmt: skip
     ranges = r.loc[ours, ["start_ns", "end_ns", "pid", "tid", "layer", "phase",
                           "parent_id"]].copy()  # fmt: skip
     if ranges.empty:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
-    ranges["op"] = names[ours].str.slice(len(RANGE_PREFIX)).to_numpy()
+    ranges["op"] = names[ours].astype(str).str.slice(len(RANGE_PREFIX)).to_numpy()
     ranges = ranges.dropna(subset=["end_ns"]).astype({"pid": "int64", "tid": "int64"})
     values = list(facts["value"])
     wanted = pd.DataFrame({
@@ -235,7 +236,8 @@ def _recorded(profile: Profile, rank_of: dict[int, int]) -> pd.DataFrame:
     }).sort_values("at", kind="stable")  # fmt: skip
     ranges["layer"] = ranges["layer"].astype(object)
     ranges["phase"] = ranges["phase"].astype(object)
-    name_of = pd.Series(names.to_numpy(), index=r["range_id"].to_numpy(dtype=np.int64))
+    name_of = pd.Series(names.astype(object).to_numpy(),
+                        index=r["range_id"].to_numpy(dtype=np.int64))  # fmt: skip
     parents = name_of.reindex(ranges["parent_id"].to_numpy(dtype=np.int64))
     in_bucket = parents.astype(str).str.startswith(DDP_BUCKET_PREFIX).to_numpy(dtype=bool)
     ranges.loc[in_bucket, "layer"] = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.numeric import last_at_least
+from dlprof_lite.numeric import block_maxima, last_at_least
 from dlprof_lite.rules.names import PUSH_POP
 
 
@@ -57,11 +57,20 @@ class _Ordered:
             order = np.lexsort((ids[rows], s))
             rows, s = rows[order], s[order]
         self.rows, self.start, self.end = rows, s, end[rows]
+        self._maxima: list[np.ndarray] | None = None
+
+    def maxima(self) -> list[np.ndarray]:
+        """The ends' block maxima, built at the first look that needs them and kept: the
+        idle partition looks chunk after chunk (rebuilt each time, 0.15 s at a million
+        ranges)."""
+        if self._maxima is None:
+            self._maxima = block_maxima(self.end)
+        return self._maxima
 
     def latest_holding(self, t: np.ndarray) -> np.ndarray:
         """The last range with ``start <= t < end``, per instant; -1 where none."""
         if self.rows.size == 0:
             return np.full(t.size, -1, dtype=np.int64)
         hi = np.searchsorted(self.start, t, side="right")
-        j = last_at_least(self.end, np.zeros(t.size, dtype=np.int64), hi, t + 1)
+        j = last_at_least(self.end, np.zeros(t.size, dtype=np.int64), hi, t + 1, self.maxima)
         return np.where(j >= 0, self.rows[np.maximum(j, 0)], -1)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dlprof_lite.ingest.profile import Profile
-from dlprof_lite.numeric import sum_by
+from dlprof_lite.numeric import cat_mask, sum_by
 from dlprof_lite.report.frames import groups
 from dlprof_lite.report.intervals import Segments, covered_between, merge, total
 from dlprof_lite.report.model import empty_ranks, typed_ranks
@@ -77,9 +77,9 @@ def process_spans(profile: Profile, window: StepWindow) -> dict[int, Spans]:
                                     g["end_ns"].to_numpy(dtype=np.int64))
                 for p, g in chosen.groupby("pid")}  # fmt: skip
     r = profile.ranges
-    ours = (r["name"].astype(object) == ITERATION).to_numpy(dtype=bool) & (
-        r["domain"].astype(object) == DOMAIN
-    ).to_numpy(dtype=bool)
+    ours = cat_mask(r["name"], lambda s: s == ITERATION) & cat_mask(
+        r["domain"], lambda s: s == DOMAIN
+    )
     out: dict[int, Spans] = {}
     for pid, group in r[ours].groupby("pid"):
         g = group.sort_values("end_ns")
@@ -116,8 +116,8 @@ def _shared_steps(profile: Profile, window: StepWindow) -> np.ndarray:
 def data_time(profile: Profile, window: StepWindow) -> dict[int, int]:
     """Host time of each process's ``data`` phase ranges inside the window (their union)."""
     r = profile.ranges
-    mine = r[(r["name"].astype(object) == DATA_PHASE).to_numpy(dtype=bool)
-             & (r["domain"].astype(object) == DOMAIN).to_numpy(dtype=bool)]  # fmt: skip
+    mine = r[cat_mask(r["name"], lambda s: s == DATA_PHASE)
+             & cat_mask(r["domain"], lambda s: s == DOMAIN)]  # fmt: skip
     out: dict[int, int] = {}
     for pid, g in mine.groupby("pid"):
         segments = merge(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())

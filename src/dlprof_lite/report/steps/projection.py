@@ -189,10 +189,11 @@ def _length(value: object) -> int | None:
 
 
 def _our_ranges(ranges: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
-    mine = cat_mask(ranges["name"], lambda s: s.isin(names)) & (
-        ranges["domain"].astype(object) == DOMAIN
-    ).to_numpy(dtype=bool)
-    return ranges[mine]
+    mine = cat_mask(ranges["name"], lambda s: s.isin(names)) & cat_mask(
+        ranges["domain"], lambda s: s == DOMAIN
+    )
+    out: pd.DataFrame = ranges[mine]
+    return out
 
 
 def _batches_per_step(ranges: pd.DataFrame, iterations: pd.DataFrame) -> int:
