@@ -55,10 +55,11 @@ def ours(frame: pd.DataFrame, names: tuple[str, ...] | None = None, prefix: str 
     mine = cat_mask(frame["domain"], lambda s: s == DOMAIN)
     if not mine.any():
         return mine
-    text = frame["name"].astype(object)
-    if names is not None:
-        return mine & text.isin(names).to_numpy(dtype=bool)
-    return mine & text.str.startswith(prefix).fillna(False).to_numpy(dtype=bool)
+    if names is not None:  # tested once per distinct name, not per row
+        named: npt.NDArray[np.bool_] = cat_mask(frame["name"], lambda s: s.isin(names))
+    else:
+        named = cat_mask(frame["name"], lambda s: s.str.startswith(prefix))
+    return mine & named
 
 
 def has_update_marks(marks: pd.DataFrame) -> bool:

@@ -33,7 +33,10 @@ def path_names(name: pd.Categorical, domain: pd.Categorical, parent: np.ndarray,
     for names in members.values():
         names.sort(key=lambda i: counter_key(words[i]))
         rank[names] = np.arange(len(names))
-    ours = (np.asarray(domain, dtype=object) == DOMAIN) if len(domain) else np.zeros(0, bool)
+    # Domains by their codes (-1: none): no per-range string objects.
+    domain_code = np.asarray(domain.codes, dtype=np.int64)
+    ours_code = domain.categories.get_indexer(pd.Index([DOMAIN]))[0]  # -1 when absent
+    ours = (domain_code == ours_code) & (ours_code >= 0)
     known = code >= 0
     eligible = known & numbered[np.maximum(code, 0)] & ~ours
     if not eligible.any():
@@ -43,8 +46,7 @@ def path_names(name: pd.Categorical, domain: pd.Categorical, parent: np.ndarray,
     parent_code = np.where(has_parent, code[np.maximum(parent[rows], 0)], -1)
     parent_t = np.where(parent_code >= 0, t_code[np.maximum(parent_code, 0)], -1)
     frame = pd.DataFrame({
-        "domain": pd.factorize(pd.Series(np.asarray(domain, dtype=object)[rows]),
-                              use_na_sentinel=False)[0],
+        "domain": domain_code[rows],
         "depth": depth[rows], "t": t_code[code[rows]], "parent_t": parent_t,
         "pid": pid[rows], "tid": tid[rows], "name": code[rows], "rank": rank[code[rows]],
     })  # fmt: skip

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlprof_lite.numeric import sum_by
+from dlprof_lite.numeric import cat_mask, sum_by
 from dlprof_lite.report.frames import gpu_ops
 from dlprof_lite.report.idle.state import Labels, Thread, Threads
 from dlprof_lite.report.intervals import merge
@@ -290,8 +290,7 @@ def main_thread(
 def backward_thread(ranges: pd.DataFrame, main: Thread) -> Thread | None:
     """Another thread of the main thread's process that ran backward module ranges (the
     autograd engine's device thread): the one with most of them."""
-    direction = ranges["module_direction"].astype(object)
-    mine = ((direction == "backward").to_numpy(dtype=bool)
+    mine = (cat_mask(ranges["module_direction"], lambda s: s == "backward")
             & (ranges["pid"] == main[0]).to_numpy(dtype=bool)
             & (ranges["tid"] != main[1]).to_numpy(dtype=bool))  # fmt: skip
     return _most(ranges.loc[mine, ["pid", "tid"]])
