@@ -323,11 +323,16 @@ def _per_step(rows: pd.DataFrame, window: StepWindow) -> pd.DataFrame:
         ),
         calls_per_step=lambda f: f["calls"],
     )
-    grid = mine.groupby(["layer", "step"])[[*_STEP_SUMS, *extra, *_SELF_MEDIANS]].sum()
+    # Each column's (layer, step) sums as one array: a cell per layer and step, 0 where the
+    # layer did not run (a groupby unstacked column by column took 0.15 s at 5000 steps).
+    layer_at = np.asarray(layers.get_indexer(pd.Index(mine["layer"])), dtype=np.int64)
+    step_at = np.asarray(pd.Index(steps).get_indexer(pd.Index(mine["step"])), dtype=np.int64)
+    at = np.where(mine["layer"].notna().to_numpy(dtype=bool),
+                  layer_at * len(steps) + step_at, -1)  # no layer: no row
+    known = at >= 0
     out = pd.DataFrame(index=layers)
     for c in (*_STEP_SUMS, *extra, *_SELF_MEDIANS):
-        table = grid[c].unstack("step").reindex(index=layers, columns=steps).fillna(0)
-        values = table.to_numpy(dtype=np.float64)
+        values = _cells(mine[c], at, known, len(layers) * len(steps)).reshape(-1, len(steps))
         if c in extra:
             out[c] = values.mean(axis=1)
             continue
@@ -338,6 +343,17 @@ def _per_step(rows: pd.DataFrame, window: StepWindow) -> pd.DataFrame:
                  "p90": np.percentile(values, 90, axis=1)}  # fmt: skip
         for suffix, stat in _STATS:
             out[f"step_{c[:-3]}{suffix}_ns"] = stats[stat]
+    return out
+
+
+def _cells(column: pd.Series, at: np.ndarray, known: np.ndarray, n: int) -> np.ndarray:
+    """``column`` summed into ``n`` cells by position ``at`` (rows not ``known`` left out),
+    as float64: integers summed exactly first, floats with missing values as 0."""
+    if pd.api.types.is_integer_dtype(column.dtype) and not column.hasnans:
+        exact = sum_by(at[known], column.to_numpy(dtype=np.int64)[known], n)
+        return exact.astype(np.float64)
+    out = np.zeros(n, dtype=np.float64)
+    np.add.at(out, at[known], np.nan_to_num(column.to_numpy(dtype=np.float64)[known]))
     return out
 
 
