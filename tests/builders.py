@@ -79,7 +79,7 @@ def _flatten(specs: Sequence[R]) -> pd.DataFrame:
             raise ValueError(f"start/end range {spec.name!r} nested: ingest keeps them top-level")
         rows.append(
             dict(name=spec.name, domain=spec.domain, style=spec.style, pid=PID, tid=spec.tid,
-                 end_tid=spec.tid if start_end else pd.NA, start_ns=spec.start,
+                 start_ns=spec.start,
                  end_ns=spec.end, closed=True, depth=depth, parent=parent, path=full)
         )  # fmt: skip
         for child in spec.children:
@@ -159,7 +159,8 @@ def ops(table: str, rows: Sequence[Mapping[str, object]], **defaults: object) ->
 def nvtx_events(rows: Sequence[tuple]) -> pd.DataFrame:
     """A contract ``nvtx_events`` frame (the reader's output, before nesting) from rows
     ``(name, start, end|None, style, pid, tid[, end_tid|None[, domain]])``; domain "" unless
-    given. Times and ids go in as Python ints: no float ever rounds a 2**62-scale value."""
+    given; the closing thread (``end_tid``) is not read from exports, nor kept here. Times
+    and ids go in as Python ints: no float ever rounds a 2**62-scale value."""
 
     def column(i: int, dtype: str, default: object = None) -> pd.api.extensions.ExtensionArray:
         return pd.array([r[i] if len(r) > i else default for r in rows], dtype=dtype)
@@ -173,7 +174,6 @@ def nvtx_events(rows: Sequence[tuple]) -> pd.DataFrame:
             "style": [r[3] for r in rows],
             "pid": column(4, "int64"),
             "tid": column(5, "int64"),
-            "end_tid": column(6, "Int64"),
         }
     )
     frame = coerce(frame, "nvtx_events")
@@ -195,7 +195,7 @@ def ranges(rows: Sequence[tuple]) -> pd.DataFrame:
         path = name if parent < 0 else f"{out[parent]['path']}/{name}"
         rec = {
             "range_id": i, "name": name, "domain": "", "style": PUSH_POP, "pid": 1,
-            "tid": 1, "end_tid": pd.NA, "start_ns": start, "end_ns": end, "closed": True,
+            "tid": 1, "start_ns": start, "end_ns": end, "closed": True,
             "depth": depth, "parent_id": parent, "path": path,
         }  # fmt: skip
         rec.update(more[0] if more else {})

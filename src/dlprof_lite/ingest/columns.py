@@ -124,7 +124,6 @@ RANGE_COLUMNS: tuple[Column, ...] = (
     _c("style", "category", "", "push_pop or start_end"),
     _c("pid", "int32", "", "process id"),
     _c("tid", "int32", "", "thread that opened the range"),
-    _c("end_tid", "Int32", "", "thread that closed a start/end range"),
     _c("start_ns", "int64", "ns", "range start"),
     _c("end_ns", "int64", "ns", "range end (session end when never closed)"),
     _c("closed", "bool", "", "False for a push without a pop"),
@@ -167,7 +166,6 @@ NVTX_EVENT_COLUMNS: tuple[Column, ...] = (
     _c("style", "category", "", "push_pop or start_end"),
     _c("pid", "int32", "", "process id"),
     _c("tid", "int32", "", "thread that opened the range"),
-    _c("end_tid", "Int32", "", "thread that closed a start/end range"),
 )
 
 MARK_COLUMNS: tuple[Column, ...] = (

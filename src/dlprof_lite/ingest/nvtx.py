@@ -91,7 +91,6 @@ def build_ranges(nvtx: pd.DataFrame, *, session_end_ns: int) -> pd.DataFrame:
             "style": nvtx["style"].array.take(order),
             "pid": pid.astype(np.int32),
             "tid": tid.astype(np.int32),
-            "end_tid": nvtx["end_tid"].array.take(order),
             "start_ns": start,
             "end_ns": end,
             "closed": closed_raw[order],

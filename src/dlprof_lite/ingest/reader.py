@@ -338,15 +338,12 @@ def _nvtx(
     pid = S.decode_pid(c["globalTid"])
     domains = _domain_names(pid, c["domainId"], names)
     event = c["eventType"]
-    end_tid = c["endGlobalTid"]
     frame = pd.DataFrame({
         "start_ns": c["start"], "end_ns": _nullable(c["end"]),
         "name": _nvtx_text(c["text"], c["textId"], strings), "domain": domains,
         "style": categorical_from_codes((event == S.EVENT_NVTX_START_END).astype(np.int8),
                                         ["push_pop", "start_end"]),
         "pid": pid, "tid": S.decode_tid(c["globalTid"]),
-        "end_tid": _nullable(np.where(end_tid == S.NULL_INT, S.NULL_INT,
-                                      S.decode_tid(end_tid))),
     }, copy=False)  # fmt: skip
     is_mark = event == S.EVENT_NVTX_MARK
     if not is_mark.any():

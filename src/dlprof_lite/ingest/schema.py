@@ -153,10 +153,9 @@ class ExportSchema:
         already holds: a per-row subquery here costs more than the rest of the read.
         """
         text_id = self._opt(NVTX_TABLE, "textId", "textId")
-        end_tid = self._opt(NVTX_TABLE, "endGlobalTid", "endGlobalTid")
         return (
             f"SELECT start, COALESCE(end, {NULL_INT}) AS end, eventType, "
-            f"COALESCE(globalTid, 0) AS globalTid, {end_tid}, "
+            f"COALESCE(globalTid, 0) AS globalTid, "
             f"COALESCE(domainId, 0) AS domainId, {text_id}, COALESCE(text, '') AS text "
             f"FROM {NVTX_TABLE} WHERE eventType IN "
             f"({EVENT_NVTX_PUSH_POP}, {EVENT_NVTX_START_END}, {EVENT_NVTX_MARK}, "
