@@ -20,7 +20,7 @@ from dlprof_lite.ingest.layers import (
     _nearest_many,
     assign_layers,
     classify_range_names,
-    module_direction_codes,
+    label_ranges,
 )
 from dlprof_lite.rules.gemm import is_tc_eligible, tc_eligible_family
 from dlprof_lite.rules.names import DIRECTIONS, ModuleRange, parse_module_range
@@ -174,7 +174,7 @@ def test_recompute_ranges_are_neither_forward_nor_another_layers_backward() -> N
         ("student.block.act", "ReLU", "recompute", "backward"),
         ("student.block", "Block", "backward", "backward"),
     ]
-    codes = module_direction_codes(rng)
+    codes = label_ranges(rng).module_direction
     assert [DIRECTIONS[c] if c >= 0 else None for c in codes] == [
         None, "forward", "forward", "forward", "forward", None,
         "backward", "recompute", "backward", "recompute", "recompute",

@@ -322,12 +322,6 @@ def range_layers(labels: RangeLabels) -> tuple[pd.Categorical, pd.Categorical]:
             categorical_from_codes(labels.phase, list(PHASE_VALUES)))  # fmt: skip
 
 
-def module_direction_codes(ranges: pd.DataFrame) -> np.ndarray:
-    """Per range (row order): its module direction code into :data:`DIRECTIONS` (-1: not
-    a module range), recomputes included: ``ranges.module_direction`` (range_columns.py)."""
-    return label_ranges(ranges).module_direction
-
-
 def _op_roots(
     is_op: npt.NDArray[np.bool_], near_op: np.ndarray, seq: np.ndarray, parent: np.ndarray
 ) -> npt.NDArray[np.bool_]:

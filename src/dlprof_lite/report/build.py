@@ -88,8 +88,9 @@ def build_report(
               "timeline_end_ns": shown_to}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
     between_tables()
-    collectives = match(calls_of(profile), window, process_spans(profile, window))
-    ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)))
+    spans = process_spans(profile, window)  # each process's own analysed steps
+    collectives = match(calls_of(profile), window, spans)
+    ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)), spans)
     between_tables()
     span = share_span(profile)[0]  # the summary's: its warning is the summary's
     communication = Communication.of({

@@ -17,7 +17,7 @@ def launch_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     and ``queue_ns`` NaN where the op started before its call returned (no queue time)."""
     # Differences in integers first: an export on the epoch clock (~1.7e18 ns) is past
     # float64's exact integers.
-    start, end = _int64(ops["api_start_ns"]), _int64(ops["api_end_ns"])
+    start, end = ops["api_start_ns"], ops["api_end_ns"]
     missing = (start.isna() | end.isna()).to_numpy(dtype=bool)
     a = start.to_numpy(dtype=np.int64, na_value=0)
     b = end.to_numpy(dtype=np.int64, na_value=0)
@@ -26,10 +26,6 @@ def launch_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     api[missing] = np.nan
     queue[missing | (queue < 0)] = np.nan
     return api, queue
-
-
-def _int64(series: pd.Series) -> pd.Series:
-    return series if str(series.dtype) == "Int64" else series.astype("Int64")
 
 
 def is_short_kernel(ops: pd.DataFrame) -> pd.Series:

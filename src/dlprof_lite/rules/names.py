@@ -148,7 +148,7 @@ def parse_module_range(name: str) -> ModuleRange | None:
     """``fwd:layer1.0.conv1:Conv2d`` -> ``('forward', 'layer1.0.conv1', 'Conv2d')``, else None.
 
     The direction is the name's own (``rec:`` -> ``recompute``); ingest also makes a ``fwd:``
-    range a recompute when it nests in a backward (``ingest.layers.module_direction_codes``).
+    range a recompute when it nests in a backward (``ingest.layers.label_ranges``).
     """
     m = MODULE_RANGE_RE.match(name)
     if m is None:

@@ -14,6 +14,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.report.intervals import Segments
 from dlprof_lite.report.steps.window import StepWindow
 from dlprof_lite.rules.collectives import (
     PAIR_SEP,
@@ -32,7 +33,7 @@ OP_COLUMNS = ("group", "op", "size_bytes", "ranks", "instances", "bytes_mean",
               "busbw_gbps")  # fmt: skip
 
 
-Spans = dict[int, tuple[np.ndarray, np.ndarray]]  # pid -> its analysed steps' (start, end]
+Spans = dict[int, Segments]  # pid -> its analysed steps' (start, end] bounds
 
 
 def match(calls: pd.DataFrame, window: StepWindow | None = None,

@@ -58,15 +58,7 @@ def ranks_of(profile: Profile, pids: list[int]) -> dict[int, int]:
     return {p: i for i, p in enumerate(sorted(pids))}
 
 
-def process_steps(profile: Profile, window: StepWindow) -> dict[int, np.ndarray]:
-    """Each process's analysed step wall times (:func:`process_spans`)."""
-    return {pid: ends - starts for pid, (starts, ends) in process_spans(profile, window).items()}
-
-
-Spans = tuple[np.ndarray, np.ndarray]  # a process's analysed steps: (start, end] bounds
-
-
-def process_spans(profile: Profile, window: StepWindow) -> dict[int, Spans]:
+def process_spans(profile: Profile, window: StepWindow) -> dict[int, Segments]:
     """Each process's analysed steps, from its own annotated ``iteration`` ranges (an
     iteration ends where its range ends and starts where the previous one ended; the first,
     at its own start); those whose end lies in the window when the window cuts."""
@@ -80,7 +72,7 @@ def process_spans(profile: Profile, window: StepWindow) -> dict[int, Spans]:
     ours = cat_mask(r["name"], lambda s: s == ITERATION) & cat_mask(
         r["domain"], lambda s: s == DOMAIN
     )
-    out: dict[int, Spans] = {}
+    out: dict[int, Segments] = {}
     for pid, group in r[ours].groupby("pid"):
         g = group.sort_values("end_ns")
         ends = g["end_ns"].to_numpy(dtype=np.int64)
@@ -197,12 +189,15 @@ def _timeline_rows(kernels: pd.DataFrame) -> list[dict[str, object]]:
 
 
 def ranks_table(
-    profile: Profile, window: StepWindow, waits: pd.DataFrame | None = None
-) -> pd.DataFrame:
+    profile: Profile, window: StepWindow, waits: pd.DataFrame | None = None,
+    spans: dict[int, Segments] | None = None,
+) -> pd.DataFrame:  # fmt: skip
     """One row per GPU timeline (and per annotated process without one), by rank; ``waits``
-    (report/collectives/instances.py rank_waits, by rank) when collectives were recorded."""
+    (report/collectives/instances.py rank_waits, by rank) when collectives were recorded;
+    ``spans``: :func:`process_spans` of ``profile`` and ``window``, when already found."""
     rows = _timeline_rows(cut_ops(profile.kernels, window))
-    own_steps = process_steps(profile, window)
+    spans = process_spans(profile, window) if spans is None else spans
+    own_steps = {pid: ends - starts for pid, (starts, ends) in spans.items()}  # step walls
     seen = {int(cast(int, r["pid"])) for r in rows}
     rows += [{"pid": p, "device_id": pd.NA, "kernels": 0, "kernel_ns": 0, "compute_ns": 0,
               "comm_ns": 0,
