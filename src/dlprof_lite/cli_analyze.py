@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from dlprof_lite.batch import default_jobs
 from dlprof_lite.cli_common import analyze_options, console_for, error, progress_bar, warn
-from dlprof_lite.cli_store import record_folders, record_report
+from dlprof_lite.cli_store import record_folders, record_report, store_beside
 from dlprof_lite.errors import InputError
 from dlprof_lite.pipeline import AnalyzeOptions, analyze_many, analyze_one
 from dlprof_lite.safe_text import printable
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from dlprof_lite.cross_ranks import CrossRanks
     from dlprof_lite.ranks_run import RankReport
     from dlprof_lite.report.model import Report
+    from dlprof_lite.store.beside import Beside
 
 
 
@@ -30,20 +31,25 @@ def _check_input(path: Path) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from dlprof_lite.render import output as files
-
     options = analyze_options(args)
     for path in args.paths:
         _check_input(path)
     if len(args.paths) > 1:
         return _analyze_many(args, options)
+    with store_beside(args) as beside:  # before pandas is imported: see store/beside.py
+        return _analyze_one(args, options, beside)
+
+
+def _analyze_one(args: argparse.Namespace, options: AnalyzeOptions, beside: Beside | None) -> int:
+    from dlprof_lite.render import output as files
+
     path = args.paths[0]
     target = args.output or files.default_report_dir(path)
     files.check_target(target.absolute(), force=options.force)  # fail before any work
     with progress_bar(args, path.name) as progress:
         result = analyze_one(path, target, options, progress)
     folder = result.report_dir or target.absolute()  # analyze_one names where it wrote
-    run_id = record_report(args, result.report, folder)
+    run_id = record_report(args, result.report, folder, beside=beside)
     for warning in result.rank_warnings:
         warn(warning)
     show_report(args, result.report, folder, run_id, result.ranks)

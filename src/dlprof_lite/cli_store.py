@@ -10,12 +10,13 @@ recorded runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +29,9 @@ from dlprof_lite.rules.names import PROG
 from dlprof_lite.safe_text import printable
 
 if TYPE_CHECKING:
+    from dlprof_lite.launch.provenance import GitState
     from dlprof_lite.report.model import Report
+    from dlprof_lite.store.beside import Beside
     from dlprof_lite.store.database import RunInfo, RunStore
 
 DB_HELP = (
@@ -70,16 +73,16 @@ def record_report(
     command: Sequence[str] = (),
     group: str | None = None,
     repeat_index: int | None = None,
+    beside: Beside | None = None,
 ) -> int | None:
     """Record a written report in the run store; its run id, or None (``--no-db``, or the
-    store failed: then one warning, and the report folder stays as written)."""
+    store failed: then one warning, and the report folder stays as written). ``beside``: the
+    store's own process (:func:`store_beside`) records it, else this one."""
     if getattr(args, "no_db", False):
         return None
-    from dlprof_lite.launch.provenance import git_state, script_of
     from dlprof_lite.store.record import RunContext, RunRecord
 
-    script = script_of(command)
-    git = git_state(script if script and script.endswith(".py") else None) if command else None
+    script, git = _provenance(command)
     context = RunContext(
         tag=args.tag, group=group, repeat_index=repeat_index, command=tuple(command),
         cwd=os.getcwd() if command else None, script=script or _text(report.summary.system.source),
@@ -87,13 +90,44 @@ def record_report(
         git_commit=git.commit if git else None, git_dirty=git.dirty if git else None,
         report_dir=str(folder), tool_version=__version__,
     )  # fmt: skip
+    run = RunRecord.from_report(report, context)
     try:
+        if beside is not None:
+            return beside.record(args.db, run)
         with open_store(args.db) as store:
-            run_id: int = store.record(RunRecord.from_report(report, context))
+            run_id: int = store.record(run)
             return run_id
     except DlprofError as err:
         warn(f"run not recorded in the run store: {err}")
         return None
+
+
+def _provenance(command: Sequence[str]) -> tuple[str | None, GitState | None]:
+    """The profiled script and its git state, for the run form (``analyze``: none)."""
+    if not command:
+        return None, None
+    from dlprof_lite.launch.provenance import git_state, script_of
+
+    script = script_of(command)
+    return script, git_state(script if script and script.endswith(".py") else None)
+
+
+@contextlib.contextmanager
+def store_beside(args: argparse.Namespace) -> Iterator[Beside | None]:
+    """The run store's process (:mod:`dlprof_lite.store.beside`), started now so that it
+    imports the store while this one analyses; None with ``--no-db`` or where it cannot
+    start. Ended on leaving if nothing was recorded through it."""
+    if getattr(args, "no_db", False):
+        yield None
+        return
+    from dlprof_lite.store.beside import start
+
+    beside = start()
+    try:
+        yield beside
+    finally:
+        if beside is not None:
+            beside.stop()
 
 
 def record_folders(args: argparse.Namespace, folders: Sequence[Path]) -> None:

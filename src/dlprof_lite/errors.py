@@ -53,6 +53,14 @@ _WRITE_HINTS = {
 }
 
 
+class StoreError(DlprofError):
+    """The run database cannot be opened, read or written: a bad URL, a missing driver, an
+    unreachable server, a file that is not a database, a schema newer than this tool.
+
+    Exit code 2 as for other bad inputs (``compare --gate`` keeps 1 for a regression).
+    """
+
+
 class SchemaError(DlprofError):
     """A DataFrame broke the column contract of :mod:`dlprof_lite.ingest.columns`."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import numpy as np
@@ -231,7 +232,13 @@ def _dtype_ok(series: pd.Series, dtype: str) -> bool:
 
 
 def empty_frame(table: str, *, derived: bool = False) -> pd.DataFrame:
-    """An empty frame with the table's columns and dtypes (base only unless ``derived``)."""
+    """An empty frame with the table's columns and dtypes (base only unless ``derived``):
+    a copy of one built once (building one costs ~1.5 ms, a copy ~0.03 ms)."""
+    return _empty_template(table, derived).copy()
+
+
+@cache
+def _empty_template(table: str, derived: bool) -> pd.DataFrame:
     cols = TABLES[table] if derived else base_columns(table)
     return pd.DataFrame({c.name: pd.Series(dtype=_pandas_dtype(c.dtype)) for c in cols})
 

@@ -90,9 +90,10 @@ def formula_safe(frame: pd.DataFrame) -> pd.DataFrame:
             if any(_needs_quote(c) for c in cats):
                 fixed[str(name)] = column.cat.rename_categories([quote_cell(c) for c in cats])
         elif dtype == np.dtype(object) or isinstance(dtype, pd.StringDtype):
-            text = column.astype(object)
-            if text.map(_needs_quote).any():
-                fixed[str(name)] = text.map(quote_cell)
+            cells = column.to_numpy(dtype=object)  # a loop over cells: no Series.map per column
+            if any(_needs_quote(c) for c in cells):
+                fixed[str(name)] = pd.Series([quote_cell(c) for c in cells], index=column.index,
+                                             dtype=object)  # fmt: skip
     return frame.assign(**fixed) if fixed else frame
 
 

@@ -51,8 +51,9 @@ def analysed(iterations: pd.DataFrame) -> pd.DataFrame:
 
 
 def empty_report(table: str) -> pd.DataFrame:
-    """A report table with its declared columns and no rows."""
-    return pd.DataFrame({name: pd.Series(dtype="object") for name in column_names(table)})
+    """A report table with its declared columns (object dtype) and no rows."""
+    names = column_names(table)
+    return pd.DataFrame(np.empty((0, len(names)), dtype=object), columns=names)
 
 
 def empty_ranks() -> pd.DataFrame:

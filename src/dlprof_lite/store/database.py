@@ -19,22 +19,18 @@ from __future__ import annotations
 import contextlib
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
 import sqlalchemy as sa
 
-from dlprof_lite.render import read_schema as rs
-from dlprof_lite.report.summary_types import Summary
-from dlprof_lite.store import stored, trust
+from dlprof_lite.errors import StoreError
+from dlprof_lite.store import trust
 from dlprof_lite.store.engine import (
     DEFAULT_DB_ENV,
-    StoreError,
     create_engine,
     default_url,
     masked,
@@ -44,14 +40,14 @@ from dlprof_lite.store.engine import (
     writing,
 )
 from dlprof_lite.store.migrate import upgrade
-from dlprof_lite.store.record import RunRecord
-from dlprof_lite.store.rows import layout, sql_text, table_rows
+from dlprof_lite.store.prepared import PreparedRun, Row, utc
 from dlprof_lite.store.schema import ROW_TABLES, run_phases, runs
+
+if TYPE_CHECKING:
+    from dlprof_lite.store.record import RunRecord
 
 __all__ = ["DEFAULT_DB_ENV", "RunInfo", "RunStore", "StoreError", "default_url"]
 
-# The run row's version columns, each the summary field of the same name.
-_SUMMARY_FACTS = ("host", "driver_version", "cuda_version", "torch_version", "python_version")
 
 
 @dataclass(frozen=True)
@@ -127,20 +123,27 @@ class RunStore:
 
     def record(self, run: RunRecord) -> int:
         """Write ``run`` (its ``run_id`` is ignored) in one transaction; returns its new id."""
-        values = _run_values(run)
+        from dlprof_lite.store.rows import prepare
+
+        return self.insert(prepare(run))
+
+    def insert(self, run: PreparedRun) -> int:
+        """:meth:`record` of a run already made plain values (:mod:`~.prepared`)."""
         with self._errors(), writing(self.engine) as connection:
-            result = connection.execute(runs.insert().values(**values))
+            result = connection.execute(runs.insert().values(**_fitted(run["run"])))
             run_id = int(result.inserted_primary_key[0])  # type: ignore[index]  # one PK
             for name, (table, keys) in ROW_TABLES.items():
-                rows = table_rows(getattr(run, name), [table.c[k] for k in keys])
+                rows = _keyed(run["tables"][name], [table.c[k] for k in keys])
                 _insert(connection, table, run_id, rows)
-            phases = [_finite_numbers(r) for r in run.phases().to_dict("records")]
-            _insert(connection, run_phases, run_id, phases)
+            _insert(connection, run_phases, run_id, run["phases"])
         return run_id
 
     def get(self, run_id: int) -> RunRecord:
         """The run recorded as ``run_id``, its summary and tables equal to those recorded;
         every value checked (:mod:`dlprof_lite.store.stored`)."""
+        from dlprof_lite.store import stored
+        from dlprof_lite.store.record import RunRecord
+
         if not stored.valid_id(run_id):
             raise StoreError(f"no run {run_id} in {self.display}")
         query = sa.select(*stored.run_columns(),
@@ -174,6 +177,8 @@ class RunStore:
         """Runs newest first. ``script`` matches the recorded path or its last part(s)
         (``train.py`` finds ``/home/me/proj/train.py``); ``since`` is inclusive, ``until``
         exclusive."""
+        from dlprof_lite.store import stored
+
         query = sa.select(*stored.run_columns())
         if tag is not None:
             query = query.where(runs.c.tag == sql_text(tag))
@@ -186,9 +191,9 @@ class RunStore:
                 sa.or_(runs.c.script == script, runs.c.script.like("%" + suffix, escape="\\"))
             )
         if since is not None:
-            query = query.where(runs.c.created_at >= _utc(since))
+            query = query.where(runs.c.created_at >= utc(since))
         if until is not None:
-            query = query.where(runs.c.created_at < _utc(until))
+            query = query.where(runs.c.created_at < utc(until))
         query = query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
         with self._errors(), self.engine.connect() as connection:
             return [_info(stored.checked_row(r._mapping, self.display))
@@ -197,6 +202,8 @@ class RunStore:
     def runs_with_tag(self, tag: str) -> list[RunRecord]:
         """Every run whose tag or ``--repeat`` group is ``tag``, oldest first (compare pools
         them)."""
+        from dlprof_lite.store import stored
+
         query = (
             sa.select(stored.raw(runs.c.id))
             .where(sa.or_(runs.c.tag == sql_text(tag), runs.c.run_group == sql_text(tag)))
@@ -211,6 +218,8 @@ class RunStore:
     def remove(self, run_ids: Sequence[int]) -> int:
         """Delete these runs with all their rows (ON DELETE CASCADE); returns how many. A
         run id that is not there is a :class:`StoreError`, and then nothing is removed."""
+        from dlprof_lite.store import stored
+
         wanted = sorted(set(run_ids))
         if not wanted:
             return 0
@@ -233,6 +242,8 @@ class RunStore:
 
 
 def export_csv(infos: Sequence[RunInfo], target: str | Path | IO[str]) -> None:
+    import pandas as pd
+
     from dlprof_lite.render.writers import formula_safe
 
     rows = [{**info.row(), "command": shlex.join(info.command)} for info in infos]
@@ -259,6 +270,9 @@ def _stored_rows(
 ) -> list[str | None]:
     """A run's rows of ``table`` as JSON text, counted and measured before they are fetched
     (at most a report table's rows and bytes)."""
+    from dlprof_lite.render import read_schema as rs
+    from dlprof_lite.store import stored
+
     size = sa.func.length(sa.cast(table.c.data, sa.Text))
     count, total = connection.execute(
         sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(size), 0))
@@ -272,55 +286,50 @@ def _stored_rows(
     return list(connection.execute(query).scalars())
 
 
-def _run_values(run: RunRecord) -> dict[str, object]:
-    ctx, summary = run.context, run.summary
-    steps = run.step_ns()
-    facts = {column: _summary_fact(summary, column) for column in _SUMMARY_FACTS}
-    from dlprof_lite import __version__
-
-    text = {
-        "tag": ctx.tag,
-        "run_group": ctx.group,
-        "cwd": ctx.cwd,
-        "script": ctx.script,
-        "host": ctx.host or facts["host"],
-        "gpus": summary.system.gpu_names,
-        "nsys_version": summary.system.nsys_version,
-        "tool_version": ctx.tool_version or __version__,
-        "git_commit": ctx.git_commit,
-        "source": summary.system.source,
-        "report_dir": ctx.report_dir,
-    }
-    return {
-        **facts,
-        **{column: sql_text(value) for column, value in text.items()},
-        "created_at": _utc(ctx.created_at),
-        "repeat_index": ctx.repeat_index,
-        "command": list(ctx.command),
-        "git_dirty": ctx.git_dirty,
-        "steps": len(steps),
-        "step_mean_ns": _finite(float(np.mean(steps))) if len(steps) else None,
-        "step_median_ns": _finite(float(np.median(steps))) if len(steps) else None,
-        "summary": summary.document(),
-        "tables": {name: layout(getattr(run, name)) for name in ROW_TABLES},
-    }
+def _fitted(values: Mapping[str, object]) -> dict[str, object]:
+    """The runs row's values, text made to fit a text column (:func:`sql_text`)."""
+    return {k: sql_text(v) if isinstance(runs.c[k].type, sa.String) else v
+            for k, v in values.items()}  # fmt: skip
 
 
-def _summary_fact(summary: Summary, name: str) -> str | None:
-    return sql_text(summary.metrics().get(name)) or None
+def _keyed(rows: Sequence[Mapping[str, object]], keys: Sequence[sa.Column[Any]]) -> list[Row]:
+    """One store row per table row: ``position``, the key columns, and ``data`` (all)."""
+    convert = [(c.name, _converter(c.type)) for c in keys]
+    out: list[Row] = []
+    for position, data in enumerate(rows):
+        row: Row = {"position": position, "data": data}
+        for name, to_sql in convert:
+            row[name] = to_sql(data.get(name))
+        out.append(row)
+    return out
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _converter(sql_type: sa.types.TypeEngine[Any]) -> Callable[[object], object]:
+    """A cell to a key column's type, None when it is not one (the cell stays in ``data``):
+    a strict server refuses 'n/a' in a number column."""
+    if isinstance(sql_type, sa.Boolean):
+        return lambda v: v if isinstance(v, bool) else None
+    if isinstance(sql_type, sa.Integer):
+        return lambda v: int(n) if (n := _number(v)) is not None and n == int(n) else None
+    if isinstance(sql_type, sa.Float):
+        return _number
+    return sql_text
 
 
-def _finite_numbers(row: Mapping[Any, object]) -> dict[str, object]:
-    return {str(k): _finite(v) if isinstance(v, float) else v for k, v in row.items()}
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
-def _utc(moment: datetime) -> datetime:
-    """An aware UTC time; naive is local time (``datetime.astimezone``'s rule)."""
-    return moment.astimezone(UTC)
+def sql_text(value: object) -> str | None:
+    """Text a text column takes: NUL (PostgreSQL refuses it) as U+FFFD, a lone surrogate
+    (a non-UTF-8 file name decoded by Python; no driver encodes it) as '?'. A row's exact
+    text stays in its JSON ``data``."""
+    if value is None:
+        return None
+    text = str(value).replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _info(values: Mapping[str, Any]) -> RunInfo:

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 
-from dlprof_lite.errors import DlprofError
+from dlprof_lite.errors import StoreError
 
 DEFAULT_DB_ENV = "DLPROF_LITE_DB"
 # A writer waits this long for another process's write to finish (SQLite busy timeout).
@@ -63,14 +63,6 @@ SQLITE_LIMITS = {
 }
 # Query parameters that carry a secret (psycopg's password, sslpassword, ...).
 _SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
-
-
-class StoreError(DlprofError):
-    """The run database cannot be opened, read or written: a bad URL, a missing driver, an
-    unreachable server, a file that is not a database, a schema newer than this tool.
-
-    Exit code 2 as for other bad inputs (``compare --gate`` keeps 1 for a regression).
-    """
 
 
 def default_path() -> Path:

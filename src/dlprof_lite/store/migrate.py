@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from dlprof_lite.store.engine import StoreError, lock_schema, writing
+from dlprof_lite.errors import StoreError
+from dlprof_lite.store.engine import lock_schema, writing
 from dlprof_lite.store.schema import VERSION_TABLE
 
 if TYPE_CHECKING:

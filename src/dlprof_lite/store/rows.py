@@ -12,16 +12,72 @@ report reader does: the DataFrame compares equal to the report's with
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
-import sqlalchemy as sa
 
 from dlprof_lite.render.writers import plain, records
-from dlprof_lite.report.summary_types import scalar
+from dlprof_lite.store.prepared import ROW_TABLE_NAMES, PreparedRun, Row, utc
 
-Row = dict[str, object]
+if TYPE_CHECKING:
+    from dlprof_lite.report.summary_types import Summary
+    from dlprof_lite.store.record import RunRecord
+
+# The run row's version columns, each the summary field of the same name.
+_SUMMARY_FACTS = ("host", "driver_version", "cuda_version", "torch_version", "python_version")
+
+
+def prepare(run: RunRecord) -> PreparedRun:
+    """``run`` as plain values (:mod:`dlprof_lite.store.prepared`): its runs row, each report
+    table's rows (the JSON writer's ``records``) and its phases."""
+    phases = [_finite_numbers(r) for r in run.phases().to_dict("records")]
+    tables = {name: records(getattr(run, name)) for name in ROW_TABLE_NAMES}
+    return {"run": _run_values(run), "tables": tables, "phases": phases}
+
+
+def _run_values(run: RunRecord) -> Row:
+    ctx, summary = run.context, run.summary
+    steps = run.step_ns()
+    facts = {column: _summary_fact(summary, column) for column in _SUMMARY_FACTS}
+    from dlprof_lite import __version__
+
+    return {
+        **facts,
+        "tag": ctx.tag,
+        "run_group": ctx.group,
+        "cwd": ctx.cwd,
+        "script": ctx.script,
+        "host": ctx.host or facts["host"],
+        "gpus": summary.system.gpu_names,
+        "nsys_version": summary.system.nsys_version,
+        "tool_version": ctx.tool_version or __version__,
+        "git_commit": ctx.git_commit,
+        "source": summary.system.source,
+        "report_dir": ctx.report_dir,
+        "created_at": utc(ctx.created_at),
+        "repeat_index": ctx.repeat_index,
+        "command": list(ctx.command),
+        "git_dirty": ctx.git_dirty,
+        "steps": len(steps),
+        "step_mean_ns": _finite(float(np.mean(steps))) if len(steps) else None,
+        "step_median_ns": _finite(float(np.median(steps))) if len(steps) else None,
+        "summary": summary.document(),
+        "tables": {name: layout(getattr(run, name)) for name in ROW_TABLE_NAMES},
+    }
+
+
+def _summary_fact(summary: Summary, name: str) -> str | None:
+    value = summary.metrics().get(name)
+    return None if value is None else (str(value) or None)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _finite_numbers(row: dict[Any, object]) -> Row:
+    return {str(k): _finite(v) if isinstance(v, float) else v for k, v in row.items()}
 
 
 def layout(table: pd.DataFrame) -> dict[str, Any]:
@@ -41,43 +97,3 @@ def _is_default(column: pd.Series, cats: object) -> bool:
         return bool(cats == sorted({plain(v) for v in column.dropna().tolist()}))  # type: ignore[type-var]
     except TypeError:  # mixed types do not sort: keep the list
         return False
-
-
-def table_rows(table: pd.DataFrame, keys: Sequence[sa.Column[Any]]) -> list[Row]:
-    """One store row per table row: ``position``, the key columns, and ``data`` (all)."""
-    convert = [(c.name, _converter(c.type)) for c in keys]
-    out: list[Row] = []
-    for position, data in enumerate(records(table)):
-        row: Row = {"position": position, "data": data}
-        for name, to_sql in convert:
-            row[name] = to_sql(scalar(data.get(name)))
-        out.append(row)
-    return out
-
-
-def _converter(sql_type: sa.types.TypeEngine[Any]) -> Callable[[object], object]:
-    """A cell to a key column's type, None when it is not one (the cell stays in ``data``):
-    a strict server refuses 'n/a' in a number column."""
-    if isinstance(sql_type, sa.Boolean):
-        return lambda v: v if isinstance(v, bool) else None
-    if isinstance(sql_type, sa.Integer):
-        return lambda v: int(n) if (n := _number(v)) is not None and n == int(n) else None
-    if isinstance(sql_type, sa.Float):
-        return _number
-    return sql_text
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def sql_text(value: object) -> str | None:
-    """Text a text column takes: NUL (PostgreSQL refuses it) as U+FFFD, a lone surrogate
-    (a non-UTF-8 file name decoded by Python; no driver encodes it) as '?'. A row's exact
-    text stays in its JSON ``data``."""
-    if value is None:
-        return None
-    text = str(value).replace("\x00", "\ufffd")
-    return text.encode("utf-8", "replace").decode("utf-8")

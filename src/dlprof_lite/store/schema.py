@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from dlprof_lite.store.prepared import ROW_TABLE_NAMES
+
 metadata = sa.MetaData()
 
 # Alembic's version table, named for us: a PostgreSQL database shared with another
@@ -122,8 +124,8 @@ def _keys(table: sa.Table) -> tuple[str, ...]:
     return tuple(c.name for c in table.columns if c.name not in ("run_id", "position", "data"))
 
 
+# Each report table a run keeps (store/prepared.py names them) and its table of rows.
+_ROW_TABLES = (run_iterations, run_layers, run_kernels)
 ROW_TABLES: dict[str, tuple[sa.Table, tuple[str, ...]]] = {
-    "iterations": (run_iterations, _keys(run_iterations)),
-    "layers": (run_layers, _keys(run_layers)),
-    "kernels": (run_kernels, _keys(run_kernels)),
+    name: (table, _keys(table)) for name, table in zip(ROW_TABLE_NAMES, _ROW_TABLES, strict=True)
 }

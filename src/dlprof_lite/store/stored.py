@@ -23,10 +23,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from dlprof_lite.errors import InputError
+from dlprof_lite.errors import InputError, StoreError
 from dlprof_lite.render import read_schema as rs
 from dlprof_lite.report.summary_types import Summary
-from dlprof_lite.store.engine import StoreError
 from dlprof_lite.store.record import RunContext
 from dlprof_lite.store.schema import ROW_TABLES, runs
 

@@ -24,7 +24,7 @@ import re
 
 import sqlalchemy as sa
 
-from dlprof_lite.store.engine import StoreError
+from dlprof_lite.errors import StoreError
 from dlprof_lite.store.schema import VERSION_TABLE, metadata
 
 # More schema objects than any run store has (tables, indexes): not a store.
