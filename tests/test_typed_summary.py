@@ -21,7 +21,7 @@ NAMES = {f.name for cls in GROUPS.values() for f in fields(cls)} | set(LISTS)
 # (summary_types), compare's summary rows and environment checks, the run store's columns,
 # and ``runs show``.
 BY_NAME = {"report/summary_types.py", "compare/deltas.py", "compare/checks.py",
-           "store/database.py", "cli_store.py"}  # fmt: skip
+           "store/rows.py", "cli_store.py"}  # fmt: skip
 
 
 def _summary_like(node: ast.expr) -> bool:
