@@ -113,7 +113,7 @@ def test_readme_is_short_and_says_where_to_go() -> None:
     assert len(text.splitlines()) <= 400
     for page in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / page).is_file(), page
-    assert "Python 3.11" in text and "15 minutes" in text and "a few minutes" in text
+    assert "Python 3.11" in text and "25 minutes" in text and "a few minutes" in text
 
 
 def _folder(tmp_path: Path, corpus_dir: Path) -> Path:
