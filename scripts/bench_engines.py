@@ -76,7 +76,8 @@ def _batches(path: Path) -> tuple[Any, Any, Any]:
 
 
 def totals_chunks(path: Path) -> dict[int, list[int]]:
-    """Batch by batch with numpy: counts and sums by ``bincount``-free exact int64 adds."""
+    """Batch by batch with numpy: each batch sorted by name, reduced per name (exact int64
+    sums), and merged into the running totals."""
     import numpy as np
 
     conn, _cursor, reader = _batches(path)

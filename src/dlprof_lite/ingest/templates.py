@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dlprof_lite.numeric import cat_mask
 from dlprof_lite.rules.names import DOMAIN
 from dlprof_lite.rules.templates import MIN_SIBLINGS, counter_key, may_count, template
 
@@ -35,8 +36,7 @@ def path_names(name: pd.Categorical, domain: pd.Categorical, parent: np.ndarray,
         rank[names] = np.arange(len(names))
     # Domains by their codes (-1: none): no per-range string objects.
     domain_code = np.asarray(domain.codes, dtype=np.int64)
-    ours_code = domain.categories.get_indexer(pd.Index([DOMAIN]))[0]  # -1 when absent
-    ours = (domain_code == ours_code) & (ours_code >= 0)
+    ours = cat_mask(pd.Series(domain, copy=False), lambda s: s == DOMAIN)
     known = code >= 0
     eligible = known & numbered[np.maximum(code, 0)] & ~ours
     if not eligible.any():

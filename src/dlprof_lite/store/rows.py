@@ -1,4 +1,5 @@
-"""A report table as rows the store writes, and back (see :mod:`dlprof_lite.store.schema`).
+"""A run as the plain values the store writes (:func:`prepare`), the pandas side of
+recording (see :mod:`dlprof_lite.store.prepared` and :mod:`dlprof_lite.store.schema`).
 
 Place in the pipeline: store. A table becomes one plain JSON object per row (the report's
 JSON writer's ``records``: NaN and NA to null, numpy to Python numbers) plus a small
