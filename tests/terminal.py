@@ -14,15 +14,17 @@ from pathlib import Path
 
 def run_on_a_terminal(
     args: list[str], *, stream: str = "stderr", cwd: Path | None = None,
-    columns: int | None = None,
+    columns: int | None = None, code: str | None = None,
 ) -> tuple[int, str]:  # fmt: skip
     """Exit code and what reached the terminal; ``stream`` (stdout or stderr) is the pty,
-    ``columns`` wide when given (as a terminal window of that size reports itself)."""
+    ``columns`` wide when given (as a terminal window of that size reports itself);
+    ``code``: Python that runs the command line with ``args`` instead of ``-m dlprof_lite``."""
     leader, follower = pty.openpty()
     if columns is not None:
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: follower}
-    proc = subprocess.Popen([sys.executable, "-m", "dlprof_lite", *args], cwd=cwd, **streams)
+    how = ["-m", "dlprof_lite"] if code is None else ["-c", code]
+    proc = subprocess.Popen([sys.executable, *how, *args], cwd=cwd, **streams)
     os.close(follower)
     chunks = []
     while True:

@@ -2,7 +2,7 @@
 
 docs/design.md "The pipeline": a stage imports only the stages to its left, plus the shared leaf
 modules (``errors``, ``rules``, ``progress``, ``safe_text``, ``user_dirs``, ``narrow``,
-``numeric``, ``durations``, ``staging``), which
+``numeric``, ``durations``, ``staging``, ``forked``), which
 import no stage themselves. ``report`` imports only the ``Profile`` type from ``ingest``;
 ``render`` imports only the report's model, never an analysis. No module of a stage takes
 part in an import circle.
@@ -20,9 +20,9 @@ STAGES = ("annotate", "launch", "ingest", "report", "render")
 TOP = len(STAGES)  # pipeline, cli, batch, memory, the package itself: right of every stage
 # Leaves: any module may import them.
 SHARED = ("errors", "rules", "progress", "safe_text", "user_dirs", "narrow", "numeric",
-          "durations", "staging")
+          "durations", "staging", "forked")
 # Leaves the other leaves may import (they import nothing of ours).
-BOTTOM = ("errors", "safe_text", "numeric", "durations")
+BOTTOM = ("errors", "safe_text", "numeric", "durations", "forked")
 REPORT_MAY_IMPORT_FROM_INGEST = {"dlprof_lite.ingest.profile"}
 # The report's model: what render may import of report (docs/design.md "The pipeline").
 REPORT_MODEL = {"dlprof_lite.report",  # the package itself: its __init__ imports nothing

@@ -228,7 +228,9 @@ def build_analyze_parser() -> argparse.ArgumentParser:
         "-j",
         type=_count,
         metavar="N",
-        help="analyse up to N inputs at once in a process pool (default: one per core, max 8)",
+        help="processes to use: up to N inputs at once in a process pool; one input's "
+        "report is computed by two processes when N >= 2 (default: one per core, max 8; "
+        "-j 1: one process, the least memory)",
     )
     many(
         "--dask-scheduler",

@@ -12,6 +12,7 @@ from dlprof_lite.batch import default_jobs
 from dlprof_lite.cli_common import analyze_options, console_for, error, progress_bar, warn
 from dlprof_lite.cli_store import record_folders, record_report, store_beside
 from dlprof_lite.errors import InputError
+from dlprof_lite.forked import allow as allow_forks
 from dlprof_lite.pipeline import AnalyzeOptions, analyze_many, analyze_one
 from dlprof_lite.safe_text import printable
 
@@ -42,6 +43,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def _analyze_one(args: argparse.Namespace, options: AnalyzeOptions, beside: Beside | None) -> int:
     from dlprof_lite.render import output as files
+
+    if (args.jobs or default_jobs()) > 1:
+        allow_forks()  # a second process computes part of the report (forked.py)
 
     path = args.paths[0]
     target = args.output or files.default_report_dir(path)

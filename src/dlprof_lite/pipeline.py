@@ -178,7 +178,7 @@ def _report_of(profile: Profile, options: AnalyzeOptions) -> tuple[Report, pd.Da
     # Each large table starts on what the report holds, not on the freed temporaries of the
     # one before it: about 20 MB off the report's peak at 1M kernels (508 -> 487 MB).
     report = build_report(profile, all_iterations=options.steps.all_iterations, projection=given,
-                          between_tables=release_freed_memory)  # fmt: skip
+                          between_tables=release_freed_memory, parallel=True)  # fmt: skip
     if options.trace_iterations is None:
         return report, None
     from dlprof_lite.report.timeline import timeline_for
@@ -199,7 +199,7 @@ def analyze_one(
     done = _analyze(Path(path), options, progress)
     final = Path(out_dir).absolute()
     with staged_folder(final, force=options.force) as stage:
-        write_contents(done.report, stage, options.formats, trace=done.trace)
+        write_contents(done.report, stage, options.formats, trace=done.trace, parallel=True)
         write_ranks(done.ranks, stage, options.formats, final)
     return replace(done, trace=None, report_dir=final)
 
@@ -349,7 +349,7 @@ def report_profiled(
     source = str(target / export.name)
     report = done.report.with_source(source)
     ranks = tuple(replace(r, report=r.report.with_source(source)) for r in done.ranks)
-    write_contents(report, stage, options.formats, trace=done.trace)
+    write_contents(report, stage, options.formats, trace=done.trace, parallel=True)
     write_ranks(ranks, stage, options.formats, target)
     return replace(done, report=report, ranks=ranks, report_dir=target)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from dlprof_lite.errors import OutputError
+from dlprof_lite.forked import Forked, worth_forking
 from dlprof_lite.render.writers import WRITERS, Table
 from dlprof_lite.report.model import TABLES, WINDOWED, Report
 from dlprof_lite.rules.inputs import INPUT_SUFFIXES
@@ -137,17 +138,24 @@ def summary_formats(formats: Iterable[str]) -> list[str]:
 
 
 def write_contents(
-    report: Report, folder: Path, formats: Iterable[str], *, trace: pd.DataFrame | None = None
-) -> None:
+    report: Report, folder: Path, formats: Iterable[str], *, trace: pd.DataFrame | None = None,
+    parallel: bool = False,
+) -> None:  # fmt: skip
     """Everything a report folder holds: the tables in each table format, ``layers.dot``,
     ``trace.json`` (of ``trace``'s events, else the report's timeline) and, with ``html``
-    among the formats, ``report.html``."""
+    among the formats, ``report.html`` (``parallel``: written by a forked copy meanwhile
+    where it may, forked.py)."""
     chosen = tuple(formats)
-    write_tables(report_tables(report), folder, [f for f in chosen if f in TABLE_FORMATS])
-    write_graph(report, folder)
-    write_trace(report, folder, trace)
-    if "html" in chosen:
-        write_page(report, folder)
+    page = "html" in chosen
+    totals = report.summary.totals
+    ops = sum(int(n or 0) for n in (totals.kernel_count, totals.memcpy_count,
+                                    totals.memset_count))  # fmt: skip
+    with Forked(lambda: write_page(report, folder) if page else None,
+                fork=parallel and page and worth_forking(ops)) as writing:  # fmt: skip
+        write_tables(report_tables(report), folder, [f for f in chosen if f in TABLE_FORMATS])
+        write_graph(report, folder)
+        write_trace(report, folder, trace)
+        writing.result()
 
 
 def write_report(

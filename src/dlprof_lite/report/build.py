@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pandas as pd
 
+from dlprof_lite.forked import Forked, worth_forking
 from dlprof_lite.ingest.profile import Profile
 from dlprof_lite.report.advice import advice_rows, advise
 from dlprof_lite.report.collectives.calls import calls_of, pipelined
@@ -39,7 +40,12 @@ from dlprof_lite.report.steps.window import choose_window, cut_ops, cut_ranges, 
 from dlprof_lite.report.summary import summarize
 from dlprof_lite.report.summary_types import Communication
 from dlprof_lite.report.tables import kernels_table, ranges_table
-from dlprof_lite.report.timeline import TIMELINE_MAX_EVENTS, report_timeline, timeline_bounds
+from dlprof_lite.report.timeline import (
+    TIMELINE_MAX_EVENTS,
+    report_timeline,
+    steady_iteration,
+    timeline_bounds,
+)
 
 
 def build_report(
@@ -49,35 +55,47 @@ def build_report(
     projection: ProjectionInput | None = None,
     timeline_cap: int = TIMELINE_MAX_EVENTS,
     between_tables: Callable[[], object] = lambda: None,
+    parallel: bool = False,
 ) -> Report:
     """Every table of ``profile``: kernels, ranges and layers over the analysed window (the
     whole run with ``all_iterations`` or without iterations; report/steps/window.py); the summary's
     projection from ``projection`` (the user's steps per epoch and epochs), else from the
     DataLoader's length and one epoch (report/steps/projection.py); the timeline: one steady
     iteration's events, at most ``timeline_cap`` (report/timeline.py). ``between_tables``
-    is called after each large table: the command line hands freed memory back there."""
+    is called after each large table: the command line hands freed memory back there.
+    ``parallel``: the host's analyses may run in a forked copy (forked.py)."""
     devices = device_count(profile.kernels, profile.memops, profile.gpus)
     meta = profile.meta
     window = choose_window(profile.iterations, (meta.session_start_ns, meta.session_end_ns),
                            all_iterations=all_iterations)  # fmt: skip
-    # First, while no table's copy of the ops is held: its transient arrays then raise the
-    # peak least (the window's cut of the kernels below is a copy).
-    threads = Threads(profile.api, profile.ranges)  # the host's activity, looked up once
-    sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
-                     profile.iterations, devices, threads)  # fmt: skip
-    between_tables()
-    timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
-    critical, critical_path = _critical(profile, shown, between_tables, threads)
-    del threads
-    between_tables()
-    kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
-    ranges = cut_ranges(
-        profile.ranges, step_of(profile.ranges["start_ns"].to_numpy(), profile.iterations), window
-    )
-    between_tables()
-    layers = layers_table(kernels, ranges, profile.iterations, window,
-                          facts=profile.facts, gpus=profile.gpus)  # fmt: skip
-    between_tables()
+    # The host's analyses (the idle causes, the critical path) read only the profile: a
+    # forked copy computes them beside the tables below where it may (forked.py), else
+    # they come first, while no table's copy of the ops is held (their transients then
+    # raise the peak least).
+    ops = len(profile.kernels) + len(profile.memops)
+    with Forked(lambda: _host_analyses(profile, devices, between_tables),
+                fork=parallel and worth_forking(ops)) as host:  # fmt: skip
+        timeline, shown, timeline_warnings = report_timeline(profile, timeline_cap)
+        kernels, memops = cut_ops(profile.kernels, window), cut_ops(profile.memops, window)
+        ranges = cut_ranges(
+            profile.ranges, step_of(profile.ranges["start_ns"].to_numpy(), profile.iterations),
+            window,
+        )
+        between_tables()
+        layers = layers_table(kernels, ranges, profile.iterations, window,
+                              facts=profile.facts, gpus=profile.gpus)  # fmt: skip
+        between_tables()
+        spans = process_spans(profile, window)  # each process's own analysed steps
+        collectives = match(calls_of(profile), window, spans)
+        ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)), spans)
+        kernels_tab, ranges_tab = kernels_table(kernels), ranges_table(kernels, memops, ranges)
+        span = share_span(profile)[0]  # the summary's: its warning is the summary's
+        communication = Communication.of({
+            **communication_summary(ranks, span.length_ns, span.scope, pipelined(profile)),
+            **straggler_layer(kernels, ranks),
+        })  # fmt: skip
+        between_tables()
+        sums, critical, critical_path = host.result()
     iterations = iterations_table(
         profile.kernels, profile.memops, profile.ranges, profile.iterations, devices, idle=sums
     )
@@ -88,15 +106,6 @@ def build_report(
               "timeline_end_ns": shown_to}  # fmt: skip
     found = summarize(profile, iterations, layers, devices, projection, window=fields)
     between_tables()
-    spans = process_spans(profile, window)  # each process's own analysed steps
-    collectives = match(calls_of(profile), window, spans)
-    ranks = ranks_table(profile, window, rank_waits(collectives, len(window.steps)), spans)
-    between_tables()
-    span = share_span(profile)[0]  # the summary's: its warning is the summary's
-    communication = Communication.of({
-        **communication_summary(ranks, span.length_ns, span.scope, pipelined(profile)),
-        **straggler_layer(kernels, ranks),
-    })  # fmt: skip
     found = replace(found, warnings=(*found.warnings, *timeline_warnings),
                     communication=communication)  # fmt: skip
     idle = idle_table(sums, iterations, devices)
@@ -109,8 +118,8 @@ def build_report(
     advice = pd.DataFrame(rows, columns=column_names("advice")) if rows else empty_report("advice")
     return Report(
         summary=summary,
-        kernels=kernels_table(kernels),
-        ranges=ranges_table(kernels, memops, ranges),
+        kernels=kernels_tab,
+        ranges=ranges_tab,
         layers=layers,
         iterations=iterations,
         advice=advice,
@@ -123,6 +132,20 @@ def build_report(
         collective_ops=typed_collectives(collective_ops, "collective_ops"),
         collective_layers=typed_collectives(collective_layers, "collective_layers"),
     )
+
+
+def _host_analyses(
+    profile: Profile, devices: int, between: Callable[[], object]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The idle sums and the critical table and path: what the host's activity answers.
+    The critical path shows the timeline's iteration (report_timeline)."""
+    threads = Threads(profile.api, profile.ranges)  # the host's activity, looked up once
+    sums = idle_sums(profile.kernels, profile.memops, profile.api, profile.ranges,
+                     profile.iterations, devices, threads)  # fmt: skip
+    between()
+    critical = _critical(profile, steady_iteration(profile.iterations), between, threads)
+    between()
+    return sums, *critical
 
 
 def _critical(

@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlprof_lite.errors import DlprofError, StoreError
+from dlprof_lite.forked import read_all, write_all
 
 if TYPE_CHECKING:
     from dlprof_lite.store.record import RunRecord
-
-_CHUNK = 1 << 16
 
 
 @dataclass
@@ -57,13 +56,13 @@ class Beside:
 
         payload = pickle.dumps((url, prepare(run)), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            _write_all(self.to_child, payload)
+            write_all(self.to_child, payload)
         except BrokenPipeError:
             pass  # the child is gone: its pipe gives no answer below
         finally:
             os.close(self.to_child)
         try:
-            reply = _read_all(self.from_child)
+            reply = read_all(self.from_child)
         finally:
             self._end()
         if not reply:
@@ -128,7 +127,7 @@ def _child(from_parent: int, to_parent: int) -> None:  # pragma: no cover  # see
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         from dlprof_lite.store.database import RunStore  # SQLAlchemy; no pandas
 
-        payload = _read_all(from_parent)
+        payload = read_all(from_parent)
         if not payload:  # the parent ended or stopped us: nothing to record
             return
         url, run = pickle.loads(payload)  # our own parent's run
@@ -139,21 +138,8 @@ def _child(from_parent: int, to_parent: int) -> None:  # pragma: no cover  # see
             reply = ("error", str(err))
         except Exception as err:  # a bug: the parent reports it as one
             reply = ("bug", f"{type(err).__name__}: {err}")
-        _write_all(to_parent, pickle.dumps(reply))
+        write_all(to_parent, pickle.dumps(reply))
     except BaseException:  # nothing to tell: the parent sees no answer
         pass
     finally:
         os._exit(0)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view[:_CHUNK]) :]
-
-
-def _read_all(fd: int) -> bytes:
-    parts = []
-    while chunk := os.read(fd, _CHUNK):
-        parts.append(chunk)
-    return b"".join(parts)
