@@ -166,6 +166,7 @@ def test_report_with_the_host_analyses_forked_is_the_same(
     assert analyze(large_export, tmp_path / "forked", "1", "-j", "2")
     assert not analyze(large_export, tmp_path / "here", "0", "-j", "2")
     assert not analyze(large_export, tmp_path / "one", "1", "-j", "1")  # one process asked
+    assert not analyze(large_export, tmp_path / "default", "1")  # one process by default
     files = sorted(p.relative_to(tmp_path / "here") for p in (tmp_path / "here").rglob("*")
                    if p.is_file())  # fmt: skip
     assert Path("critical.csv") in files and Path("idle.csv") in files

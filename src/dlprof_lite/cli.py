@@ -228,9 +228,9 @@ def build_analyze_parser() -> argparse.ArgumentParser:
         "-j",
         type=_count,
         metavar="N",
-        help="processes to use: up to N inputs at once in a process pool; one input's "
-        "report is computed by two processes when N >= 2 (default: one per core, max 8; "
-        "-j 1: one process, the least memory)",
+        help="processes to use: up to N inputs at once in a process pool (default: one per "
+        "core, max 8); one input's report by two processes when N >= 2, ~18%% faster from "
+        "100k GPU ops, ~100 MB more per million (default: one process, the least memory)",
     )
     many(
         "--dask-scheduler",

@@ -44,8 +44,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _analyze_one(args: argparse.Namespace, options: AnalyzeOptions, beside: Beside | None) -> int:
     from dlprof_lite.render import output as files
 
-    if (args.jobs or default_jobs()) > 1:
-        allow_forks()  # a second process computes part of the report (forked.py)
+    if (args.jobs or 1) > 1:  # asked for: a second process computes part of the report
+        allow_forks()
 
     path = args.paths[0]
     target = args.output or files.default_report_dir(path)

@@ -15,12 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlprof_lite.batch import default_jobs
 from dlprof_lite.cli_analyze import show_report
 from dlprof_lite.cli_common import analyze_options, error, progress_bar, warn
 from dlprof_lite.cli_store import record_report
 from dlprof_lite.errors import DlprofError
-from dlprof_lite.forked import allow as allow_forks
 from dlprof_lite.pipeline import (
     REPEAT_SUFFIX,
     LaunchOptions,
@@ -69,8 +67,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if is_input(cmd[0]):
         raise DlprofError(f"{cmd[0]} is a profile, not a program: run '{PROG} analyze {cmd[0]}'")
     name = program_name(cmd)
-    if default_jobs() > 1:
-        allow_forks()  # a second process computes part of each report (forked.py)
     if args.repeat == 1:
         target = (args.output or unique_dir(Path.cwd(), name + files.REPORT_SUFFIX))
         return _run_once(args, cmd, target.absolute())

@@ -6,10 +6,11 @@ kernels), so :class:`Forked` runs a piece of work in a ``fork`` of the process: 
 sees the whole Profile for free (copy-on-write) and sends back only its small result,
 pickled through a pipe.
 
-Only the command line forks (:func:`allow`, from ``memory.tune_process``): a notebook or a
-test that calls the pipeline computes everything in its own process, as does every caller
-where :func:`safe_to_fork` is false. The work must be a pure function of what the process
-already holds: its result is the same wherever it runs, so the fallback is to run it here.
+Only the command line forks, when asked (``analyze -j N`` with N >= 2 calls :func:`allow`):
+a notebook or a test that calls the pipeline computes everything in its own process, as
+does every caller where :func:`safe_to_fork` is false. The work must be a pure function of
+what the process already holds: its result is the same wherever it runs, so the fallback
+is to run it here.
 
 Fork-safety: ``fork`` copies only the calling thread, and a lock another thread holds stays
 held in the copy. The run store's process forks before any thread exists
@@ -67,7 +68,7 @@ def paused_for_forks(pause: Callable[[], AbstractContextManager[object]]) -> Ite
 
 
 def allow() -> None:
-    """Let this process fork helpers (the command line's processes only)."""
+    """Let this process fork helpers (the command line, asked for more than one process)."""
     global _allowed
     _allowed = True
 
