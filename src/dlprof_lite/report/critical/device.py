@@ -315,11 +315,13 @@ def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
     ends = ops.e if by_end is None else ops.e[by_end]
     out: list[tuple[np.ndarray, ...]] = []
     own: list[np.ndarray] = []
-    tids = api["tid"].to_numpy()
-    starts, stops = api["start_ns"].to_numpy(dtype=_I64), api["end_ns"].to_numpy(dtype=_I64)
-    one_stream = _one_stream(api)
+    calls = np.flatnonzero(is_sync)  # a few calls among a million: their columns only
+    tids = api["tid"].to_numpy()[calls]
+    starts = api["start_ns"].to_numpy(dtype=_I64)[calls]
+    stops = api["end_ns"].to_numpy(dtype=_I64)[calls]
+    one_stream = _one_stream(api, calls)
     for k, thread in enumerate(host.threads):
-        m = is_sync & (tids == thread[1])
+        m = tids == thread[1]
         if not m.any():
             continue
         cs, ce = starts[m], stops[m]
@@ -347,13 +349,14 @@ def sync_edges(host: Host, ops: Ops, base: int, api: pd.DataFrame, pid: int
     return Edges.of(out), (np.concatenate(own) if own else none[1])
 
 
-def _one_stream(api: pd.DataFrame) -> np.ndarray:
-    """Per call, the one stream a cudaStreamSynchronize waited for (-1: any, or unknown)."""
+def _one_stream(api: pd.DataFrame, calls: np.ndarray) -> np.ndarray:
+    """Per call of ``calls`` (rows of ``api``), the one stream a cudaStreamSynchronize
+    waited for (-1: any, or unknown)."""
     if "sync_stream" not in api.columns:
-        return np.full(len(api), -1, dtype=np.int64)
+        return np.full(calls.size, -1, dtype=np.int64)
     named = cat_mask(api["name"].astype("category"),
-                     lambda s: s.str.contains(STREAM_SYNC_API_PATTERN))  # fmt: skip
-    stream = api["sync_stream"].to_numpy(dtype=np.int64, na_value=-1)
+                     lambda s: s.str.contains(STREAM_SYNC_API_PATTERN))[calls]  # fmt: skip
+    stream = api["sync_stream"].iloc[calls].to_numpy(dtype=np.int64, na_value=-1)
     out: np.ndarray = np.where(named, stream, -1)
     return out
 
