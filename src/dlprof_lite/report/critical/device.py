@@ -67,10 +67,10 @@ class Ops:
             out.append(slice(lo, hi))
         return out
 
-    @property
-    def launched(self) -> np.ndarray:
-        """The launch call's start, else the op's own."""
-        out: np.ndarray = np.where(self.api_s >= 0, self.api_s, self.s)
+    def launched(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The launch call's start, else the op's own (of the ops ``rows``, else of all)."""
+        api_s, s = (self.api_s, self.s) if rows is None else (self.api_s[rows], self.s[rows])
+        out: np.ndarray = np.where(api_s >= 0, api_s, s)
         return out
 
     @staticmethod
@@ -212,44 +212,63 @@ def launch_edges(host: Host, ops: Ops, src: np.ndarray, off: np.ndarray, lag: np
     the host piece holding its launch call's start (-1: none modelled), the offset of that
     start in the piece, and the launch latency: a low percentile of the process's delays
     (launch start -> op start) of ops launched onto an idle stream, capped by the op's own
-    delay. Computed in place, a thread at a time: a million ops' temporaries are 8 MB each."""
+    delay. Computed in place, a thread and a block of :data:`LAUNCH_BLOCK` ops at a time:
+    each temporary is 2 MB whatever the number of ops."""
     if ops.size == 0:
         return
     known = ops.api_s >= 0
     free = np.ones(ops.size, dtype=bool)
     free[1:] = (ops.track[1:] != ops.track[:-1]) | (ops.e[:-1] <= ops.api_s[1:])
     free &= known
-    delay = ops.s[free] - ops.api_s[free]
-    latency = (int(np.percentile(np.maximum(delay, 0), LAUNCH_LATENCY_PERCENTILE))
+    delay = ops.s[free]
+    delay -= ops.api_s[free]  # one gathered column at a time: 8 bytes an op each
+    np.maximum(delay, 0, out=delay)
+    latency = (int(np.percentile(delay, LAUNCH_LATENCY_PERCENTILE, overwrite_input=True))
                if delay.size else 0)  # fmt: skip
     latency = min(latency, np.iinfo(np.int32).max)  # int32 lags; the slack keeps the rest
     del free, delay
     for k, thread in enumerate(host.threads):
-        mask = known & (ops.tid == thread[1])
-        if not mask.any():
-            continue
-        whole = bool(mask.all())  # one launching thread: no gather, no scatter
         rows = host.rows(k)
-        s, e = host.s[rows], host.e[rows]
-        op_s = ops.s if whole else ops.s[mask]
-        at = np.minimum(ops.api_s if whole else ops.api_s[mask], op_s)
-        piece = np.searchsorted(s, at, side="right")
-        piece -= 1
-        ok = piece >= 0
-        np.maximum(piece, 0, out=piece)
-        ok &= at < e[piece]
-        held_off = s[piece]
-        np.subtract(at, held_off, out=held_off)  # the launch's offset in its piece
-        piece += rows.start
-        np.subtract(op_s, at, out=at)  # at becomes the lag
-        np.minimum(at, latency, out=at)
-        if whole:
-            np.copyto(src, piece, where=ok)
-            np.copyto(off, held_off, where=ok)
-            np.copyto(lag, at, where=ok)
-        else:
-            where = np.flatnonzero(mask)[ok]
-            src[where], off[where], lag[where] = piece[ok], held_off[ok], at[ok]
+        for block in range(0, ops.size, LAUNCH_BLOCK):  # bounded temporaries
+            part = slice(block, min(block + LAUNCH_BLOCK, ops.size))
+            _launch_block(host.s[rows], host.e[rows], rows.start, ops, part,
+                          known[part] & (ops.tid[part] == thread[1]), latency,
+                          (src[part], off[part], lag[part]))  # fmt: skip
+
+
+# Ops whose launch edges are computed at once: the temporaries are 8 bytes an op each.
+LAUNCH_BLOCK = 1 << 18
+
+
+def _launch_block(s: np.ndarray, e: np.ndarray, first: int, ops: Ops, part: slice,
+                  mask: np.ndarray, latency: int,
+                  out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:  # fmt: skip
+    """:func:`launch_edges` for the ops ``part`` launched by one thread (``mask``, within
+    the part), whose pieces start and end at ``s`` and ``e`` (node ``first`` on); into
+    ``out``, the part's views of src, off and lag."""
+    if not mask.any():
+        return
+    src, off, lag = out
+    whole = bool(mask.all())  # one launching thread: no gather, no scatter
+    op_s = ops.s[part] if whole else ops.s[part][mask]
+    at = np.minimum(ops.api_s[part] if whole else ops.api_s[part][mask], op_s)
+    piece = np.searchsorted(s, at, side="right")
+    piece -= 1
+    ok = piece >= 0
+    np.maximum(piece, 0, out=piece)
+    ok &= at < e[piece]
+    held_off = s[piece]
+    np.subtract(at, held_off, out=held_off)  # the launch's offset in its piece
+    piece += first
+    np.subtract(op_s, at, out=at)  # at becomes the lag
+    np.minimum(at, latency, out=at)
+    if whole:
+        np.copyto(src, piece, where=ok)
+        np.copyto(off, held_off, where=ok)
+        np.copyto(lag, at, where=ok)
+    else:
+        where = np.flatnonzero(mask)[ok]
+        src[where], off[where], lag[where] = piece[ok], held_off[ok], at[ok]
 
 
 def event_edges(ops: Ops, base: int, slack: np.ndarray) -> Edges:
@@ -393,7 +412,7 @@ def stream_waits(ops: Ops, api: pd.DataFrame, pid: int) -> np.ndarray | None:
         return out
     at = api["start_ns"].to_numpy(dtype=_I64)[mine]
     on = stream.to_numpy(dtype=np.int64, na_value=-1)[mine]
-    launched = ops.launched
+    launched = ops.launched()
     for s in np.unique(on).tolist():
         waits = np.sort(at[on == s])
         for rows in ops.on_stream(s):

@@ -224,7 +224,7 @@ def _step_holding(host: Host, ops: Ops, launch_src: np.ndarray, t0: np.ndarray,
     np.take(out[: host.size], np.maximum(launch_src, 0), out=mine) if host.size else None
     alone = np.flatnonzero(launch_src < 0)  # no launch piece: by the op's own launch or start
     if alone.size:
-        at = ops.launched[alone]
+        at = ops.launched(alone)
         k = np.searchsorted(t0, at, side="right") - 1
         ok = (k >= 0) & (at < t1[np.maximum(k, 0)])
         mine[alone] = np.where(ok, k, -1)

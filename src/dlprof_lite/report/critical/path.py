@@ -17,6 +17,7 @@ A run of nodes on one thread or stream, each held by the one before it, is taken
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -231,8 +232,9 @@ class _Walk:
         self.x_lag = g.extra.lag.item
         self.end_src = g.ends.src.item
         self.extra_at, self.end_at = bind.lookups()
-        self.blocks: list[tuple[int, int, int, int, int]] = []  # first, last, exit, begin, step
-        self.single: list[tuple[int, int, int, int, int]] = []  # node, t0, t1, part, step
+        # Five int64 values a row, flat (a million Python tuples of them were ~240 MB):
+        self.blocks = array("q")  # first, last, exit, begin, step
+        self.single = array("q")  # node, t0, t1, part, step
 
     def step(self, i: int, node: int, t: int, begin: int) -> None:
         start, end, single = self.start, self.end, self.single
@@ -241,25 +243,25 @@ class _Walk:
             if ee >= 0:
                 src = self.end_src(ee)
                 back = max(end(src), begin)
-                single.append((node, back, t, LATENCY, i))
+                single.extend((node, back, t, LATENCY, i))
                 node, t = src, end(src)
                 continue
             first = self.run(node)
             if first < node and start(first) < begin:  # the run begins before the step
                 first = node - self._inside(first, node, begin)
-            self.blocks.append((first, node, t, begin, i))
+            self.blocks.extend((first, node, t, begin, i))
             s = start(first)
             if s <= begin:
                 return
             src, anchor, lag = self._held_by(first)
             if src < 0:
-                single.append((first, begin, s, WAIT, i))
+                single.extend((first, begin, s, WAIT, i))
                 return
             held = anchor + lag
             if s > held:
-                single.append((first, max(held, begin), s, WAIT, i))
+                single.extend((first, max(held, begin), s, WAIT, i))
             if held > anchor and held > begin:
-                single.append((first, max(anchor, begin), min(held, s), LATENCY, i))
+                single.extend((first, max(anchor, begin), min(held, s), LATENCY, i))
             node, t = src, min(anchor, s)
 
     def _held_by(self, node: int) -> tuple[int, int, int]:
@@ -285,9 +287,9 @@ class _Walk:
         return last - first - k
 
     def block_array(self) -> np.ndarray:
-        return np.array(self.blocks, dtype=_I64).reshape(-1, 5)
+        return np.frombuffer(self.blocks, dtype=_I64).reshape(-1, 5).copy()
 
     def single_array(self) -> np.ndarray:
-        out = np.array(self.single, dtype=_I64).reshape(-1, 5)
-        keep = out[:, 2] > out[:, 1]
-        return out[keep]
+        out = np.frombuffer(self.single, dtype=_I64).reshape(-1, 5)
+        kept: np.ndarray = out[out[:, 2] > out[:, 1]]  # a copy: the buffer can go
+        return kept
