@@ -7,9 +7,11 @@ analyze`` commands: the one a user runs (``defaults``: tables and page, recorded
 temporary run store), the same with two processes (``-j 2``) and the lean one (``lean``:
 ``--no-db --formats csv,json``). It prints wall time (the fastest of ``--repeats`` runs), the
 largest process's peak RSS, the peak of all the command's processes together (``all MB``:
-the run store's process and a forked copy of the analysis too, :func:`measure`), that per
-million kernels and the ratio of the two tools' times; then the 5M/1M ratios and each target
-met or missed (memory: all processes).
+the run store's process and a forked copy of the analysis too, :func:`measure`), its
+anonymous part (``anon MB``: without the libraries' mapped files, whose resident pages vary
+by ~40 MB with the page cache: more in a fresh install), the first per million kernels and
+the ratio of the two tools' times; then the 5M/1M ratios and each target met or missed
+(memory: all processes).
 
     python scripts/bench.py                       # 100k, 1M, 5M kernels, every shape
     python scripts/bench.py --sizes 1000000 --no-nsys
@@ -83,6 +85,7 @@ class Run:
     peak_rss_mb: float  # the largest process's own peak (ru_maxrss)
     returncode: int
     tree_mb: float = float("nan")  # the whole process tree's peak (PSS, sampled)
+    anon_mb: float = float("nan")  # the same, its anonymous memory only (Pss_Anon)
 
 
 def measure(cmd: list[str], timeout: float, *, sample: bool = False) -> Run:
@@ -96,7 +99,7 @@ def measure(cmd: list[str], timeout: float, *, sample: bool = False) -> Run:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = t0 + timeout
-    tree_kb = 0
+    tree_kb = anon_kb = 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -108,7 +111,9 @@ def measure(cmd: list[str], timeout: float, *, sample: bool = False) -> Run:
         pause = 0.02
         if sample:
             t = time.perf_counter()
-            tree_kb = max(tree_kb, sum(_pss_kb(p) for p in _tree(proc.pid)))
+            pss = [_pss_kb(p) for p in _tree(proc.pid)]
+            tree_kb = max(tree_kb, sum(total for total, _ in pss))
+            anon_kb = max(anon_kb, sum(anon for _, anon in pss))
             pause = max(pause, 4 * (time.perf_counter() - t))  # a large tree: sample less
         time.sleep(pause)
     wall = time.perf_counter() - t0
@@ -116,7 +121,7 @@ def measure(cmd: list[str], timeout: float, *, sample: bool = False) -> Run:
     if code != 0 and proc.stderr is not None:
         sys.stderr.write(proc.stderr.read().decode(errors="replace")[-2000:])
     peak = usage.ru_maxrss / 1024
-    return Run(wall, peak, code, max(tree_kb / 1024, peak))
+    return Run(wall, peak, code, max(tree_kb / 1024, peak), anon_kb / 1024)
 
 
 def _tree(pid: int) -> list[int]:
@@ -134,15 +139,19 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
-def _pss_kb(pid: int) -> int:
+def _pss_kb(pid: int) -> tuple[int, int]:
+    """The process's PSS and its anonymous part (``Pss_Anon``: not the libraries' mapped
+    files, whose resident pages depend on the page cache), in KiB."""
+    values = {"Pss:": 0, "Pss_Anon:": 0}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
+                field = line.split()
+                if field and field[0] in values:
+                    values[field[0]] = int(field[1])
     except OSError:  # ended meanwhile
         pass
-    return 0
+    return values["Pss:"], values["Pss_Anon:"]
 
 
 def timed(cmd: list[str], timeout: float, repeats: int) -> Run:
@@ -152,7 +161,8 @@ def timed(cmd: list[str], timeout: float, repeats: int) -> Run:
     runs.append(measure(cmd, timeout, sample=True))
     best = min(runs[:-1], key=lambda r: r.wall_s)
     return Run(best.wall_s, max(r.peak_rss_mb for r in runs),
-               next((r.returncode for r in runs if r.returncode), 0), runs[-1].tree_mb)  # fmt: skip
+               next((r.returncode for r in runs if r.returncode), 0), runs[-1].tree_mb,
+               runs[-1].anon_mb)  # fmt: skip
 
 
 def export_for(case: Case, work: Path) -> tuple[Path, GroundTruth]:
@@ -186,7 +196,8 @@ def run_deep(work: Path, timeout: float, repeats: int) -> None:
         label = f"deep {depth}" + (" unpop" if unbalanced else "")
         flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
         print(f"{label:>16} {ranges:>9} {ranges:>9} {ours.wall_s:10.2f} {ours.peak_rss_mb:8.0f} "
-              f"{ours.tree_mb:8.0f} {'-':>13} {'-':>10}{flag}", flush=True)  # fmt: skip
+              f"{ours.tree_mb:8.0f} {ours.anon_mb:8.0f} {'-':>13} {'-':>10}{flag}",
+              flush=True)  # fmt: skip
 
 
 # Exports larger than memory (the scale issue): peak RSS and time against 30x the 1M time.
@@ -199,7 +210,8 @@ def run_huge(kernels: int, work: Path, timeout: float, one_million: Run | None) 
     ours = measure(analyze_cmd(path, work / f"out_{path.stem}"), timeout, sample=True)
     flag = "" if ours.returncode == 0 else f"  (exit {ours.returncode})"
     print(f"huge {kernels} kernels ({path.stat().st_size / 2**30:.1f} GiB): {ours.wall_s:.1f} s, "
-          f"peak RSS {ours.peak_rss_mb:.0f} MB, all processes {ours.tree_mb:.0f} MB{flag}",
+          f"peak RSS {ours.peak_rss_mb:.0f} MB, all processes {ours.tree_mb:.0f} MB "
+          f"(anonymous {ours.anon_mb:.0f} MB){flag}",
           flush=True)  # fmt: skip
     met = ours.tree_mb <= TARGET_HUGE_MB
     print(f"target huge peak MB: {ours.tree_mb:.0f} (<= {TARGET_HUGE_MB:g}) "
@@ -260,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [Case(n, shape) for shape in shapes for n in sizes]
 
     header = (f"{'case':>18} {'kernels':>9} {'ranges':>9} {'command':>9} {'analyze s':>10} "
-              f"{'peak MB':>8} {'all MB':>8} {'MB/M kern':>10} {'nsys stats s':>13} "
-              f"{'nsys/ours':>10}")  # fmt: skip
+              f"{'peak MB':>8} {'all MB':>8} {'anon MB':>8} {'MB/M kern':>10} "
+              f"{'nsys stats s':>13} {'nsys/ours':>10}")  # fmt: skip
     print(header)
     results: dict[tuple[Case, str], Run] = {}
     speedups: dict[tuple[Case, str], float] = {}
@@ -289,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             per_million = ours.tree_mb / (t["kernels"] / 1e6)
             print(f"{case.label:>18} {t['kernels']:>9} {t['ranges']:>9} {mode:>9} "
                   f"{ours.wall_s:10.2f} {ours.peak_rss_mb:8.0f} {ours.tree_mb:8.0f} "
-                  f"{per_million:10.0f} {nsys_s} {ratio}{flag}", flush=True)  # fmt: skip
+                  f"{ours.anon_mb:8.0f} {per_million:10.0f} {nsys_s} {ratio}{flag}",
+                  flush=True)  # fmt: skip
     _print_scaling(results)
     _print_targets(results, speedups)
     if args.huge:
