@@ -229,8 +229,9 @@ def build_analyze_parser() -> argparse.ArgumentParser:
         type=_count,
         metavar="N",
         help="processes to use: up to N inputs at once in a process pool (default: one per "
-        "core, max 8); one input's report by two processes when N >= 2, ~18%% faster from "
-        "100k GPU ops, ~100 MB more per million (default: one process, the least memory)",
+        "core, max 8); one input's report by two processes when N >= 2: 15-20%% faster "
+        "from 100k GPU ops, 70-170 MB more per million (default: one process, the least "
+        "memory)",
     )
     many(
         "--dask-scheduler",
