@@ -90,13 +90,25 @@ def safe_to_fork() -> bool:
         return False
     if threading.active_count() != 1 or threading.current_thread() is not threading.main_thread():
         return False
+    found = other_threads()
+    if found is None:
+        return False
+    own, others = found
+    return all(name == own or name in FORK_SAFE_THREADS for name in others)
+
+
+def other_threads() -> tuple[str, list[str]] | None:
+    """The process's name and the names of its threads besides the main one, counted by
+    the kernel: numpy's and Arrow's native pools are not Python threads. None where they
+    cannot be read (no ``/proc``: macOS; a thread that ended meanwhile): then do not fork."""
+    tasks = Path("/proc/self/task")
     try:
         own = Path("/proc/self/comm").read_text().strip()
-        tasks = Path("/proc/self/task")
-        names = [(tasks / t / "comm").read_text().strip() for t in os.listdir(tasks)]
-    except OSError:  # no /proc (macOS), or a thread that just ended: do not fork
-        return False
-    return all(name == own or name in FORK_SAFE_THREADS for name in names)
+        others = [(tasks / t / "comm").read_text().strip() for t in os.listdir(tasks)
+                  if int(t) != os.getpid()]  # fmt: skip
+    except OSError:
+        return None
+    return own, others
 
 
 class Forked(Generic[T]):

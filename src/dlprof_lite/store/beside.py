@@ -26,11 +26,10 @@ import os
 import pickle
 import signal
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlprof_lite.errors import DlprofError, StoreError
-from dlprof_lite.forked import read_all, write_all
+from dlprof_lite.forked import other_threads, read_all, write_all
 
 if TYPE_CHECKING:
     from dlprof_lite.store.record import RunRecord
@@ -90,14 +89,9 @@ class Beside:
 
 def can_fork() -> bool:
     """Whether forking is safe here: POSIX, and this process runs no thread but this one
-    (counted by the kernel: numpy's and Arrow's pools are not Python threads)."""
-    if not hasattr(os, "fork"):
-        return False
-    tasks = Path("/proc/self/task")
-    try:
-        return len(os.listdir(tasks)) == 1
-    except OSError:  # no /proc (macOS): threads cannot be counted, so do not fork
-        return False
+    (forked.other_threads: native pools count too; unknown without /proc: no fork)."""
+    found = other_threads()
+    return hasattr(os, "fork") and found is not None and not found[1]
 
 
 def start() -> Beside | None:
